@@ -1,0 +1,56 @@
+# The README's commands. `make demo` and `make test` set up what they need first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-stamp
+PACKAGES := $(sort $(dir $(wildcard packages/*/pyproject.toml)))
+PYTEST_ARGS ?=
+export DVC_NO_ANALYTICS := 1
+export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
+
+.PHONY: setup demo test unit lint bench lock clean help
+
+help:
+	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
+	@echo "make test   lint + the test suite (sets up first)"
+	@echo "make setup  create $(VENV) and install every package from constraints.txt (no-op when unchanged)"
+	@echo "make bench  run every benchmark in benchmarks/ (one JSON line each)"
+
+setup: $(STAMP)
+
+# Re-installs only when the lock or a package's metadata changed.
+$(STAMP): constraints.txt pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt setuptools
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@$(BIN)/python tools/check_lock.py constraints.txt
+	@touch $@
+
+demo: setup
+	$(BIN)/mlops config show
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/pytest -m "unit" $(PYTEST_ARGS)
+
+test: setup lint
+	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+
+bench: setup
+	@for f in benchmarks/*.py; do echo "== $$f" >&2; $(BIN)/python $$f || exit 1; done
+
+# Regenerate the lock from the packages' declared dependencies in a throw-away venv.
+lock:
+	rm -rf /tmp/mlops-lock-venv && $(PYTHON) -m venv /tmp/mlops-lock-venv
+	/tmp/mlops-lock-venv/bin/pip install -q setuptools torch==2.13.0
+	/tmp/mlops-lock-venv/bin/pip install -q --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]'
+	$(BIN)/python tools/write_lock.py /tmp/mlops-lock-venv/bin/pip constraints.txt
+
+clean:
+	rm -rf $(VENV) .mlops reports data .pytest_cache .ruff_cache .mypy_cache

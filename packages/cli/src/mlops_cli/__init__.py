@@ -1,0 +1,1 @@
+"""The ``mlops`` command line."""

@@ -1,0 +1,3 @@
+from mlops_cli.app import main
+
+main()

@@ -1,0 +1,52 @@
+"""The root ``mlops`` app: global options, one place that turns platform errors into exit codes."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from mlops_cli.commands import config as config_cmd
+from mlops_core import PlatformError, setup_logging
+
+
+class _PlatformGroup(TyperGroup):
+    """Maps :class:`PlatformError` to its exit code and a one-line reason; ``--debug`` adds the traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer vendors click; its Context type is private
+        try:
+            return super().invoke(ctx)
+        except PlatformError as exc:
+            if ctx.params.get("debug"):
+                traceback.print_exc(file=sys.stderr)
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+
+app = typer.Typer(
+    cls=_PlatformGroup,
+    name="mlops",
+    help="MLOps platform: features as code, FSDP training, gates, KServe serving, drift monitoring, GitOps.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")] = "WARNING",
+) -> None:
+    setup_logging("DEBUG" if debug else log_level)
+
+
+app.add_typer(config_cmd.app, name="config")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="mlops")

@@ -1,0 +1,54 @@
+"""``mlops config``: show the merged config and where each value came from; write the JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+from mlops_config import config_schema
+from mlops_config.loader import find_config_dir
+from mlops_core.tracking import flatten
+
+app = typer.Typer(help="Inspect the layered config.", no_args_is_help=True)
+
+
+@app.command("show")
+def show(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+         section: Annotated[str | None, typer.Option(help="Show only this section, e.g. training.")] = None) -> None:
+    """Print the merged config and, for each value, the layer that set it."""
+    loaded = load(profile, model, sets)
+    data = loaded.config.model_dump(mode="json")
+    if section is not None:
+        if section not in data:
+            raise typer.BadParameter(
+                f"unknown section {section!r}; expected one of {sorted(data)}", param_hint="--section"
+            )
+        data = {section: data[section]}
+    if as_json:
+        flat = flatten(data)
+        print_json({"profile": loaded.config.project.profile, "model": loaded.config.project.model,
+                    "layers": list(loaded.layers), "config": data,
+                    "sources": {k: v for k, v in loaded.sources.items() if k in flat}})
+        return
+    table = Table(title=f"profile={loaded.config.project.profile} model={loaded.config.project.model}")
+    table.add_column("key")
+    table.add_column("value", overflow="fold")
+    table.add_column("set by", style="dim")
+    for key, value in flatten(data).items():
+        table.add_row(key, json.dumps(value), loaded.sources.get(key, "default"))
+    console.print(table)
+
+
+@app.command("schema")
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default configs/schema.json.")] = None,
+) -> None:
+    """Write the JSON Schema of the config files (editors validate YAML with it)."""
+    target = out or find_config_dir() / "schema.json"
+    target.write_text(json.dumps(config_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    console.print(f"wrote {target}")

@@ -1,0 +1,37 @@
+"""The platform's one config layer: typed sections and the layered loader."""
+
+from mlops_config.data import DataConfig
+from mlops_config.delivery import DeliveryConfig
+from mlops_config.errors import ConfigError, PlatformError
+from mlops_config.evaluation import EvaluationConfig
+from mlops_config.features import FeaturesConfig
+from mlops_config.loader import LoadedConfig, config_schema, find_config_dir, load_config
+from mlops_config.monitoring import MonitoringConfig
+from mlops_config.platform import PlatformConfig
+from mlops_config.project import ProjectConfig
+from mlops_config.serving import ServingConfig
+from mlops_config.tracking import TrackingConfig
+from mlops_config.training import CheckpointConfig, FSDPConfig, MixedPrecisionConfig, TrainingConfig, WrapPolicyConfig
+
+__all__ = [
+    "CheckpointConfig",
+    "ConfigError",
+    "DataConfig",
+    "DeliveryConfig",
+    "EvaluationConfig",
+    "FSDPConfig",
+    "FeaturesConfig",
+    "LoadedConfig",
+    "MixedPrecisionConfig",
+    "MonitoringConfig",
+    "PlatformConfig",
+    "PlatformError",
+    "ProjectConfig",
+    "ServingConfig",
+    "TrackingConfig",
+    "TrainingConfig",
+    "WrapPolicyConfig",
+    "config_schema",
+    "find_config_dir",
+    "load_config",
+]

@@ -1,0 +1,58 @@
+"""``data``: raw batches, the validation gate and quarantine."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mlops_config._base import Section
+
+
+class DataConfig(Section):
+    raw_dir: str = "data/raw"
+    """Folder where raw batches (parquet) land."""
+
+    validated_dir: str = "data/validated"
+    """Folder for rows that passed validation; the Feast sources read from here."""
+
+    quarantine_dir: str = "data/quarantine"
+    """Folder for rejected rows and batches, each with the failed expectations."""
+
+    rows: int = Field(default=60_000, ge=1)
+    """Rows the sample generator writes across all days."""
+
+    days: int = Field(default=3, ge=1, le=366)
+    """Days of transactions the sample generator spans (one batch file per day)."""
+
+    users: int = Field(default=2_000, ge=1)
+    """Distinct users in the sample data."""
+
+    merchants: int = Field(default=300, ge=1)
+    """Distinct merchants in the sample data."""
+
+    fraud_rate: float = Field(default=0.03, gt=0.0, lt=1.0)
+    """Approximate share of fraudulent transactions in generated data."""
+
+    drift: Literal["none", "covariate", "prior", "concept"] = "none"
+    """Drift mode of the sample generator."""
+
+    start_date: str = "2026-11-01"
+    """First day (UTC, ISO date) of generated data."""
+
+    min_batch_rows: int = Field(default=1, ge=0)
+    """A batch with fewer rows is rejected whole."""
+
+    max_batch_rows: int = Field(default=5_000_000, ge=1)
+    """A batch with more rows is rejected whole."""
+
+    max_amount: float = Field(default=50_000.0, gt=0)
+    """Largest valid transaction amount; larger rows are quarantined."""
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> DataConfig:
+        if self.min_batch_rows > self.max_batch_rows:
+            raise ValueError(
+                f"min_batch_rows={self.min_batch_rows!r} must not exceed max_batch_rows={self.max_batch_rows!r}"
+            )
+        return self

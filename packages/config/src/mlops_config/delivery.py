@@ -1,0 +1,45 @@
+"""``delivery``: GitOps promotion and canary analysis."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from mlops_config._base import Section
+
+
+class DeliveryConfig(Section):
+    infra_dir: str = "infra"
+    """Kustomize root with ``base/`` and ``overlays/<env>/``."""
+
+    environments: tuple[str, ...] = ("staging", "production")
+    """Overlays, in promotion order."""
+
+    canary_steps: tuple[int, ...] = (10, 50, 100)
+    """Traffic percentages the canary walks through before it becomes production."""
+
+    commit_mode: Literal["commit", "pull_request"] = "commit"
+    """How a promotion lands in git: a direct commit or a pull request."""
+
+    max_error_rate_increase: float = Field(default=0.01, ge=0)
+    """Canary error rate may exceed stable's by at most this (absolute)."""
+
+    max_p99_ratio: float = Field(default=1.2, ge=1)
+    """Canary p99 latency may be at most this multiple of stable's."""
+
+    max_prediction_psi: float = Field(default=0.2, ge=0)
+    """PSI of canary vs stable prediction scores above which the canary is rolled back."""
+
+    min_canary_requests: int = Field(default=100, ge=1)
+    """Below this many canary requests the analysis answers ``hold``."""
+
+    git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
+    """Author of promotion commits."""
+
+    @field_validator("canary_steps")
+    @classmethod
+    def _steps_increase(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or list(v) != sorted(set(v)) or v[-1] != 100 or v[0] <= 0:
+            raise ValueError(f"canary_steps must strictly increase from >0 to 100, got {list(v)!r}")
+        return v

@@ -1,0 +1,56 @@
+"""``evaluation``: the gates a candidate must pass."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mlops_config._base import Section
+
+
+class EvaluationConfig(Section):
+    holdout_fraction: float = Field(default=0.2, gt=0, lt=1)
+    """Share of the labelled data (the latest by event time) kept as the fixed holdout."""
+
+    min_improvement: float = Field(default=0.02, ge=0)
+    """Required F1 gain of the candidate over the champion."""
+
+    improvement_mode: Literal["absolute", "relative"] = "absolute"
+    """``absolute``: F1 difference; ``relative``: difference divided by the champion's F1."""
+
+    bootstrap_samples: int = Field(default=1000, ge=100)
+    """Paired bootstrap resamples for the confidence interval of the F1 difference."""
+
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Two-sided confidence level of the bootstrap interval."""
+
+    require_ci_above_threshold: bool = True
+    """Require the interval's lower bound (not just the point estimate) to clear ``min_improvement``."""
+
+    slice_columns: tuple[str, ...] = ("category", "channel")
+    """Columns whose values define the slices checked for regressions."""
+
+    max_slice_regression: float = Field(default=0.05, ge=0)
+    """Largest F1 drop allowed on any slice (absolute)."""
+
+    min_slice_rows: int = Field(default=200, ge=1)
+    """Slices with fewer holdout rows are reported but not gated."""
+
+    latency_tolerance: float = Field(default=0.10, ge=0)
+    """Allowed p99 regression of the candidate over the champion, on top of the measured A/A noise."""
+
+    latency_requests: int = Field(default=400, ge=20)
+    """Timed requests per model in the interleaved latency run."""
+
+    latency_warmup: int = Field(default=50, ge=0)
+    """Requests per model discarded before timing."""
+
+    repro_steps: int = Field(default=20, ge=1)
+    """Optimizer steps of the short re-run for the reproducibility gate."""
+
+    repro_gpu_rtol: float = Field(default=1e-3, ge=0)
+    """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU)."""
+
+    required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
+    """Gates that must pass before a candidate can move to ``staging``."""

@@ -1,0 +1,44 @@
+"""``features``: the Feast repository and its stores."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mlops_config._base import Section
+
+
+class FeaturesConfig(Section):
+    repo_path: str = "feature_repo"
+    """Folder of the Feast repository (features as code)."""
+
+    feature_service: str = "fraud_v1"
+    """FeatureService the fraud model trains and serves with; recorded on every model version."""
+
+    offline_store: Literal["file", "duckdb"] = "duckdb"
+    """Feast offline store type for point-in-time joins."""
+
+    online_store: Literal["sqlite", "redis"] = "sqlite"
+    """Feast online store type."""
+
+    online_store_path: str = ".mlops/feast/online.db"
+    """SQLite online store file (``online_store: sqlite``)."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis connection (``online_store: redis``), as ``redis://host:port/db``; no password here."""
+
+    redis_password_env: str | None = None
+    """Name of the env var holding the Redis password (secret)."""
+
+    registry: str = ".mlops/feast/registry.db"
+    """Feast registry: a file path, or a SQL URL (``postgresql+psycopg2://...``) with ``registry_type: sql``."""
+
+    registry_type: Literal["file", "sql"] = "file"
+    """Feast registry kind."""
+
+    registry_password_env: str | None = None
+    """Name of the env var holding the SQL registry's password (secret)."""
+
+    ttl_days: int = Field(default=7, ge=1)
+    """Feature views' time-to-live: older values are not joined to a label."""

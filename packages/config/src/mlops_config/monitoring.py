@@ -1,0 +1,51 @@
+"""``monitoring``: drift statistics, alert policy and actions."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from mlops_config._base import Section
+
+
+class MonitoringConfig(Section):
+    n_bins: int = Field(default=10, ge=2, le=100)
+    """Quantile bins of the reference for numeric PSI."""
+
+    psi_floor: float = Field(default=1e-4, gt=0, lt=0.01)
+    """Share an empty bin is floored at in PSI."""
+
+    psi_info: float = Field(default=0.05, ge=0)
+    """PSI from which a feature counts as slightly drifted (INFO)."""
+
+    psi_warning: float = Field(default=0.1, ge=0)
+    """PSI from which a feature raises WARNING."""
+
+    psi_critical: float = Field(default=0.2, ge=0)
+    """PSI above which a key feature raises CRITICAL."""
+
+    key_features: tuple[str, ...] = ("amount", "user_txn_count_1h", "user_amount_zscore")
+    """Features whose critical drift (or the prediction score's) triggers rollback."""
+
+    min_f1: float = Field(default=0.5, ge=0, le=1)
+    """Realized F1 (with delayed labels) below this is CRITICAL."""
+
+    window: str = "1h"
+    """Default window of the prediction log that a run reads (``30m``, ``1h``, ``7d``)."""
+
+    webhook_url: str | None = None
+    """URL that WARNING and CRITICAL alerts are POSTed to."""
+
+    webhook_token_env: str | None = None
+    """Name of the env var holding the webhook's bearer token (secret)."""
+
+    auto_rollback: bool = True
+    """Roll traffic back to the ``fallback`` model on CRITICAL."""
+
+    @model_validator(mode="after")
+    def _thresholds_ordered(self) -> MonitoringConfig:
+        if not self.psi_info <= self.psi_warning <= self.psi_critical:
+            raise ValueError(
+                f"thresholds must satisfy psi_info <= psi_warning <= psi_critical, got "
+                f"{self.psi_info!r}, {self.psi_warning!r}, {self.psi_critical!r}"
+            )
+        return self

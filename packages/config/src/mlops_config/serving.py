@@ -1,0 +1,44 @@
+"""``serving``: the KServe transformer + predictor."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mlops_config._base import Section
+
+
+class ServingConfig(Section):
+    host: str = "127.0.0.1"
+    """Address the local server binds to."""
+
+    port: int = Field(default=8080, ge=1, le=65535)
+    """HTTP port."""
+
+    alias: str = "champion"
+    """Registry alias served; resolved to an immutable version at start-up."""
+
+    canary_alias: str | None = None
+    """Alias served as canary next to ``alias`` (``None``: no canary)."""
+
+    canary_percent: int = Field(default=0, ge=0, le=100)
+    """Share of requests routed to the canary."""
+
+    max_payload_bytes: int = Field(default=1_048_576, ge=1024)
+    """Requests with a larger body get 413."""
+
+    max_instances: int = Field(default=256, ge=1)
+    """Requests with more instances get 422."""
+
+    redis_outage: Literal["degraded", "unavailable"] = "degraded"
+    """When the online store is unreachable: answer with default features and ``degraded: true``, or 503."""
+
+    workers: int = Field(default=1, ge=1)
+    """Server worker processes."""
+
+    prediction_log_dir: str = ".mlops/prediction_log"
+    """Folder of the prediction log (parquet parts)."""
+
+    prediction_log_flush_s: float = Field(default=2.0, gt=0)
+    """Flush interval of the prediction log; a crash loses at most this much."""

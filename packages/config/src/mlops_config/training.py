@@ -1,0 +1,175 @@
+"""``training``: the trainer, its FSDP knobs (FSDP1 vocabulary, mapped onto FSDP2) and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mlops_config._base import Section
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+class MixedPrecisionConfig(Section):
+    param_dtype: DType = "float32"
+    """Dtype parameters are gathered and computed in."""
+
+    reduce_dtype: DType = "float32"
+    """Dtype gradients are reduced in."""
+
+    buffer_dtype: DType = "float32"
+    """Dtype of buffers (FSDP1 knob; FSDP2 leaves buffers as the model has them, the doctor checks)."""
+
+
+class WrapPolicyConfig(Section):
+    kind: Literal["transformer", "size"] = "transformer"
+    """``transformer``: shard each instance of the named layer classes; ``size``: any module with at least
+    ``min_num_params`` parameters of its own subtree."""
+
+    transformer_layer_cls: tuple[str, ...] = ("LlamaDecoderLayer",)
+    """Layer class names to wrap (``kind: transformer``); checked against the real model."""
+
+    min_num_params: int = Field(default=100_000, ge=1)
+    """Smallest subtree wrapped as its own unit (``kind: size``)."""
+
+
+class FSDPConfig(Section):
+    parallelism: Literal["fsdp", "ddp"] = "fsdp"
+    """``fsdp`` (FSDP2 ``fully_shard``) or plain DDP as the baseline."""
+
+    sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
+    """FSDP1 name of the strategy; mapped to FSDP2 meshes and ``reshard_after_forward``."""
+
+    hybrid_shard_group_size: int | None = Field(default=None, ge=1)
+    """Ranks per shard group for HYBRID_SHARD (default: ranks per node); must divide the world size."""
+
+    mixed_precision: MixedPrecisionConfig = MixedPrecisionConfig()
+    """Mixed-precision policy."""
+
+    wrap_policy: WrapPolicyConfig = WrapPolicyConfig()
+    """Which submodules become their own FSDP unit."""
+
+    backward_prefetch: Literal["BACKWARD_PRE", "BACKWARD_POST", "NONE"] = "BACKWARD_PRE"
+    """Prefetch of the next unit's all-gather in backward (FSDP2: explicit backward prefetch list)."""
+
+    forward_prefetch: bool = False
+    """Prefetch of the next unit's all-gather in forward (FSDP2: explicit forward prefetch list)."""
+
+    cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state on CPU (FSDP2 ``CPUOffloadPolicy``)."""
+
+    activation_checkpointing: bool = False
+    """Recompute each wrapped unit's activations in backward instead of storing them."""
+
+    reshard_after_forward: bool | None = None
+    """Override the strategy's resharding after forward (``None``: FULL_SHARD/HYBRID reshard, others don't)."""
+
+
+class CheckpointConfig(Section):
+    dir: str = ".mlops/checkpoints"
+    """Root folder of sharded (DCP) checkpoints; each run gets a subfolder."""
+
+    every_steps: int = Field(default=50, ge=0)
+    """Save every N optimizer steps (0: only at the end)."""
+
+    keep_last: int = Field(default=2, ge=1)
+    """Checkpoints kept; older ones are deleted after a newer one is complete."""
+
+    async_save: bool = False
+    """Save with ``torch.distributed.checkpoint.async_save`` while training goes on."""
+
+
+class TabularModelConfig(Section):
+    hidden_sizes: tuple[int, ...] = (64, 32)
+    """Hidden layer widths of the fraud MLP."""
+
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout between hidden layers."""
+
+    positive_weight: float | None = Field(default=None, gt=0)
+    """Weight of the positive class in the loss (``None``: negatives/positives of the training set)."""
+
+
+class CausalLMConfig(Section):
+    preset: str = "llama-tiny"
+    """Named LLaMA shape: ``llama-tiny``, ``llama-small``, ``llama2-7b``, ``llama2-13b``, ``llama2-70b``."""
+
+    seq_len: int = Field(default=128, ge=8)
+    """Training sequence length in bytes (byte-level tokenizer)."""
+
+    corpus_max_bytes: int = Field(default=2_000_000, ge=1024)
+    """Bytes of the standard library's source read as the corpus."""
+
+
+class TrainingConfig(Section):
+    model: Literal["tabular", "causal_lm"] = "tabular"
+    """Model family."""
+
+    nproc: int = Field(default=2, ge=1)
+    """Processes per node that torchrun starts."""
+
+    nnodes: int = Field(default=1, ge=1)
+    """Nodes in the job (multi-node needs ``rdzv_endpoint``)."""
+
+    rdzv_endpoint: str | None = None
+    """``host:port`` of the c10d rendezvous for multi-node runs."""
+
+    max_restarts: int = Field(default=0, ge=0)
+    """torchrun ``--max-restarts``: a failed worker group restarts from the last checkpoint."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Process-group backend; ``auto`` picks NCCL on CUDA and gloo on CPU."""
+
+    max_steps: int = Field(default=200, ge=1)
+    """Optimizer steps to train for (``epochs`` caps it when set)."""
+
+    epochs: int | None = Field(default=None, ge=1)
+    """Passes over the training set; ``None``: train for ``max_steps``."""
+
+    batch_size: int = Field(default=256, ge=1)
+    """Global batch size per optimizer step, split across ranks and accumulation steps."""
+
+    grad_accum_steps: int = Field(default=1, ge=1)
+    """Micro-batches accumulated per optimizer step."""
+
+    lr: float = Field(default=3e-3, gt=0)
+    """Peak learning rate of AdamW."""
+
+    weight_decay: float = Field(default=0.01, ge=0)
+    """AdamW weight decay."""
+
+    warmup_steps: int = Field(default=20, ge=0)
+    """Linear warm-up steps before cosine decay."""
+
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    """Clip the global gradient norm (computed across shards); ``None`` disables clipping."""
+
+    eval_every: int = Field(default=50, ge=0)
+    """Evaluate on the validation split every N steps (0: only at the end)."""
+
+    deterministic: bool = True
+    """Use deterministic algorithms so the same seed gives bit-identical weights on CPU."""
+
+    fsdp: FSDPConfig = FSDPConfig()
+    """FSDP / DDP settings."""
+
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Sharded checkpoint settings."""
+
+    tabular: TabularModelConfig = TabularModelConfig()
+    """The fraud MLP (``model: tabular``)."""
+
+    causal_lm: CausalLMConfig = CausalLMConfig()
+    """The LLaMA-architecture LM (``model: causal_lm``)."""
+
+    export_dir: str = ".mlops/models"
+    """Where the exported safetensors model is written before it is logged to MLflow."""
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> TrainingConfig:
+        if self.batch_size % self.grad_accum_steps:
+            raise ValueError(
+                f"batch_size={self.batch_size!r} must be a multiple of grad_accum_steps={self.grad_accum_steps!r}"
+            )
+        return self

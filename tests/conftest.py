@@ -1,0 +1,104 @@
+"""Shared fixtures: the repo root, real Redis and PostgreSQL with per-test isolation."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REDIS_URL = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("MLOPS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests under tests/unit are `unit` unless marked otherwise; `gpu` tests skip without CUDA."""
+    has_cuda = False
+    if any("gpu" in item.keywords for item in items):
+        try:
+            import torch
+
+            has_cuda = torch.cuda.is_available()
+        except ImportError:
+            has_cuda = False
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "unit" in parts and not any(m in item.keywords for m in ("integration", "e2e")):
+            item.add_marker(pytest.mark.unit)
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device; this machine has none"))
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """URL of the real Redis server (fails, not skips, when it is down: CI must start it)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); start it (see .ci/run)")
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"mlops-test:{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """URL of the real PostgreSQL server (fails, not skips, when it is down)."""
+    import psycopg2
+
+    try:
+        psycopg2.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {POSTGRES_URL} is not reachable ({exc}); start it (see .ci/run)")
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A schema of this test's own, dropped afterwards."""
+    import psycopg2
+
+    name = "t_" + re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
+    conn = psycopg2.connect(postgres_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{name}"')
+    yield name
+    with conn.cursor() as cur:
+        cur.execute(f'DROP SCHEMA "{name}" CASCADE')
+    conn.close()
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    """A copy of the repo's configs/ in a temp repo root, safe to edit."""
+    import shutil
+
+    target = tmp_path / "repo" / "configs"
+    shutil.copytree(REPO_ROOT / "configs", target)
+    return target
