@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup demo test unit lint bench lock clean help
+.PHONY: setup browser demo test unit lint bench lock clean help
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
@@ -39,7 +39,11 @@ lint: setup
 unit: setup
 	$(BIN)/pytest -m "unit" $(PYTEST_ARGS)
 
-test: setup lint
+# Debian's Chromium for the report's browser test (needs root and Debian's package index, as on CI).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: setup browser lint
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
 
 bench: setup
