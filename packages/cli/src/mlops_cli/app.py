@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from mlops_cli.commands import config as config_cmd
+from mlops_cli.commands import gitops as gitops_cmd
 from mlops_core import PlatformError, setup_logging
 
 
@@ -45,6 +46,7 @@ def _root(
 
 
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(gitops_cmd.app, name="gitops")
 
 
 def main() -> None:

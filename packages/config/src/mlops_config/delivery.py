@@ -16,6 +16,12 @@ class DeliveryConfig(Section):
     environments: tuple[str, ...] = ("staging", "production")
     """Overlays, in promotion order."""
 
+    model_manifest: str = "model-{model}.yaml"
+    """File inside each overlay that pins the served version of ``{model}`` (the only file promotions edit)."""
+
+    storage_uri_template: str = "s3://mlops-artifacts/models/{model}/v{version}"
+    """Immutable artifact location of one registered version; ``{model}`` and ``{version}`` are filled in."""
+
     canary_steps: tuple[int, ...] = (10, 50, 100)
     """Traffic percentages the canary walks through before it becomes production."""
 
@@ -34,6 +40,21 @@ class DeliveryConfig(Section):
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""
 
+    psi_bins: int = Field(default=10, ge=2, le=100)
+    """Quantile bins (of the stable scores) for the prediction-distribution PSI."""
+
+    psi_floor: float = Field(default=1e-4, gt=0, lt=0.01)
+    """Share an empty bin is floored at in PSI."""
+
+    requests_metric: str = "mlops_predictions_total"
+    """Prometheus counter of prediction requests answered (all outcomes)."""
+
+    errors_metric: str = "mlops_prediction_errors_total"
+    """Prometheus counter of prediction requests that failed (5xx)."""
+
+    latency_metric: str = "mlops_prediction_latency_seconds"
+    """Prometheus histogram of request latency in seconds (p99 is read from its buckets)."""
+
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
     """Author of promotion commits."""
 
@@ -42,4 +63,11 @@ class DeliveryConfig(Section):
     def _steps_increase(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or list(v) != sorted(set(v)) or v[-1] != 100 or v[0] <= 0:
             raise ValueError(f"canary_steps must strictly increase from >0 to 100, got {list(v)!r}")
+        return v
+
+    @field_validator("storage_uri_template")
+    @classmethod
+    def _template_names_version(cls, v: str) -> str:
+        if "{version}" not in v:
+            raise ValueError(f"storage_uri_template must contain '{{version}}' so each version is immutable, got {v!r}")
         return v

@@ -13,7 +13,7 @@ class ManifestError(DeliveryError):
     """An overlay's model manifest is missing, malformed, or not in the shape promotions expect."""
 
 
-class PromotionRefused(DeliveryError):
+class PromotionRefusedError(DeliveryError):
     """A promotion would skip a stage, or the version's gates did not pass."""
 
 

@@ -1,0 +1,88 @@
+"""``mlops gitops``: promotion and rollback as manifest commits; which version runs where."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+from mlops_delivery import ManifestChange, gitops_status, promote_version, rollback_env
+
+app = typer.Typer(help="GitOps: promote and roll back by editing infra/ overlays (each change a commit).",
+                  no_args_is_help=True)
+
+CommitOpt = Annotated[bool, typer.Option("--commit", help="Record the edit as a git commit of that one file.")]
+PushOpt = Annotated[bool, typer.Option("--push", help="Push the commit (needs --commit).")]
+
+
+def _print_change(change: ManifestChange, as_json: bool) -> None:
+    if as_json:
+        print_json(change.to_dict())
+        return
+    if not change.changed:
+        console.print(f"{change.action}: already in place, nothing changed")
+        return
+    typer.echo(change.diff, nl=False)
+    where = f"committed {change.commit[:12]}" if change.commit else f"wrote {change.path}"
+    console.print(f"{change.action}: {where}{' and pushed' if change.pushed else ''}")
+
+
+@app.command("promote")
+def promote(
+    version: Annotated[int, typer.Option("--version", "-v", help="Registry version to promote.")],
+    to: Annotated[str, typer.Option("--to", help="staging, canary or production.")],
+    percent: Annotated[int | None, typer.Option("--percent", help="Canary share; the next canary step.")] = None,
+    commit: CommitOpt = False,
+    push: PushOpt = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pin VERSION in the target overlay (gates must have passed; no stage may be skipped) and print the diff."""
+    if push and not commit:
+        raise typer.BadParameter("--push needs --commit", param_hint="--push")
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    change = promote_version(cfg.delivery, cfg.tracking, loaded.root, cfg.project.model, version, to,
+                             percent=percent, commit=commit, push=push)
+    _print_change(change, as_json)
+
+
+@app.command("rollback")
+def rollback(
+    env: Annotated[str, typer.Option("--env", "-e", help="Environment (overlay) to roll back.")] = "production",
+    commit: CommitOpt = False,
+    push: PushOpt = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the revert of ENV's last promotion: drop a running canary, else go back to the previous version."""
+    if push and not commit:
+        raise typer.BadParameter("--push needs --commit", param_hint="--push")
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    _print_change(rollback_env(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push), as_json)
+
+
+@app.command("status")
+def status(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Which version runs in each environment, with which traffic split (as git says)."""
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    placements = gitops_status(cfg.delivery, loaded.root, cfg.project.model)
+    if as_json:
+        print_json({"model": cfg.project.model, "environments": {e: p.to_dict() for e, p in placements.items()}})
+        return
+    table = Table(title=f"{cfg.project.model}: what runs where")
+    for col in ("env", "stable", "canary", "traffic (stable/canary)", "previous", "storageUri"):
+        table.add_column(col, overflow="fold")
+    for env, p in placements.items():
+        table.add_row(env, f"v{p.stable_version}", f"v{p.canary_version}" if p.canary_version else "-",
+                      f"{p.stable_percent}/{p.canary_percent}", f"v{p.previous_version}" if p.previous_version else "-",
+                      p.storage_uri)
+    console.print(table)

@@ -1,0 +1,54 @@
+"""Recording a manifest edit in git: one file, one commit, an author of the platform's own."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+from mlops_delivery.errors import GitError
+
+logger = logging.getLogger(__name__)
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise GitError(f"`git {' '.join(args)}` failed in {str(root)!r}: {detail[-1] if detail else proc.returncode}")
+    return proc.stdout.strip()
+
+
+def commit_file(root: Path, path: Path, message: str, author: str) -> str:
+    """Commit exactly ``path`` (nothing else that is staged) and return the new commit's SHA.
+
+    Args:
+        root: The git working tree.
+        path: The file to commit (absolute or relative to ``root``).
+        message: The commit message.
+        author: ``Name <email>``; also used as committer so CI runners need no git identity.
+    """
+    if "<" not in author or not author.rstrip().endswith(">"):
+        raise GitError(f"delivery.git_author must look like 'Name <email>', got {author!r}")
+    name, _, email = author.partition("<")
+    rel = str(path.relative_to(root)) if path.is_absolute() else str(path)
+    _git(root, "add", "--", rel)
+    _git(root, "-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}",
+         "commit", "--quiet", "-m", message, "--", rel)
+    sha = _git(root, "rev-parse", "HEAD")
+    logger.info("committed %s as %s", rel, sha[:12])
+    return sha
+
+
+def push_head(root: Path, remote: str = "origin") -> bool:
+    """Push the current branch to ``remote`` (a rejected push, e.g. a concurrent promotion, is an error)."""
+    branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    if branch == "HEAD":
+        raise GitError(f"cannot push from a detached HEAD in {str(root)!r}; check out the branch to promote on")
+    _git(root, "push", "--quiet", remote, f"HEAD:refs/heads/{branch}")
+    return True
+
+
+def head_commit(root: Path) -> str:
+    """SHA of HEAD."""
+    return _git(root, "rev-parse", "HEAD")

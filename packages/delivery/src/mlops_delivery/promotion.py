@@ -1,0 +1,256 @@
+"""Promotion as a manifest edit: staging → canary (each step of ``canary_steps``) → production.
+
+Each call edits exactly one file, the model manifest of the target environment (see
+:mod:`mlops_delivery.manifest`), refuses to skip a stage, and is idempotent: promoting what already
+runs changes nothing. ``promote_version`` also checks the promotion ledger (gates passed) and can
+record the edit as a git commit, so Argo CD deploys it and the history says who moved what when.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mlops_config import DeliveryConfig, TrackingConfig
+from mlops_delivery.errors import PromotionRefusedError
+from mlops_delivery.git import commit_file, push_head
+from mlops_delivery.ledger import require_gates_passed
+from mlops_delivery.manifest import ModelManifest, Placement, manifest_path, storage_uri
+
+logger = logging.getLogger(__name__)
+
+Stage = Literal["staging", "canary", "production"]
+STAGES: tuple[str, ...] = ("staging", "canary", "production")
+
+
+@dataclass(frozen=True)
+class ManifestChange:
+    """One edit of one model manifest: before and after, its diff, and the commit that recorded it."""
+
+    model: str
+    env: str
+    path: Path
+    action: str
+    before: Placement
+    after: Placement
+    diff: str
+    message: str
+    commit: str | None = None
+    pushed: bool = False
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the file's text changes (``False``: already in the requested state)."""
+        return bool(self.diff)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form."""
+        return {
+            "model": self.model, "env": self.env, "path": str(self.path), "action": self.action,
+            "changed": self.changed, "before": self.before.to_dict(), "after": self.after.to_dict(),
+            "diff": self.diff, "message": self.message, "commit": self.commit, "pushed": self.pushed,
+            "evidence": self.evidence,
+        }
+
+
+def stage_env(delivery: DeliveryConfig, stage: str) -> str:
+    """The overlay a stage edits: staging is the first environment, canary and production the last."""
+    if stage not in STAGES:
+        raise PromotionRefusedError(f"unknown stage {stage!r}; expected one of {list(STAGES)}")
+    return delivery.environments[0] if stage == "staging" else delivery.environments[-1]
+
+
+def load_manifest(delivery: DeliveryConfig, root: Path, model: str, env: str) -> ModelManifest:
+    """The model manifest of ``model`` in ``env`` under ``root``."""
+    if env not in delivery.environments:
+        raise PromotionRefusedError(f"unknown environment {env!r}; expected one of {list(delivery.environments)}")
+    path = manifest_path(root, delivery.infra_dir, delivery.model_manifest, env, model)
+    return ModelManifest(path, env, model)
+
+
+def gitops_status(delivery: DeliveryConfig, root: Path, model: str) -> dict[str, Placement]:
+    """Which version runs where, with which traffic split, per environment (from the manifests in git)."""
+    return {env: load_manifest(delivery, root, model, env).placement() for env in delivery.environments}
+
+
+def plan_promotion(
+    delivery: DeliveryConfig, root: Path, model: str, version: int, to: str, *, percent: int | None = None
+) -> ManifestChange:
+    """Edit the manifest in memory for promoting ``version`` to ``to``; refuse skipped stages.
+
+    Args:
+        delivery: The delivery section (environments, canary steps, file names).
+        root: Repository root holding ``delivery.infra_dir``.
+        model: Model name (the InferenceService's name).
+        version: Registry version to promote.
+        to: ``staging``, ``canary`` or ``production``.
+        percent: Canary traffic share; must be the next of ``delivery.canary_steps`` (default: the next).
+
+    Returns:
+        The planned change (``changed`` is ``False`` when the target already runs that state).
+    """
+    if version < 1:
+        raise PromotionRefusedError(f"version must be a registry version >= 1, got {version!r}")
+    if percent is not None and to != "canary":
+        raise PromotionRefusedError(f"--percent applies to --to canary only, got --to {to!r} with percent {percent!r}")
+    env = stage_env(delivery, to)
+    manifest = load_manifest(delivery, root, model, env)
+    before = manifest.placement()
+    uri = storage_uri(delivery.storage_uri_template, model, version)
+    if to == "staging":
+        action = f"serve {model} v{version} in {env}"
+        manifest.set_stable(version, uri)
+    else:
+        staged = load_manifest(delivery, root, model, stage_env(delivery, "staging")).placement()
+        if to == "canary":
+            percent = _check_canary_step(delivery, model, version, before, staged, percent)
+            if percent == 100:
+                to = "production"
+            else:
+                action = f"canary {model} v{version} at {percent}% in {env}"
+                manifest.set_canary(version, percent, uri)
+        if to == "production":
+            _check_production(delivery, model, version, before, staged)
+            action = f"promote {model} v{version} to 100% in {env}"
+            if before.stable_version == version and before.canary_version is None:
+                pass  # already there: idempotent
+            else:
+                manifest.set_stable(version, uri)
+    after = manifest.placement()
+    text = manifest.dump()
+    diff = _diff(manifest.original, text, manifest.path.relative_to(root) if manifest.path.is_relative_to(root)
+                 else manifest.path)
+    return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before, after=after,
+                          diff=diff, message=f"gitops: {action}", evidence={"new_text": text})
+
+
+def _check_canary_step(
+    delivery: DeliveryConfig, model: str, version: int, prod: Placement, staged: Placement, percent: int | None
+) -> int:
+    steps = delivery.canary_steps
+    if prod.stable_version == version and prod.canary_version is None:
+        raise PromotionRefusedError(f"{model} v{version} already serves 100% in {prod.env}; nothing to canary")
+    if prod.canary_version is None:
+        if staged.stable_version != version:
+            raise PromotionRefusedError(
+                f"cannot canary {model} v{version}: {staged.env} serves v{staged.stable_version}; "
+                f"promote it to staging first (mlops gitops promote --to staging)"
+            )
+        allowed = steps[0]
+    elif prod.canary_version != version:
+        raise PromotionRefusedError(
+            f"a canary of {model} v{prod.canary_version} is running at {prod.canary_percent}% in {prod.env}; "
+            f"finish it or roll it back (mlops gitops rollback) before starting v{version}"
+        )
+    else:
+        current = prod.canary_percent
+        if percent == current:
+            return current  # idempotent
+        if current not in steps:
+            raise PromotionRefusedError(f"canary runs at {current}%, which is not one of delivery.canary_steps {steps}")
+        allowed = steps[steps.index(current) + 1]
+    if percent is None:
+        return allowed
+    if percent not in steps:
+        raise PromotionRefusedError(f"--percent {percent!r} is not a canary step; expected one of {list(steps)}")
+    if percent != allowed:
+        raise PromotionRefusedError(
+            f"--percent {percent} would skip a stage: the next canary step for {model} v{version} is {allowed}%"
+        )
+    return percent
+
+
+def _check_production(delivery: DeliveryConfig, model: str, version: int, prod: Placement, staged: Placement) -> None:
+    if prod.stable_version == version and prod.canary_version is None:
+        return
+    steps = delivery.canary_steps
+    if len(steps) == 1:  # no canary stages configured: production follows staging directly
+        if staged.stable_version != version:
+            raise PromotionRefusedError(
+                f"cannot promote {model} v{version} to production: {staged.env} serves v{staged.stable_version}"
+            )
+        return
+    last = steps[-2]
+    if prod.canary_version != version or prod.canary_percent != last:
+        running = (f"v{prod.canary_version} at {prod.canary_percent}%" if prod.canary_version is not None
+                   else "no canary")
+        raise PromotionRefusedError(
+            f"cannot promote {model} v{version} to production: {prod.env} runs {running}; the canary must "
+            f"reach {last}% first (steps {list(steps)})"
+        )
+
+
+def plan_rollback(delivery: DeliveryConfig, root: Path, model: str, env: str) -> ManifestChange:
+    """Edit the manifest in memory to undo the last promotion in ``env``.
+
+    A running canary is dropped (all traffic back to the stable version); without a canary the stable
+    version goes back to ``previous-version``. The result is the file as it was before that promotion.
+    """
+    manifest = load_manifest(delivery, root, model, env)
+    before = manifest.placement()
+    if before.canary_version is not None:
+        action = f"roll back canary {model} v{before.canary_version} in {env} to v{before.stable_version}"
+        manifest.clear_canary()
+        manifest.restore_stable(before.stable_version, storage_uri(delivery.storage_uri_template, model,
+                                                                   before.stable_version), before.previous_version)
+    elif before.previous_version is not None:
+        action = f"roll back {model} v{before.stable_version} in {env} to v{before.previous_version}"
+        manifest.restore_stable(before.previous_version,
+                                storage_uri(delivery.storage_uri_template, model, before.previous_version), None)
+    else:
+        raise PromotionRefusedError(
+            f"nothing to roll back in {env}: {model} v{before.stable_version} runs with no canary and no "
+            f"previous version recorded ({str(manifest.path)!r})"
+        )
+    text = manifest.dump()
+    rel = manifest.path.relative_to(root) if manifest.path.is_relative_to(root) else manifest.path
+    return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before,
+                          after=manifest.placement(), diff=_diff(manifest.original, text, rel),
+                          message=f"gitops: revert: {action}", evidence={"new_text": text})
+
+
+def apply_change(change: ManifestChange, delivery: DeliveryConfig, root: Path, *, commit: bool = False,
+                 push: bool = False) -> ManifestChange:
+    """Write a planned change to disk and, when asked, commit (and push) that one file."""
+    if not change.changed:
+        logger.info("%s: already in place, nothing written", change.action)
+        return change
+    change.path.write_text(change.evidence["new_text"], encoding="utf-8")
+    sha = commit_file(root, change.path, change.message, delivery.git_author) if commit else None
+    pushed = push_head(root) if (commit and push) else False
+    return ManifestChange(**{**change.__dict__, "commit": sha, "pushed": pushed})
+
+
+def promote_version(
+    delivery: DeliveryConfig,
+    tracking: TrackingConfig,
+    root: Path,
+    model: str,
+    version: int,
+    to: str,
+    *,
+    percent: int | None = None,
+    commit: bool = False,
+    push: bool = False,
+) -> ManifestChange:
+    """Check the ledger (gates passed), plan the edit, write it, and optionally commit and push it."""
+    gate = require_gates_passed(tracking, root, model, version)
+    change = plan_promotion(delivery, root, model, version, to, percent=percent)
+    change = apply_change(change, delivery, root, commit=commit, push=push)
+    return ManifestChange(**{**change.__dict__, "evidence": {"gates": gate}})
+
+
+def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,
+                 push: bool = False) -> ManifestChange:
+    """Plan, write and optionally commit the revert of the last promotion in ``env``."""
+    change = apply_change(plan_rollback(delivery, root, model, env), delivery, root, commit=commit, push=push)
+    return ManifestChange(**{**change.__dict__, "evidence": {}})
+
+
+def _diff(old: str, new: str, name: Path) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
