@@ -41,6 +41,33 @@ class MonitoringConfig(Section):
     auto_rollback: bool = True
     """Roll traffic back to the ``fallback`` model on CRITICAL."""
 
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Timeout of one webhook POST; a failed POST is logged and reported, never retried silently."""
+
+    min_rows: int = Field(default=200, ge=1)
+    """A window with fewer current rows is refused: PSI on a handful of rows is noise."""
+
+    decision_threshold: float = Field(default=0.5, gt=0, lt=1)
+    """Score from which a prediction counts as positive (fraud) for realized precision/recall/F1."""
+
+    max_f1_drop: float = Field(default=0.1, ge=0, le=1)
+    """Relative drop of realized F1 below the reference (validation) F1 that raises WARNING (0.1 = 10% lower)."""
+
+    labels_path: str | None = None
+    """Delayed labels: parquet/CSV file or folder with ``transaction_id``, ``is_fraud`` (relative to the repo root)."""
+
+    metrics_file: str = "monitoring/metrics.prom"
+    """Prometheus text file written each run (node-exporter textfile format), under ``project.reports_dir``."""
+
+    pushgateway_url: str | None = None
+    """Prometheus Pushgateway the drift CronJob pushes its metrics to (``None``: only the file)."""
+
+    evidently_html: bool = True
+    """Write Evidently's HTML drift report for people next to the JSON report."""
+
+    evidently_max_rows: int = Field(default=50_000, ge=100)
+    """Rows per side sampled into the Evidently report (it is slow on large frames; our verdicts use all rows)."""
+
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> MonitoringConfig:
         if not self.psi_info <= self.psi_warning <= self.psi_critical:

@@ -1,0 +1,68 @@
+"""Realized quality from delayed labels: precision, recall and F1 of the window's logged predictions."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mlops_monitoring.errors import MonitoringError
+
+
+@dataclass(frozen=True)
+class RealizedQuality:
+    """Quality of the predictions whose labels have arrived."""
+
+    n_predictions: int
+    n_labelled: int
+    threshold: float
+    precision: float
+    recall: float
+    f1: float
+    tp: int
+    fp: int
+    fn: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+def realized_quality(
+    predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str = "transaction_id",
+    label: str = "is_fraud", score: str = "score",
+) -> RealizedQuality:
+    """Join the window's predictions to their labels on ``key`` and score them at ``threshold``.
+
+    Predictions without a label yet are left out of the metrics and counted (``n_predictions`` −
+    ``n_labelled``). A metric whose denominator is 0 is 0.
+
+    Raises:
+        MonitoringError: a needed column is missing, a label is not 0/1, or a key is labelled twice.
+    """
+    for frame, cols, what in ((predictions, (key, score), "predictions"), (labels, (key, label), "labels")):
+        absent = [c for c in cols if c not in frame.columns]
+        if absent:
+            raise MonitoringError(f"{what} lack columns {absent!r}; they have {sorted(map(str, frame.columns))!r}")
+    dup = labels[key][labels[key].duplicated()]
+    if len(dup):
+        raise MonitoringError(f"labels hold {key} {dup.iloc[0]!r} more than once; expected one label per {key}")
+    values = labels[label]
+    bad = values[~values.isin([0, 1, True, False])]
+    if len(bad):
+        raise MonitoringError(f"label {label!r} holds {bad.iloc[0]!r}; expected 0/1 or true/false")
+    joined = predictions[[key, score]].merge(labels[[key, label]], on=key, how="inner")
+    y = joined[label].astype(bool).to_numpy()
+    pred = joined[score].to_numpy(dtype=np.float64) >= threshold
+    tp = int(np.sum(pred & y))
+    fp = int(np.sum(pred & ~y))
+    fn = int(np.sum(~pred & y))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return RealizedQuality(
+        n_predictions=len(predictions), n_labelled=len(joined), threshold=threshold,
+        precision=precision, recall=recall, f1=f1, tp=tp, fp=fp, fn=fn,
+    )

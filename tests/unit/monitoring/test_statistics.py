@@ -1,0 +1,76 @@
+"""The drift statistics against independent sources: scipy for KS and chi², hand arithmetic for PSI."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from mlops_monitoring.statistics import chi2, ks_from_sketch, ks_sorted, ks_statistic_sorted, psi
+
+
+def test_psi_by_hand() -> None:
+    ref, cur = [50, 30, 20], [40, 30, 30]
+    # shares 0.5/0.3/0.2 vs 0.4/0.3/0.3
+    expected = (0.4 - 0.5) * math.log(0.4 / 0.5) + 0 + (0.3 - 0.2) * math.log(0.3 / 0.2)
+    assert psi(np.array(ref), np.array(cur)) == pytest.approx(expected, rel=1e-12)
+    assert psi(np.array(ref), np.array(ref)) == 0.0
+
+
+def test_psi_floors_an_empty_bin_only() -> None:
+    ref, cur = np.array([10, 10, 0]), np.array([5, 10, 5])
+    expected = (0.25 - 0.5) * math.log(0.25 / 0.5) + 0 + (0.25 - 1e-4) * math.log(0.25 / 1e-4)
+    assert psi(ref, cur) == pytest.approx(expected, rel=1e-12)
+    # a tiny non-empty share is used as it is, not raised to the floor
+    ref, cur = np.array([999_999, 1]), np.array([500_000, 500_000])
+    expected = (0.5 - 0.999999) * math.log(0.5 / 0.999999) + (0.5 - 1e-6) * math.log(0.5 / 1e-6)
+    assert psi(ref, cur) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("n1", "n2", "kind"),
+    [(300, 200, "normal"), (8000, 3000, "ties"), (60_000, 15_000, "normal"), (50_000, 20_000, "ties"),
+     (20_000, 7, "normal")],
+)
+def test_ks_equals_scipy(n1: int, n2: int, kind: str) -> None:
+    rng = np.random.default_rng(n1 + n2)
+    if kind == "ties":
+        a, b = rng.integers(0, 6, n1).astype(float), rng.integers(0, 7, n2).astype(float)
+    else:
+        a, b = rng.normal(0, 1, n1), rng.normal(0.05, 1.1, n2)
+    expected = stats.ks_2samp(a, b)
+    d, p = ks_sorted(np.sort(a), np.sort(b))
+    assert d == pytest.approx(float(expected.statistic), abs=1e-12)
+    assert p == pytest.approx(float(expected.pvalue), rel=1e-9, abs=1e-300)
+    assert ks_statistic_sorted(np.sort(a), np.sort(b)) == pytest.approx(float(expected.statistic), abs=1e-12)
+
+
+def test_ks_sketch_is_within_a_thousandth() -> None:
+    rng = np.random.default_rng(3)
+    for a, b in [
+        (rng.normal(0, 1, 50_000), rng.normal(0.1, 1, 4000)),
+        (rng.poisson(2, 50_000).astype(float), rng.poisson(2.3, 4000).astype(float)),
+    ]:
+        sketch = np.quantile(a, np.linspace(0, 1, 1001))
+        d, _ = ks_from_sketch(sketch, len(a), np.sort(b))
+        assert d == pytest.approx(float(stats.ks_2samp(a, b).statistic), abs=2e-3)
+
+
+def test_chi2_equals_scipy_on_a_crosstab() -> None:
+    rng = np.random.default_rng(5)
+    ref = rng.choice(list("abcd"), 5000, p=[0.4, 0.3, 0.2, 0.1])
+    cur = rng.choice(list("abcde"), 1000, p=[0.3, 0.3, 0.2, 0.1, 0.1])
+    frame = pd.DataFrame({"side": ["ref"] * len(ref) + ["cur"] * len(cur), "v": np.concatenate([ref, cur])})
+    table = pd.crosstab(frame["side"], frame["v"]).loc[["ref", "cur"]]
+    expected = stats.chi2_contingency(table.to_numpy())
+    stat, p, v = chi2(table.loc["ref"].to_numpy(), table.loc["cur"].to_numpy())
+    assert stat == pytest.approx(expected.statistic, rel=1e-12)
+    assert p == pytest.approx(expected.pvalue, rel=1e-9)
+    assert v == pytest.approx(math.sqrt(expected.statistic / 6000), rel=1e-12)
+
+
+def test_chi2_with_one_category_is_no_evidence() -> None:
+    assert chi2(np.array([10, 0]), np.array([5, 0])) == (0.0, 1.0, 0.0)
