@@ -1,0 +1,232 @@
+"""FSDP1 vocabulary → FSDP2: process group, device mesh, ``fully_shard`` units, prefetch, DDP baseline.
+
+| FSDP1 knob            | FSDP2 here                                                           |
+| --------------------- | -------------------------------------------------------------------- |
+| FULL_SHARD            | 1-D mesh over all ranks, ``reshard_after_forward=True``              |
+| SHARD_GRAD_OP         | 1-D mesh, ``reshard_after_forward=False``                            |
+| HYBRID_SHARD          | 2-D mesh (replicate × shard), shard group = ``hybrid_shard_group_size`` |
+| NO_SHARD              | 2-D mesh (replicate=world × shard=1): replicated, FSDP's reductions  |
+| mixed_precision       | ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``                  |
+| cpu_offload           | ``CPUOffloadPolicy()``                                               |
+| wrap_policy           | which submodules get their own ``fully_shard`` call                  |
+| backward/forward_prefetch | ``set_modules_to_backward_prefetch`` / ``..._forward_prefetch``  |
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mlops_config import FSDPConfig
+from mlops_training.errors import TrainingError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Where this process sits: rank, world size, local rank, device and backend."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def resolve_backend(backend: str, *, cuda: bool, cpu_offload: bool) -> str:
+    """``auto`` → NCCL on CUDA (plus gloo for CPU tensors when offloading), gloo on CPU."""
+    if backend == "auto":
+        if not cuda:
+            return "gloo"
+        return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
+    if backend == "nccl" and not cuda:
+        raise TrainingError("backend 'nccl' was configured but this machine has no CUDA device; use 'auto' or 'gloo'")
+    return backend
+
+
+def init_distributed(backend: str, *, cpu_offload: bool = False) -> Dist:
+    """Join the process group torchrun set up (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``... in the env).
+
+    A single process started without torchrun gets a world of one.
+    """
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    chosen = resolve_backend(backend, cuda=cuda, cpu_offload=cpu_offload)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=chosen)
+    return Dist(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
+                local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]), device=device, backend=chosen)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shard_group_size(fsdp: FSDPConfig, world_size: int, local_world_size: int) -> int:
+    """Ranks that share one copy of the parameters under this strategy."""
+    if fsdp.parallelism == "ddp" or fsdp.sharding_strategy == "NO_SHARD":
+        return 1
+    if fsdp.sharding_strategy == "HYBRID_SHARD":
+        return fsdp.hybrid_shard_group_size or local_world_size
+    return world_size
+
+
+def resolve_mesh(fsdp: FSDPConfig, dist_info: Dist) -> DeviceMesh:
+    """The device mesh of the strategy: 1-D ``(shard,)`` or 2-D ``(replicate, shard)``."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    ws = dist_info.world_size
+    shard = shard_group_size(fsdp, ws, dist_info.local_world_size)
+    if ws % shard:
+        raise TrainingError(f"shard group size {shard!r} does not divide world size {ws!r}")
+    dev = dist_info.device.type
+    if fsdp.sharding_strategy in ("HYBRID_SHARD", "NO_SHARD"):
+        return init_device_mesh(dev, (ws // shard, shard), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(dev, (ws,), mesh_dim_names=("shard",))
+
+
+def _dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def wrap_units(model: torch.nn.Module, fsdp: FSDPConfig) -> list[torch.nn.Module]:
+    """Submodules that become their own FSDP unit, in forward order (the root is not included).
+
+    ``transformer``: every instance of the named classes. ``size``: the smallest subtrees that hold at least
+    ``min_num_params`` parameters (a unit never contains another unit).
+    """
+    policy = fsdp.wrap_policy
+    if policy.kind == "transformer":
+        names = set(policy.transformer_layer_cls)
+        return [m for m in model.modules() if type(m).__name__ in names]
+    units: list[torch.nn.Module] = []
+    claimed: set[int] = set()
+
+    def visit(module: torch.nn.Module) -> int:
+        """Unclaimed parameters in ``module``'s subtree after its children claimed theirs."""
+        free = sum(visit(child) for child in module.children())
+        free += sum(p.numel() for p in module.parameters(recurse=False))
+        if module is not model and free >= policy.min_num_params and id(module) not in claimed:
+            units.append(module)
+            claimed.add(id(module))
+            return 0
+        return free
+
+    visit(model)
+    order = {id(m): i for i, m in enumerate(model.modules())}
+    return sorted(units, key=lambda m: order[id(m)])
+
+
+def checkpoint_activations(units: list[torch.nn.Module]) -> None:
+    """Recompute each unit's activations in backward (non-reentrant); parameter names do not change."""
+    from torch.utils.checkpoint import checkpoint
+
+    for unit in units:
+        inner = unit.forward
+
+        def forward(*args, _inner=inner, **kwargs):  # type: ignore[no-untyped-def]
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        unit.forward = forward  # type: ignore[method-assign]
+
+
+def apply_parallelism(model: torch.nn.Module, fsdp: FSDPConfig, dist_info: Dist) -> torch.nn.Module:
+    """Shard (FSDP2) or replicate (DDP) ``model`` in place per the config; returns the module to train.
+
+    Raises:
+        TrainingError: a transformer wrap policy names classes the model does not contain.
+    """
+    units = wrap_units(model, fsdp)
+    if fsdp.wrap_policy.kind == "transformer" and not units:
+        from mlops_training.zoo import module_class_names
+
+        raise TrainingError(
+            f"wrap_policy.transformer_layer_cls {list(fsdp.wrap_policy.transformer_layer_cls)!r} matches no "
+            f"submodule; the model contains {module_class_names(model)}"
+        )
+    if fsdp.activation_checkpointing:
+        checkpoint_activations(units)
+    model.to(dist_info.device)
+    if fsdp.parallelism == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [dist_info.device.index] if dist_info.device.type == "cuda" else None
+        # Gradients live in DDP's buckets (no second copy): what the planner counts for DDP.
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    mesh = resolve_mesh(fsdp, dist_info)
+    mp = MixedPrecisionPolicy(param_dtype=_dtype(fsdp.mixed_precision.param_dtype),
+                              reduce_dtype=_dtype(fsdp.mixed_precision.reduce_dtype))
+    offload = CPUOffloadPolicy() if fsdp.cpu_offload else OffloadPolicy()
+    reshard = fsdp.reshard_after_forward
+    if reshard is None:
+        reshard = fsdp.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    for unit in units:
+        fully_shard(unit, mesh=mesh, mp_policy=mp, offload_policy=offload, reshard_after_forward=reshard)
+    # The root (embeddings, head) is used again right after forward: keep it gathered.
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload, reshard_after_forward=False)
+    _set_prefetch(units, fsdp)
+    log.debug("fully_shard: %d units + root, mesh %s, reshard_after_forward=%s", len(units), mesh, reshard)
+    return model
+
+
+def _set_prefetch(units: list[torch.nn.Module], fsdp: FSDPConfig) -> None:
+    if len(units) < 2:
+        return
+    if fsdp.forward_prefetch:
+        for cur, nxt in itertools.pairwise(units):
+            cur.set_modules_to_forward_prefetch([nxt])  # type: ignore[operator]
+    for cur, prev in zip(units[1:], units, strict=False):
+        # FSDP2 has a single backward prefetch (issued before the current unit's gradient computation),
+        # so BACKWARD_PRE and BACKWARD_POST both map onto it; NONE disables it.
+        cur.set_modules_to_backward_prefetch([] if fsdp.backward_prefetch == "NONE" else [prev])  # type: ignore[operator]
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
+    """Global gradient norm over every shard (a DTensor norm is reduced across the mesh), then clip.
+
+    Returns the norm before clipping. With ``max_norm=None`` only the norm is computed.
+    """
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    if max_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], max_norm, total)
+    return float(total)

@@ -1,0 +1,109 @@
+"""After training, on rank 0: export the gathered model (safetensors + model.json) and record its lineage."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlops_config import PlatformConfig
+
+if TYPE_CHECKING:
+    from mlops_training.tasks import Task
+    from mlops_training.trainer import TrainOutcome
+
+log = logging.getLogger(__name__)
+
+_ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "is_fraud", "created_timestamp"}
+
+
+def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any]) -> Path:
+    """Write the exported-model folder (``mlops_core.exported`` contract) from rank 0's full state dict."""
+    from mlops_core.exported import save_exported
+
+    meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
+            "features": task.features_meta(), "lineage": lineage}
+    return save_exported(folder, outcome.full_state, meta)
+
+
+def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[str, Any] | None:
+    """The training set's reference profile with the trained model's scores (tabular models only)."""
+    data = getattr(task, "data", None)
+    if data is None:
+        return None
+    try:
+        from mlops_core.profile import build_reference_profile
+    except ImportError:
+        log.warning("mlops_core.profile is not available: no reference profile logged")
+        return None
+    import pandas as pd
+    import torch
+
+    from mlops_core.exported import build_tabular_mlp
+
+    model = build_tabular_mlp(outcome.built.architecture)
+    model.load_state_dict(outcome.full_state)
+    model.eval()
+    with torch.no_grad():
+        scores = torch.sigmoid(model(torch.from_numpy(data.train_x)).squeeze(-1)).numpy()
+    df = pd.read_parquet(data.frame_path)
+    cols = [c for c in df.columns if c not in _ID_COLUMNS]
+    numeric = [c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    categorical = [c for c in cols if c not in numeric]
+    return build_reference_profile(df, numeric, categorical, n_bins, scores=scores)
+
+
+def publish(config: PlatformConfig, root: Path, run_name: str, task: Task, outcome: TrainOutcome,
+            *, track: bool) -> dict[str, Any]:
+    """Export, and with ``track`` log the run to MLflow and register a model version. Returns the result."""
+    import torch
+
+    from mlops_core.lineage import git_info
+    from mlops_training.worker import config_hash
+
+    training = config.training
+    export_root = Path(training.export_dir)
+    export_root = export_root if export_root.is_absolute() else root / export_root
+    folder = export_root / run_name
+    git = git_info(root)
+    lineage: dict[str, Any] = {"run_name": run_name, "seed": config.project.seed, "data_hash": task.data_hash,
+                               "git_commit": git.commit, "git_dirty": git.dirty, "steps": outcome.steps,
+                               "world_size": int(outcome.system["world_size"]),
+                               "parallelism": training.fsdp.parallelism,
+                               "sharding_strategy": training.fsdp.sharding_strategy,
+                               "torch_version": torch.__version__, "config_sha256": config_hash(config)}
+    result: dict[str, Any] = {"run_name": run_name, "steps": outcome.steps,
+                              "resumed_from_step": outcome.resumed_from_step, "metrics": outcome.final_metrics,
+                              "system": outcome.system, "per_rank": outcome.per_rank, "run_id": None,
+                              "model_name": None, "model_version": None}
+    if not track:
+        export_model(folder, outcome, task, lineage)
+    else:
+        from mlops_training.lineage import record_run
+
+        features = task.features_meta()
+        tags = {"mlops.torch_version": torch.__version__, "mlops.world_size": str(lineage["world_size"]),
+                "mlops.parallelism": training.fsdp.parallelism,
+                "mlops.sharding_strategy": training.fsdp.sharding_strategy,
+                "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
+        if "feature_service" in features:
+            tags["mlops.feature_service"] = str(features["feature_service"])
+
+        def do_export(run_id: str) -> Path:
+            return export_model(folder, outcome, task, {**lineage, "run_id": run_id})
+
+        recorded = record_run(
+            config.tracking, root, model=config.project.model, run_name=run_name, seed=config.project.seed,
+            config=config.model_dump(mode="json"), data_hash=task.data_hash, tags=tags, history=outcome.history,
+            system=outcome.system, per_rank=outcome.per_rank,
+            artifacts={"checkpoint_manifest.json": outcome.manifest,
+                       "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins)},
+            export=do_export)
+        result.update(run_id=recorded.run_id, model_name=recorded.model_name, model_version=recorded.model_version)
+    from mlops_core.exported import read_meta
+
+    result["export_dir"] = str(folder)
+    result["weights_sha256"] = read_meta(folder)["weights_sha256"]
+    result["data_hash"] = task.data_hash
+    result["config_sha256"] = lineage["config_sha256"]
+    return result

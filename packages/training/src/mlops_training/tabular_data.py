@@ -1,0 +1,112 @@
+"""The fraud model's data: the FeatureService training set from :mod:`mlops_features`, split by time,
+encoded with the one shared encoder, cached as ``.npy`` files (no pickle) for every rank to read.
+
+Rank 0 prepares once per run (Feast's point-in-time join is not repeated per rank or per restart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlops_training.errors import TrainingError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mlops_config import DataConfig, FeaturesConfig
+
+log = logging.getLogger(__name__)
+
+LABEL = "is_fraud"
+TIME = "event_timestamp"
+_ARRAYS = ("train_x", "train_y", "val_x", "val_y")
+
+
+@dataclass(frozen=True)
+class TabularData:
+    """Encoded train/validation arrays and what the exported model records about them."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    val_x: np.ndarray
+    val_y: np.ndarray
+    encoder: dict[str, Any]
+    feature_service: str
+    data_hash: str
+    frame_path: Path
+    """Parquet of the training rows (raw columns), for the reference profile."""
+
+
+def frame_hash(df: pd.DataFrame) -> str:
+    """SHA-256 of a frame's content (column names, row order and values)."""
+    import pandas as pd
+
+    digest = hashlib.sha256("|".join(map(str, df.columns)).encode())
+    digest.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def split_by_time(df: pd.DataFrame, val_fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Oldest rows train, newest ``val_fraction`` validate (ties broken by ``transaction_id`` when present)."""
+    if not 0 < val_fraction < 1:
+        raise TrainingError(f"val_fraction {val_fraction!r} must be between 0 and 1 (exclusive)")
+    keys = [c for c in (TIME, "transaction_id") if c in df.columns]
+    ordered = df.sort_values(keys, kind="mergesort").reset_index(drop=True) if keys else df
+    cut = int(len(ordered) * (1 - val_fraction))
+    return ordered.iloc[:cut].reset_index(drop=True), ordered.iloc[cut:].reset_index(drop=True)
+
+
+def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cache: Path,
+                    *, val_fraction: float = 0.2) -> None:
+    """Build the training set through ``mlops_features``, fit the encoder on the train split, write the cache.
+
+    Raises:
+        TrainingError: ``mlops_features`` is not installed or the training set is empty / has no label.
+    """
+    try:
+        from mlops_features import encode, fit_encoder, training_set
+    except ImportError as exc:
+        raise TrainingError(
+            f"the fraud model needs mlops_features (training_set, fit_encoder, encode): {exc}; "
+            "install packages/features (make setup)"
+        ) from None
+    df = training_set(features, data, root)
+    if LABEL not in df.columns or len(df) == 0:
+        raise TrainingError(
+            f"training set from FeatureService {features.feature_service!r} has {len(df)} rows and columns "
+            f"{list(df.columns)!r}; expected labelled rows with {LABEL!r} (run `mlops data generate` first?)"
+        )
+    train, val = split_by_time(df, val_fraction)
+    encoder = fit_encoder(train)
+    cache.mkdir(parents=True, exist_ok=True)
+    arrays = {"train_x": encode(train, encoder), "train_y": train[LABEL].to_numpy(np.float32),
+              "val_x": encode(val, encoder), "val_y": val[LABEL].to_numpy(np.float32)}
+    for name, arr in arrays.items():
+        np.save(cache / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
+    train.to_parquet(cache / "train.parquet", index=False)
+    meta = {"feature_service": features.feature_service, "data_hash": frame_hash(df), "rows": len(df),
+            "train_rows": len(train), "val_rows": len(val), "encoder": encoder}
+    (cache / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    log.info("training set: %d rows (%d train / %d val), hash %s", len(df), len(train), len(val), meta["data_hash"])
+
+
+def load_tabular(cache: Path) -> TabularData:
+    """Read a cache written by :func:`prepare_tabular`.
+
+    Raises:
+        TrainingError: the cache is missing a file.
+    """
+    try:
+        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+        arrays = {name: np.load(cache / f"{name}.npy", allow_pickle=False) for name in _ARRAYS}
+    except FileNotFoundError as exc:
+        raise TrainingError(f"prepared data under {str(cache)!r} is incomplete: {exc.filename!r} is missing") from None
+    return TabularData(**arrays, encoder=meta["encoder"], feature_service=meta["feature_service"],
+                       data_hash=meta["data_hash"], frame_path=cache / "train.parquet")

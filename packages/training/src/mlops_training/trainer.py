@@ -1,0 +1,221 @@
+"""The training loop every model family shares: AdamW, warm-up + cosine LR, gradient accumulation,
+clipping across shards, eval every N steps, checkpoints, resume, export of the full state dict on rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlops_config import TrainingConfig
+from mlops_training.checkpoint import Checkpointer, latest_checkpoint
+from mlops_training.parallelize import Dist, apply_parallelism, clip_grad_norm
+
+if TYPE_CHECKING:
+    import torch
+
+    from mlops_training.tasks import Task
+    from mlops_training.zoo import BuiltModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOutcome:
+    """What one worker knows at the end; rank 0's ``full_state`` is the gathered model (others: empty)."""
+
+    built: BuiltModel
+    full_state: dict[str, torch.Tensor]
+    steps: int
+    resumed_from_step: int | None
+    history: dict[str, list[list[float]]]
+    final_metrics: dict[str, float]
+    system: dict[str, float]
+    manifest: dict[str, Any] | None
+    per_rank: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_lambda(warmup: int, total: int):  # type: ignore[no-untyped-def]
+    """Linear warm-up from ``1/(warmup+1)`` to 1 over ``warmup`` steps, then cosine decay to 0.1."""
+
+    def fn(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = (step - warmup) / max(total - warmup, 1)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return fn
+
+
+def total_steps(training: TrainingConfig, steps_per_epoch: int | None) -> int:
+    """``max_steps``, capped by ``epochs`` passes when both are known."""
+    if training.epochs and steps_per_epoch:
+        return min(training.max_steps, training.epochs * steps_per_epoch)
+    return training.max_steps
+
+
+def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    def nbytes(t: torch.Tensor) -> int:
+        lt = local(t)
+        return lt.numel() * lt.element_size()
+
+    params = sum(nbytes(p) for p in model.parameters())
+    grads = sum(nbytes(p.grad) for p in model.parameters() if p.grad is not None)
+    optim = sum(nbytes(v) for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor))
+    return {"params": params, "grads": grads, "optimizer": optim, "total": params + grads + optim}
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated bytes on CUDA; peak resident set size of the process on CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class _Progress:
+    """A tqdm bar with loss and throughput on rank 0 (on a terminal), a log line otherwise."""
+
+    def __init__(self, enabled: bool, total: int, start: int, unit: str) -> None:
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, file=sys.stderr)
+        self.unit = unit
+        self.enabled = enabled
+
+    def update(self, step: int, loss: float, rate: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.4f}", **{f"{self.unit}/s": f"{rate:,.0f}"})
+            self.bar.update(1)
+        elif self.enabled:
+            log.info("step %d loss %.4f %s/s %.0f", step, loss, self.unit, rate)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_training(training: TrainingConfig, task: Task, dist_info: Dist, run_dir: Path, *, seed: int,
+                 describe: dict[str, Any]) -> TrainOutcome:
+    """Train ``task`` per ``training`` (resuming from the newest checkpoint in ``run_dir``) and gather the model."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    torch.manual_seed(seed)  # identical initial weights on every rank
+    built = task.build()
+    model = apply_parallelism(built.module, training.fsdp, dist_info)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=training.lr, weight_decay=training.weight_decay)
+    steps = total_steps(training, task.steps_per_epoch)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(training.warmup_steps, steps))
+    ckpt = Checkpointer(run_dir, dist_info, keep_last=training.checkpoint.keep_last,
+                        async_save=training.checkpoint.async_save, describe=describe)
+    torch.manual_seed(seed + 1 + dist_info.rank)  # per-rank stream (dropout); restored on resume
+    history: dict[str, list[list[float]]] = {}
+    step, resumed_from = 0, None
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        state = ckpt.load(latest, model, optimizer)
+        scheduler.load_state_dict(state["scheduler"])
+        step = resumed_from = int(state["step"])
+        history = state["history"]
+        if dist_info.is_main:
+            log.info("resumed from %s (step %d, saved at world size %s)", latest, step,
+                     state["manifest"]["world_size"])
+
+    def record(name: str, value: float) -> None:
+        history.setdefault(name, []).append([step, float(value)])
+
+    ws, accum = dist_info.world_size, training.grad_accum_steps
+    ddp = training.fsdp.parallelism == "ddp"
+    unit = "tokens" if task.tokens_per_sample > 1 else "samples"
+    progress = _Progress(dist_info.is_main, steps, step, unit)
+    step_times: list[float] = []
+    state_bytes = {"total": 0}
+    while step < steps:
+        model.train()
+        started = time.perf_counter()
+        loss_sum = torch.zeros((), device=dist_info.device)
+        for micro in range(accum):
+            x, y = task.batch(step, micro, dist_info.rank, ws, accum)
+            sync = ddp and micro < accum - 1
+            with model.no_sync() if sync else nullcontext():  # type: ignore[operator]
+                loss = task.loss(model, x, y) / accum
+                loss.backward()
+            loss_sum += loss.detach()
+        grad_norm = clip_grad_norm(params, training.max_grad_norm)
+        optimizer.step()
+        if step == 0 or step == resumed_from:
+            state_bytes = model_state_bytes(model, optimizer)
+        lr = optimizer.param_groups[0]["lr"]
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+        step += 1
+        elapsed = time.perf_counter() - started
+        step_times.append(elapsed)
+        train_loss = float(loss_sum) / ws
+        rate = task.samples_per_step * task.tokens_per_sample / elapsed
+        for name, value in (("train_loss", train_loss), ("lr", lr), ("grad_norm", grad_norm),
+                            ("step_seconds", elapsed), (f"{unit}_per_second", rate)):
+            record(name, value)
+        progress.update(step, train_loss, rate)
+        if training.eval_every and step % training.eval_every == 0 and step < steps:
+            _evaluate(task, model, record)
+        if training.checkpoint.every_steps and step % training.checkpoint.every_steps == 0 and step < steps:
+            ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history})
+    progress.close()
+    last_eval = _evaluate(task, model, record)
+    if resumed_from != steps:
+        ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history})
+    ckpt.wait()
+    manifest_path = latest_checkpoint(run_dir)
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if state_bytes["total"] == 0:
+        optimizer.zero_grad(set_to_none=True)
+        state_bytes = model_state_bytes(model, optimizer)
+    mine = {"peak_bytes": float(peak_memory_bytes(dist_info.device)),
+            "model_state_bytes": float(state_bytes["total"]),
+            "step_seconds_mean": float(sum(step_times) / len(step_times)) if step_times else 0.0}
+    per_rank: list[Any] = [None] * ws
+    dist.all_gather_object(per_rank, mine)
+    system = {"world_size": float(ws), "steps_this_attempt": float(len(step_times)),
+              "peak_bytes_max_rank": max(r["peak_bytes"] for r in per_rank),
+              "model_state_bytes_max_rank": max(r["model_state_bytes"] for r in per_rank),
+              "step_seconds_mean": mine["step_seconds_mean"],
+              f"{unit}_per_second": (task.samples_per_step * task.tokens_per_sample / mine["step_seconds_mean"]
+                                     if mine["step_seconds_mean"] else 0.0)}
+    manifest = json.loads((manifest_path / "manifest.json").read_text()) if manifest_path else None
+    return TrainOutcome(built=built, full_state=full if dist_info.is_main else {}, steps=step,
+                        resumed_from_step=resumed_from, history=history, final_metrics=last_eval, system=system,
+                        manifest=manifest, per_rank=per_rank)
+
+
+def _evaluate(task: Task, model: torch.nn.Module, record: Any) -> dict[str, float]:
+    model.eval()
+    metrics = task.evaluate(model)
+    for name, value in metrics.items():
+        if math.isfinite(value):
+            record(name, value)
+    model.train()
+    return metrics
+

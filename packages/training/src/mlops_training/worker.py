@@ -1,0 +1,148 @@
+"""The worker entrypoint torchrun starts: ``python -m mlops_training.worker`` on every rank.
+
+Started by ``mlops train run`` (which passes ``--config-json``), by hand with ``torchrun ... -m
+mlops_training.worker --model llm-tiny``, multi-node, or from a Kubeflow PyTorchJob: the same code path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlops_config import PlatformConfig, load_config
+from mlops_training.errors import TrainingError
+
+log = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mlops_training.worker", description=__doc__)
+    parser.add_argument("--config-json", type=Path, help="Resolved config written by the launcher.")
+    parser.add_argument("--root", type=Path, help="Repo root that relative config paths resolve against.")
+    parser.add_argument("--profile", help="Profile when loading configs/ directly.")
+    parser.add_argument("--model", help="Model config (configs/models/<M>.yaml) when loading configs/ directly.")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="section.key=value override.")
+    parser.add_argument("--run-name", default=os.environ.get("MLOPS_RUN_NAME"), help="Run (and checkpoint) name.")
+    parser.add_argument("--no-track", action="store_true", help="Do not log to MLflow (export only).")
+    return parser.parse_args(argv)
+
+
+def resolve_job(args: argparse.Namespace) -> tuple[PlatformConfig, Path]:
+    """The config and repo root, from ``--config-json`` or from the config layer."""
+    if args.config_json:
+        try:
+            data = json.loads(args.config_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TrainingError(f"--config-json {str(args.config_json)!r} is unreadable: {exc}") from None
+        return PlatformConfig.model_validate(data), (args.root or Path.cwd()).resolve()
+    loaded = load_config(profile=args.profile, model=args.model, overrides=args.sets)
+    return loaded.config, loaded.root
+
+
+def default_run_name(model: str) -> str:
+    """``<model>-<torchrun rendezvous id>``: the same on every rank and across restarts of one job."""
+    return f"{model}-{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}"
+
+
+def config_hash(config: PlatformConfig) -> str:
+    """SHA-256 of the training section and seed: two runs with the same hash trained the same recipe."""
+    doc = {"seed": config.project.seed, "training": config.training.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _setup_worker_logging(rank: int) -> None:
+    level = logging.INFO if rank == 0 else logging.WARNING
+    logging.basicConfig(level=level, format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "feast"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train on this rank; rank 0 exports, records lineage and writes ``result.json`` in the run folder."""
+    args = parse_args(argv)
+    _setup_worker_logging(int(os.environ.get("RANK", "0")))
+    try:
+        config, root = resolve_job(args)
+        result = train_worker(config, root, run_name=args.run_name, track=not args.no_track)
+    except TrainingError as exc:
+        log.error("%s", exc)
+        return 2
+    if result is not None:
+        log.info("result: %s", json.dumps(result))
+    return 0
+
+
+def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, track: bool) -> dict[str, Any] | None:
+    """Everything one rank does; returns the result on rank 0 (``None`` elsewhere)."""
+    import torch.distributed as dist
+
+    from mlops_core.seed import seed_everything
+    from mlops_training.parallelize import init_distributed
+    from mlops_training.trainer import run_training
+
+    training = config.training
+    dist_info = init_distributed(training.backend, cpu_offload=training.fsdp.cpu_offload)
+    try:
+        seed_everything(config.project.seed, deterministic=training.deterministic)
+        name = run_name or default_run_name(config.project.model)
+        run_dir = _resolve(root, training.checkpoint.dir) / name
+        task = _make_task(config, root, run_dir, dist_info)
+        describe = {"run_name": name, "model": config.project.model, "parallelism": training.fsdp.parallelism,
+                    "sharding_strategy": training.fsdp.sharding_strategy, "config_sha256": config_hash(config),
+                    "mesh": _mesh_shape(config, dist_info)}
+        outcome = run_training(training, task, dist_info, run_dir, seed=config.project.seed, describe=describe)
+        if not dist_info.is_main:
+            return None
+        from mlops_training.publish import publish
+
+        result = publish(config, root, name, task, outcome, track=track)
+        (run_dir / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
+        return result
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _resolve(root: Path, path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else root / p
+
+
+def _mesh_shape(config: PlatformConfig, dist_info: Any) -> list[int]:
+    from mlops_training.parallelize import shard_group_size
+
+    shard = shard_group_size(config.training.fsdp, dist_info.world_size, dist_info.local_world_size)
+    return [dist_info.world_size // shard, shard]
+
+
+def _make_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Any:
+    import torch.distributed as dist
+
+    from mlops_training.tasks import LMTask, TabularTask
+
+    training = config.training
+    if training.model == "causal_lm":
+        return LMTask(training, config.project.seed, dist_info.device)
+    from mlops_training.tabular_data import load_tabular, prepare_tabular
+
+    cache = run_dir / "data"
+    failure: list[Any] = [None]
+    if dist_info.is_main and not (cache / "meta.json").is_file():
+        try:
+            prepare_tabular(config.features, config.data, root, cache)
+        except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
+            failure[0] = f"{type(exc).__name__}: {exc}"
+    dist.broadcast_object_list(failure, src=0)
+    if failure[0] is not None:
+        raise TrainingError(f"preparing the fraud training set failed: {failure[0]}")
+    return TabularTask(training, config.project.seed, dist_info.device, load_tabular(cache))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
