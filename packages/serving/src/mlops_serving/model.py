@@ -1,0 +1,217 @@
+"""The served ``kserve.Model``: transformer (validate → online features → encode) and predictor in one process.
+
+``preprocess`` turns a V1 body or a V2 ``InferRequest`` into rows (:mod:`mlops_serving.schema`);
+``predict`` picks the variant (stable|canary), looks features up, encodes with the model's own encoder and
+scores; ``postprocess`` answers in the protocol the request came in. Metrics and the prediction log are
+filled here, the log off the request path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kserve
+import numpy as np
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+
+from mlops_serving.canary import CanaryRouter, Variant
+from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
+from mlops_serving.lookup import FeatureLookup, feature_defaults
+from mlops_serving.metrics import ServingMetrics
+from mlops_serving.prediction_log import PredictionLogWriter, log_rows
+from mlops_serving.predictor import LoadedModel
+from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
+
+log = logging.getLogger(__name__)
+
+Encode = Callable[[Any, dict[str, Any]], np.ndarray]
+Loader = Callable[[], tuple[LoadedModel, LoadedModel | None]]
+
+
+@dataclass
+class _Batch:
+    rows: list[dict[str, Any]]
+    protocol: str
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Scored:
+    batch: _Batch
+    variant: Variant[LoadedModel]
+    scores: np.ndarray
+    degraded: bool
+    unknown: list[bool]
+
+
+class FraudModel(kserve.Model):
+    """One served model name, backed by a stable and an optional canary version."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        loader: Loader,
+        lookup: FeatureLookup,
+        encode: Encode,
+        metrics: ServingMetrics,
+        prediction_log: PredictionLogWriter | None,
+        max_instances: int,
+        canary_percent: int = 0,
+    ) -> None:
+        super().__init__(name)
+        self._loader = loader
+        self._lookup = lookup
+        self._encode = encode
+        self._metrics = metrics
+        self._log = prediction_log
+        self._max_instances = max_instances
+        self._canary_percent = canary_percent
+        self.router: CanaryRouter[LoadedModel] | None = None
+        self.reason = "loading"
+        self._load_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Load the versions once; a failure leaves the model not ready with :attr:`reason`, never raises."""
+        with self._load_lock:
+            if self.ready or self.reason != "loading":
+                return self.ready
+            try:
+                stable, canary = self._loader()
+            except ModelLoadError as exc:
+                self.reason = str(exc)
+                log.error("model %s failed to load: %s", self.name, exc)
+                return False
+            except Exception as exc:  # an unforeseen loader failure must not crash the server either
+                self.reason = f"{type(exc).__name__}: {exc}"
+                log.exception("model %s failed to load", self.name)
+                return False
+            defaults = feature_defaults(stable.encoder)
+            if canary is not None:
+                defaults.update(feature_defaults(canary.encoder))
+            self._lookup.configure(defaults)
+            self.router = CanaryRouter(stable, canary, self._canary_percent)
+            for variant in self.router.variants():
+                ref = variant.target.ref
+                self._metrics.model_info.labels(self.name, ref.version, variant.name, ref.alias or "").set(1)
+            self.reason = ""
+            self.ready = True
+            return True
+
+    def start(self) -> None:
+        """KServe calls this at registration; readiness comes from :meth:`load` only."""
+
+    @property
+    def stable_version(self) -> str:
+        return self.router.stable.target.ref.version if self.router else "none"
+
+    def describe(self) -> dict[str, Any]:
+        """What is served: versions, aliases, split, readiness and its reason."""
+        variants = []
+        if self.router:
+            for v in self.router.variants():
+                ref = v.target.ref
+                variants.append({"variant": v.name, "version": ref.version, "alias": ref.alias, "source": ref.source,
+                                 "weights_sha256": v.target.weights_sha256,
+                                 "feature_service": v.target.feature_service})
+        return {"name": self.name, "ready": self.ready, "reason": self.reason or None, "variants": variants,
+                "canary_percent": self.router.percent if self.router else self._canary_percent}
+
+    # -- V2 metadata -----------------------------------------------------------------------------------
+    def get_input_types(self) -> list[dict[str, Any]]:
+        return input_metadata()
+
+    def get_output_types(self) -> list[dict[str, Any]]:
+        return [dict(o) for o in V2_OUTPUTS]
+
+    # -- request path ----------------------------------------------------------------------------------
+    async def preprocess(self, payload: Any, headers: dict[str, str] | None = None) -> _Batch:
+        from mlops_serving.schema import parse_columns, parse_v1
+
+        request_id = (headers or {}).get("x-request-id") or uuid.uuid4().hex
+        if isinstance(payload, InferRequest):
+            columns = columns_from_infer_request(payload)
+            return _Batch(parse_columns(columns, self._max_instances), "v2", payload.id or request_id)
+        if isinstance(payload, bytes | str):
+            raise BadRequestError("the body must be JSON (Content-Type: application/json)")
+        return _Batch(parse_v1(payload, self._max_instances), "v1", request_id)
+
+    async def predict(self, payload: _Batch, headers: dict[str, str] | None = None) -> _Scored:
+        if self.router is None:
+            raise ModelLoadError(f"model {self.name!r} is not loaded: {self.reason}")
+        try:
+            return self._score(payload)
+        except ServingError:
+            raise
+        except Exception as exc:
+            log.exception("prediction failed")
+            raise InternalError(f"prediction failed ({type(exc).__name__}); see the server log") from None
+
+    def _score(self, batch: _Batch) -> _Scored:
+        import pandas as pd
+
+        assert self.router is not None
+        variant = self.router.pick()
+        model = variant.target
+        labels = (self.name, model.ref.version, variant.name)
+        t0 = time.perf_counter()
+        found = self._lookup.get(batch.rows)
+        t1 = time.perf_counter()
+        self._metrics.feature_lookup.labels(*labels).observe(t1 - t0)
+        self._metrics.feature_store_up.labels(self.name).set(0 if found.degraded else 1)
+        frame = pd.DataFrame.from_records([{**row, **feats} for row, feats in zip(batch.rows, found.features,
+                                                                                  strict=True)])
+        x = self._encode(frame, model.encoder)
+        scores = model.score(x)
+        t2 = time.perf_counter()
+        self._metrics.predict.labels(*labels).observe(t2 - t1)
+        self._metrics.request_latency.labels(*labels).observe(t2 - batch.started)
+        self._metrics.requests.labels(*labels, batch.protocol).inc()
+        self._metrics.predictions.labels(*labels).inc(len(scores))
+        score_hist = self._metrics.score.labels(*labels)
+        for s in scores:
+            score_hist.observe(float(s))
+        if found.degraded:
+            self._metrics.degraded.labels(*labels).inc(len(scores))
+        if any(found.unknown):
+            self._metrics.unknown_entities.labels(*labels).inc(sum(found.unknown))
+        if self._log is not None:
+            self._log.append(log_rows(
+                request_id=batch.request_id, ts=time.time(), model_name=self.name, model_version=model.ref.version,
+                variant=variant.name, rows=batch.rows, features=found.features, scores=scores.tolist(),
+                degraded=found.degraded, latency_ms=(t2 - batch.started) * 1000.0,
+            ))
+        return _Scored(batch, variant, scores, found.degraded, found.unknown)
+
+    async def postprocess(self, result: Any, headers: dict[str, str] | None = None,
+                          response_headers: dict[str, str] | None = None) -> Any:
+        scored: _Scored = result
+        ref = scored.variant.target.ref
+        if scored.batch.protocol == "v2":
+            n = len(scored.scores)
+            outputs = [
+                InferOutput("score", [n], "FP32", scored.scores.astype(np.float32).tolist()),
+                InferOutput("degraded", [n], "BOOL", [scored.degraded] * n),
+                InferOutput("unknown_entity", [n], "BOOL", list(scored.unknown)),
+            ]
+            return InferResponse(response_id=scored.batch.request_id, model_name=self.name, model_version=ref.version,
+                                 infer_outputs=outputs, parameters={"variant": scored.variant.name})
+        return {
+            "predictions": [
+                {"score": float(s), "degraded": scored.degraded, "unknown_entity": bool(u)}
+                for s, u in zip(scored.scores, scored.unknown, strict=True)
+            ],
+            "model_name": self.name,
+            "model_version": ref.version,
+            "variant": scored.variant.name,
+            "degraded": scored.degraded,
+            "request_id": scored.batch.request_id,
+        }

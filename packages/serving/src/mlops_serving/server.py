@@ -1,0 +1,288 @@
+"""The HTTP server: KServe's DataPlane and V1/V2 endpoints on a FastAPI app of our own, under our uvicorn config.
+
+Why not ``kserve.ModelServer.start``: it parses ``sys.argv`` at import, binds 0.0.0.0 with no host option,
+and refuses to start when no model is ready. Here the same KServe pieces (``ModelRepository``, ``DataPlane``,
+``register_v1_endpoints``/``register_v2_endpoints``, its error handlers) are mounted on an app bound to
+``serving.host`` (127.0.0.1 by default), and a model that fails to load leaves the server up and not ready.
+
+Domain errors map to HTTP codes in one place (:func:`_serving_error`). A guard in front of the routes refuses
+oversize bodies (413) and foreign content types (415) before anything is parsed, and turns any unexpected
+exception into a clean JSON 500 instead of a reset connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import ORJSONResponse
+from kserve.errors import (
+    InvalidInput,
+    ModelNotFound,
+    ModelNotReady,
+    invalid_input_handler,
+    model_not_found_handler,
+    model_not_ready_handler,
+)
+from kserve.model_repository import ModelRepository
+from kserve.protocol.dataplane import DataPlane
+from kserve.protocol.model_repository_extension import ModelRepositoryExtension
+from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
+from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
+
+from mlops_serving.errors import FeatureStoreUnavailableError, ServingError
+from mlops_serving.lookup import FeatureLookup
+from mlops_serving.metrics import ServingMetrics
+from mlops_serving.model import FraudModel
+from mlops_serving.prediction_log import PredictionLogWriter
+from mlops_serving.v2 import decode_infer_body
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
+                   Awaitable[None]]
+JSON_TYPES = ("application/json", "application/cloudevents+json")
+READY_CACHE_S = 1.0
+
+
+class ServingDataPlane(DataPlane):
+    """KServe's DataPlane whose server readiness also needs the model loaded and the feature store reachable."""
+
+    def __init__(self, registry: ModelRepository, model: FraudModel, lookup: FeatureLookup,
+                 outage: str) -> None:
+        super().__init__(model_registry=registry)
+        self._model = model
+        self._lookup = lookup
+        self._outage = outage
+        self._store_seen = False
+        self._checked_at = 0.0
+        self._cached: tuple[bool, str] = (False, "starting")
+
+    def readiness(self) -> tuple[bool, str]:
+        """``(ready, reason)``; the store is pinged at most once per second."""
+        if not self._model.ready:
+            return False, f"model {self._model.name!r} not ready: {self._model.reason}"
+        now = time.monotonic()
+        if now - self._checked_at < READY_CACHE_S:
+            return self._cached
+        up = self._lookup.ping()
+        self._checked_at = now
+        if up:
+            self._store_seen = True
+            self._cached = (True, "")
+        elif not self._store_seen:
+            self._cached = (False, f"online feature store not reachable yet: {self._lookup.last_error}")
+        elif self._outage == "degraded":
+            self._cached = (True, "online feature store unreachable: serving degraded predictions")
+        else:
+            self._cached = (False, f"online feature store unreachable: {self._lookup.last_error}")
+        return self._cached
+
+    async def ready(self) -> bool:
+        return self.readiness()[0]
+
+
+class RequestGuard:
+    """ASGI middleware: size and content-type limits on inference POSTs; unexpected errors become a JSON 500."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, on_error: Callable[[str, int], None]) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        path: str = scope.get("path", "")
+        if scope.get("method") == "POST" and (path.endswith(":predict") or path.endswith("/infer")):
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            refusal = self._refuse(headers)
+            if refusal is not None:
+                status, kind, message = refusal
+                self.on_error(kind, status)
+                await _send_json(send, status, {"error": message})
+                return
+            receive = self._limited(receive)
+        try:
+            await self.app(scope, receive, tracking_send)
+        except _TooLargeError:
+            self.on_error("payload_too_large", 413)
+            if not started:
+                await _send_json(send, 413, {"error": f"the body is larger than {self.max_bytes} bytes"})
+        except Exception:
+            log.exception("unhandled error on %s", path)
+            self.on_error("internal", 500)
+            if not started:
+                await _send_json(send, 500, {"error": "internal error; see the server log"})
+
+    def _refuse(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return 400, "bad_request", f"Content-Length {length!r:.40} is not a number"
+            if int(length) > self.max_bytes:
+                return 413, "payload_too_large", f"the body has {length} bytes; the limit is {self.max_bytes}"
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        binary_v2 = "inference-header-content-length" in headers
+        if ctype in JSON_TYPES or (binary_v2 and ctype in ("", "application/octet-stream")):
+            return None
+        return 415, "unsupported_media_type", (
+            f"Content-Type {ctype or '(none)'!r} is not supported; send application/json "
+            "(or a V2 binary body with Inference-Header-Content-Length)"
+        )
+
+    def _limited(self, receive: Any) -> Any:
+        seen = 0
+
+        async def limited_receive() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLargeError
+            return message
+
+        return limited_receive
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:
+    body = orjson.dumps(payload)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(
+    model: FraudModel,
+    lookup: FeatureLookup,
+    metrics: ServingMetrics,
+    *,
+    max_payload_bytes: int,
+    outage: str,
+    prediction_log: PredictionLogWriter | None = None,
+    load_in_background: bool = True,
+) -> FastAPI:
+    """The server's ASGI app; loading the model starts with the app (in a thread, so liveness answers)."""
+    registry = ModelRepository()
+    registry.update(model)
+    dataplane = ServingDataPlane(registry, model, lookup, outage)
+    extension = ModelRepositoryExtension(model_registry=registry)
+
+    def count_error(kind: str, status: int) -> None:
+        metrics.errors.labels(model.name, model.stable_version, kind, str(status)).inc()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        if prediction_log is not None:
+            prediction_log.start()
+        if load_in_background:
+            threading.Thread(target=model.load, name="model-load", daemon=True).start()
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, model.load)
+        yield
+        if prediction_log is not None:
+            prediction_log.stop()
+
+    app = FastAPI(title="mlops serving", default_response_class=ORJSONResponse, docs_url=None, redoc_url=None,
+                  lifespan=lifespan)
+    app.state.model = model
+    app.state.dataplane = dataplane
+
+    async def live() -> dict[str, str]:
+        return {"status": "alive"}
+
+    async def ready() -> Response:
+        ok, reason = dataplane.readiness()
+        return ORJSONResponse({"ready": ok, "reason": reason or None}, status_code=200 if ok else 503)
+
+    async def status() -> dict[str, Any]:
+        ok, reason = dataplane.readiness()
+        return {"ready": ok, "reason": reason or None, "model": model.describe(),
+                "feature_store": {"down": lookup.down, "last_error": lookup.last_error or None, "policy": outage}}
+
+    async def metrics_endpoint() -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def infer_v2(model_name: str, request: Request) -> Response:
+        if not await dataplane.model_ready(model_name, True):
+            raise ModelNotReady(model_name, model.reason)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        infer_request = decode_infer_body(await request.body(), headers, model_name)
+        response, response_headers = await dataplane.infer(model_name, infer_request, headers)
+        body, res_headers = dataplane.encode(model_name, response, headers, {})
+        response_headers.update(res_headers)
+        response_headers.pop("content-length", None)
+        response_headers.pop("content-type", None)
+        if isinstance(body, bytes):
+            return Response(body, headers=response_headers, media_type="application/octet-stream")
+        return ORJSONResponse(body, headers=response_headers)
+
+    app.add_api_route("/", live, methods=["GET"])
+    app.add_api_route("/v2/health/live", live, methods=["GET"])
+    app.add_api_route("/v2/health/ready", ready, methods=["GET"])
+    app.add_api_route("/status", status, methods=["GET"])
+    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
+    app.add_api_route("/v2/models/{model_name}/infer", infer_v2, methods=["POST"], response_model=None)
+    register_v1_endpoints(app, dataplane, extension)
+    register_v2_endpoints(app, dataplane, extension)
+
+    async def serving_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ServingError)
+        count_error(type(exc).__name__, exc.http_status)
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
+        return ORJSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=headers)
+
+    def counted(handler: Any, kind: str, status: int) -> Any:
+        async def wrapped(request: Request, exc: Exception) -> Response:
+            count_error(kind, status)
+            return await handler(request, exc)
+        return wrapped
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        count_error("RequestValidationError", 400)
+        return ORJSONResponse({"error": f"malformed request: {exc}"[:2000]}, status_code=400)
+
+    async def model_not_ready(request: Request, exc: Exception) -> Response:
+        count_error("ModelNotReady", 503)
+        return await model_not_ready_handler(request, exc)
+
+    app.add_exception_handler(ServingError, serving_error)
+    app.add_exception_handler(InvalidInput, counted(invalid_input_handler, "InvalidInput", 400))
+    app.add_exception_handler(ModelNotFound, counted(model_not_found_handler, "ModelNotFound", 404))
+    app.add_exception_handler(ModelNotReady, model_not_ready)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, on_error=count_error)
+    return app
+
+
+def run_app(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM (uvloop + httptools when installed)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+                            timeout_keep_alive=65, timeout_graceful_shutdown=10)
+    log.info("serving on http://%s:%d", host, port)
+    uvicorn.Server(config).run()

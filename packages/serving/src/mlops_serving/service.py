@@ -1,0 +1,108 @@
+"""Assemble and run a server from config: the one function behind ``mlops serve``.
+
+Start-up order: resolve the alias (and canary alias) to immutable versions, build the feature lookup for the
+model's FeatureService, then serve. Resolution and loading happen in a background thread once the HTTP
+server is up: liveness answers at once, readiness waits for them and reports the reason while it cannot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlops_config import FeaturesConfig, ServingConfig, TrackingConfig
+from mlops_serving.errors import ServingError
+from mlops_serving.lookup import FeatureLookup, FeatureSource
+from mlops_serving.metrics import ServingMetrics
+from mlops_serving.model import Encode, FraudModel
+from mlops_serving.prediction_log import PredictionLogWriter
+from mlops_serving.predictor import LoadedModel, ModelRef, load_model
+from mlops_serving.registry import resolve_alias
+
+log = logging.getLogger(__name__)
+
+def create_app(
+    serving: ServingConfig,
+    *,
+    model_name: str,
+    loader: Callable[[], tuple[LoadedModel, LoadedModel | None]],
+    source: FeatureSource,
+    encode: Encode,
+    log_dir: Path,
+    retry_s: float = 1.0,
+) -> Any:
+    """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it)."""
+    from mlops_serving.schema import ENTITY_KEYS
+    from mlops_serving.server import build_app
+
+    metrics = ServingMetrics()
+    writer = PredictionLogWriter(
+        log_dir, model_name, flush_s=serving.prediction_log_flush_s,
+        on_written=lambda n: metrics.log_rows.labels(model_name).inc(n),
+        on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
+    )
+    lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage, retry_s=retry_s)
+    model = FraudModel(model_name, loader=loader, lookup=lookup, encode=encode, metrics=metrics,
+                       prediction_log=writer, max_instances=serving.max_instances,
+                       canary_percent=serving.canary_percent if serving.canary_alias else 0)
+    return build_app(model, lookup, metrics, max_payload_bytes=serving.max_payload_bytes,
+                     outage=serving.redis_outage, prediction_log=writer)
+
+
+def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
+                    cache_dir: Path) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
+    """A loader that resolves aliases to versions (once) and loads them; the versions are logged."""
+
+    def load() -> tuple[LoadedModel, LoadedModel | None]:
+        stable = load_model(resolve_alias(tracking, root, model, alias, cache_dir))
+        canary = load_model(resolve_alias(tracking, root, model, canary_alias, cache_dir)) if canary_alias else None
+        log.warning("serving %s: %s → version %s%s", model, alias, stable.ref.version,
+                    f"; canary {canary_alias} → version {canary.ref.version}" if canary else "")
+        return stable, canary
+
+    return load
+
+
+def folder_loader(model: str, folder: Path, canary_folder: Path | None = None
+                  ) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
+    """A loader for exported folders on disk (no registry); the version is the folder's name."""
+
+    def load() -> tuple[LoadedModel, LoadedModel | None]:
+        stable = load_model(ModelRef(model, folder.name, folder))
+        canary = load_model(ModelRef(model, canary_folder.name, canary_folder)) if canary_folder else None
+        return stable, canary
+
+    return load
+
+
+def serve(
+    serving: ServingConfig,
+    features: FeaturesConfig,
+    tracking: TrackingConfig,
+    root: Path,
+    model: str,
+    *,
+    state_dir: str = ".mlops",
+    model_dir: Path | None = None,
+) -> None:
+    """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides)."""
+    import mlops_features
+    from mlops_serving.server import run_app
+
+    if serving.workers != 1:
+        raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
+                           "(scale out with replicas of the InferenceService)")
+    if serving.canary_alias and serving.canary_percent == 0:
+        log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
+                    serving.canary_alias)
+    cache = root / state_dir / "serving" / "models"
+    if model_dir is not None:
+        loader = folder_loader(model, model_dir)
+    else:
+        loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache)
+    source = mlops_features.OnlineFeatures(features, root)
+    app = create_app(serving, model_name=model, loader=loader, source=source,
+                     encode=mlops_features.encode, log_dir=root / serving.prediction_log_dir)
+    run_app(app, serving.host, serving.port)
