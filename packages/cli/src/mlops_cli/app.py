@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from mlops_cli.commands import config as config_cmd
+from mlops_cli.commands import canary as canary_cmd
 from mlops_cli.commands import gitops as gitops_cmd
 from mlops_core import PlatformError, setup_logging
 
@@ -47,6 +48,7 @@ def _root(
 
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(gitops_cmd.app, name="gitops")
+app.add_typer(canary_cmd.app, name="canary")
 
 
 def main() -> None:

@@ -46,13 +46,13 @@ class DeliveryConfig(Section):
     psi_floor: float = Field(default=1e-4, gt=0, lt=0.01)
     """Share an empty bin is floored at in PSI."""
 
-    requests_metric: str = "mlops_predictions_total"
-    """Prometheus counter of prediction requests answered (all outcomes)."""
+    requests_metric: str = "mlops_serving_requests_total"
+    """Prometheus counter of prediction requests answered successfully (the serving exporter's)."""
 
-    errors_metric: str = "mlops_prediction_errors_total"
-    """Prometheus counter of prediction requests that failed (5xx)."""
+    errors_metric: str = "mlops_serving_errors_total"
+    """Prometheus counter of failed requests; only series whose ``status`` label is 5xx count as errors."""
 
-    latency_metric: str = "mlops_prediction_latency_seconds"
+    latency_metric: str = "mlops_serving_request_seconds"
     """Prometheus histogram of request latency in seconds (p99 is read from its buckets)."""
 
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"

@@ -1,0 +1,46 @@
+"""``mlops canary``: compare a canary with the stable version and answer promote / hold / rollback."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+from mlops_delivery.canary import analyze_canary_sources
+
+app = typer.Typer(help="Canary analysis: error rate, p99 latency and prediction PSI, canary vs stable.",
+                  no_args_is_help=True)
+
+EXIT_CODES = {"promote": 0, "hold": 3, "rollback": 4}
+
+
+@app.command("analyze")
+def analyze(
+    stable_metrics: Annotated[str, typer.Option(help="Stable predictor's /metrics URL or a saved exposition file.")],
+    canary_metrics: Annotated[str, typer.Option(help="Canary predictor's /metrics URL or a saved exposition file.")],
+    stable_version: Annotated[int | None, typer.Option(help="Default: production overlay's stable version.")] = None,
+    canary_version: Annotated[int | None, typer.Option(help="Default: production overlay's canary version.")] = None,
+    since: Annotated[datetime | None, typer.Option(help="Only prediction-log rows at or after this UTC time.")] = None,
+    exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 0 promote, 3 hold, 4 rollback.")] = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Decide whether the canary may take more traffic; print the decision and its evidence."""
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    result = analyze_canary_sources(cfg.delivery, loaded.root, loaded.resolve_path(cfg.serving.prediction_log_dir),
+                                    cfg.project.model, stable_metrics, canary_metrics, stable_version=stable_version,
+                                    canary_version=canary_version, since=since)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        console.print(f"[bold]{result.decision}[/bold]: {cfg.project.model} canary v{result.canary.version} "
+                      f"vs stable v{result.stable.version}")
+        for reason in result.reasons:
+            console.print(f"  - {reason}")
+    if exit_code and EXIT_CODES[result.decision]:
+        raise typer.Exit(EXIT_CODES[result.decision])

@@ -1,0 +1,200 @@
+"""Canary analysis: is the canary version as healthy as the stable one? Answers promote, hold or rollback.
+
+Evidence per variant comes from its predictor's Prometheus metrics (5xx error rate; p99 latency from the
+latency histogram) and from the prediction log (score distribution, compared by PSI). Thresholds are the
+``delivery`` section's. Too few canary requests, or no stable baseline, means ``hold``: not enough evidence
+either way. Any failed check with enough evidence means ``rollback``; all checks passing means ``promote``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from mlops_config import DeliveryConfig
+from mlops_delivery.errors import MetricsError
+from mlops_delivery.metrics import (
+    counter_total,
+    histogram_buckets,
+    histogram_quantile,
+    parse_samples,
+    population_stability_index,
+    read_metrics_text,
+)
+
+logger = logging.getLogger(__name__)
+
+Decision = Literal["promote", "hold", "rollback"]
+
+
+@dataclass(frozen=True)
+class VariantEvidence:
+    """What one variant's metrics and log say."""
+
+    version: int
+    requests: float
+    """Requests seen: answered plus failed with 5xx."""
+    errors: float
+    """Requests failed with a 5xx status."""
+    error_rate: float | None
+    p99_s: float | None
+    logged_predictions: int
+
+
+@dataclass(frozen=True)
+class CanaryAnalysis:
+    """The decision, every reason for it, and the evidence it rests on."""
+
+    decision: Decision
+    reasons: tuple[str, ...]
+    stable: VariantEvidence
+    canary: VariantEvidence
+    prediction_psi: float | None
+    thresholds: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form."""
+        return {"decision": self.decision, "reasons": list(self.reasons), "stable": asdict(self.stable),
+                "canary": asdict(self.canary), "prediction_psi": self.prediction_psi, "thresholds": self.thresholds}
+
+
+def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.ndarray, version: int, *,
+                     source: str, model: str | None = None) -> VariantEvidence:
+    """Error rate and p99 latency from one predictor's exposition, plus its logged prediction count."""
+    samples = parse_samples(metrics_text, source=source)
+    labels = {"model": model} if model else None
+    names = {s.name for s in samples}
+    for metric, suffix in ((delivery.requests_metric.removesuffix("_total"), ("", "_total")),
+                           (delivery.latency_metric, ("_bucket",))):
+        if not any(f"{metric}{x}" in names for x in suffix):
+            raise MetricsError(f"{source!r} has no {metric!r} series; set delivery.requests_metric / "
+                               f"delivery.latency_metric to the serving exporter's names")
+    answered = counter_total(samples, delivery.requests_metric, labels=labels)
+    errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
+    requests = answered + errors
+    p99 = histogram_quantile(0.99, histogram_buckets(samples, delivery.latency_metric, labels=labels)) \
+        if answered > 0 else None
+    return VariantEvidence(version=version, requests=requests, errors=errors,
+                           error_rate=errors / requests if requests > 0 else None, p99_s=p99,
+                           logged_predictions=int(scores.size))
+
+
+def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence,
+           psi: float | None) -> tuple[Decision, tuple[str, ...]]:
+    """Apply the thresholds; return the decision and one reason per check (passed or not)."""
+    failed: list[str] = []
+    passed: list[str] = []
+    missing: list[str] = []
+    if canary.requests < delivery.min_canary_requests:
+        missing.append(f"only {canary.requests:.0f} canary requests, need {delivery.min_canary_requests}")
+    if stable.error_rate is None or canary.error_rate is None:
+        missing.append("no requests on one side: cannot compare error rates")
+    else:
+        delta = canary.error_rate - stable.error_rate
+        text = (f"error rate canary {canary.error_rate:.4f} vs stable {stable.error_rate:.4f} "
+                f"(+{delta:.4f}, max +{delivery.max_error_rate_increase})")
+        (failed if delta > delivery.max_error_rate_increase else passed).append(text)
+    if stable.p99_s is None or canary.p99_s is None:
+        missing.append("no latency observations on one side: cannot compare p99")
+    else:
+        ratio = canary.p99_s / stable.p99_s if stable.p99_s > 0 else float("inf")
+        text = (f"p99 latency canary {canary.p99_s * 1000:.2f} ms vs stable {stable.p99_s * 1000:.2f} ms "
+                f"(x{ratio:.2f}, max x{delivery.max_p99_ratio})")
+        (failed if ratio > delivery.max_p99_ratio else passed).append(text)
+    if psi is None:
+        missing.append("no logged predictions on one side: cannot compare score distributions")
+    else:
+        text = f"prediction PSI {psi:.4f} (max {delivery.max_prediction_psi})"
+        (failed if psi > delivery.max_prediction_psi else passed).append(text)
+    if missing:
+        return "hold", tuple([*(f"insufficient: {m}" for m in missing), *(f"FAILED: {f}" for f in failed),
+                              *(f"ok: {p}" for p in passed)])
+    if failed:
+        return "rollback", tuple([*(f"FAILED: {f}" for f in failed), *(f"ok: {p}" for p in passed)])
+    return "promote", tuple(f"ok: {p}" for p in passed)
+
+
+def _scores(log: pd.DataFrame, version: int) -> np.ndarray:
+    if log.empty:
+        return np.empty(0)
+    for col in ("model_version", "score"):
+        if col not in log.columns:
+            raise MetricsError(f"prediction log lacks column {col!r}; columns: {sorted(log.columns)}")
+    rows = log[log["model_version"].astype(str) == str(version)]
+    return rows["score"].to_numpy(dtype=float)
+
+
+def analyze_canary(
+    delivery: DeliveryConfig,
+    stable_metrics: str,
+    canary_metrics: str,
+    log: pd.DataFrame,
+    *,
+    stable_version: int,
+    canary_version: int,
+    model: str | None = None,
+) -> CanaryAnalysis:
+    """Compare canary with stable and decide.
+
+    Args:
+        delivery: Thresholds and metric names.
+        stable_metrics: Text exposition scraped from the stable predictor.
+        canary_metrics: Text exposition scraped from the canary predictor.
+        log: Prediction log rows (contract columns ``model_version`` and ``score``).
+        stable_version: Registry version of the stable model (selects its log rows).
+        canary_version: Registry version of the canary model.
+        model: When set, only metric series with this ``model`` label count.
+    """
+    if stable_version == canary_version:
+        raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
+    stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
+    stable = variant_evidence(delivery, stable_metrics, stable_scores, stable_version, source="stable", model=model)
+    canary = variant_evidence(delivery, canary_metrics, canary_scores, canary_version, source="canary", model=model)
+    psi = (population_stability_index(stable_scores, canary_scores, bins=delivery.psi_bins, floor=delivery.psi_floor)
+           if stable_scores.size and canary_scores.size else None)
+    decision, reasons = decide(delivery, stable, canary, psi)
+    logger.info("canary v%s vs stable v%s: %s", canary_version, stable_version, decision)
+    thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
+                  "max_prediction_psi": delivery.max_prediction_psi,
+                  "min_canary_requests": float(delivery.min_canary_requests)}
+    return CanaryAnalysis(decision=decision, reasons=reasons, stable=stable, canary=canary, prediction_psi=psi,
+                          thresholds=thresholds)
+
+
+def analyze_canary_sources(
+    delivery: DeliveryConfig,
+    root: Path,
+    log_dir: Path,
+    model: str,
+    stable_source: str,
+    canary_source: str,
+    *,
+    stable_version: int | None = None,
+    canary_version: int | None = None,
+    since: datetime | None = None,
+) -> CanaryAnalysis:
+    """Scrape (or read) both predictors' metrics, read the prediction log, and decide.
+
+    Each source is one predictor's ``/metrics`` (or a saved copy), so every series in it counts. Versions
+    default to what the production overlay under ``root`` says runs (its stable and canary versions).
+    """
+    from mlops_serving import read_prediction_log  # the prediction log's one reader (docs/CONTRACTS.md)
+
+    if stable_version is None or canary_version is None:
+        from mlops_delivery.promotion import gitops_status, stage_env
+
+        prod = gitops_status(delivery, root, model)[stage_env(delivery, "canary")]
+        if canary_version is None and prod.canary_version is None:
+            raise MetricsError(f"no canary of {model} runs in {prod.env} (per git); pass the canary version")
+        stable_version = prod.stable_version if stable_version is None else stable_version
+        canary_version = prod.canary_version if canary_version is None else canary_version
+    assert canary_version is not None
+    log = read_prediction_log(log_dir, model, since=since)
+    return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
+                          stable_version=stable_version, canary_version=canary_version)
