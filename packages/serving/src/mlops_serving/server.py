@@ -24,14 +24,7 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import ORJSONResponse
-from kserve.errors import (
-    InvalidInput,
-    ModelNotFound,
-    ModelNotReady,
-    invalid_input_handler,
-    model_not_found_handler,
-    model_not_ready_handler,
-)
+from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from kserve.model_repository import ModelRepository
 from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.model_repository_extension import ModelRepositoryExtension
@@ -255,25 +248,20 @@ def build_app(
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
         return ORJSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=headers)
 
-    def counted(handler: Any, kind: str, status: int) -> Any:
-        async def wrapped(request: Request, exc: Exception) -> Response:
-            count_error(kind, status)
-            return await handler(request, exc)
-        return wrapped
+    def plain(status: int, prefix: str = "") -> Any:
+        """KServe's error types answered without its handlers' server-side tracebacks (client errors)."""
 
-    async def validation_error(_: Request, exc: Exception) -> Response:
-        count_error("RequestValidationError", 400)
-        return ORJSONResponse({"error": f"malformed request: {exc}"[:2000]}, status_code=400)
+        async def handler(_: Request, exc: Exception) -> Response:
+            count_error(type(exc).__name__, status)
+            return ORJSONResponse({"error": f"{prefix}{exc}"[:2000]}, status_code=status)
 
-    async def model_not_ready(request: Request, exc: Exception) -> Response:
-        count_error("ModelNotReady", 503)
-        return await model_not_ready_handler(request, exc)
+        return handler
 
     app.add_exception_handler(ServingError, serving_error)
-    app.add_exception_handler(InvalidInput, counted(invalid_input_handler, "InvalidInput", 400))
-    app.add_exception_handler(ModelNotFound, counted(model_not_found_handler, "ModelNotFound", 404))
-    app.add_exception_handler(ModelNotReady, model_not_ready)
-    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(InvalidInput, plain(400))
+    app.add_exception_handler(ModelNotFound, plain(404))
+    app.add_exception_handler(ModelNotReady, plain(503))
+    app.add_exception_handler(RequestValidationError, plain(400, "malformed request: "))
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, on_error=count_error)
     return app
 
