@@ -9,9 +9,13 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from mlops_cli.commands import config as config_cmd
 from mlops_cli.commands import canary as canary_cmd
+from mlops_cli.commands import config as config_cmd
+from mlops_cli.commands import data as data_cmd
+from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
+from mlops_cli.commands import monitor as monitor_cmd
+from mlops_cli.commands import train as train_cmd
 from mlops_core import PlatformError, setup_logging
 
 
@@ -47,8 +51,12 @@ def _root(
 
 
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(data_cmd.app, name="data")
+app.add_typer(features_cmd.app, name="features")
 app.add_typer(gitops_cmd.app, name="gitops")
 app.add_typer(canary_cmd.app, name="canary")
+app.add_typer(monitor_cmd.app, name="monitor")
+app.add_typer(train_cmd.app, name="train")
 
 
 def main() -> None:

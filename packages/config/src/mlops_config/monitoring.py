@@ -29,6 +29,12 @@ class MonitoringConfig(Section):
     min_f1: float = Field(default=0.5, ge=0, le=1)
     """Realized F1 (with delayed labels) below this is CRITICAL."""
 
+    ignore_columns: tuple[str, ...] = (
+        "request_id", "ts", "model_name", "model_version", "variant", "transaction_id", "user_id", "merchant_id",
+        "event_timestamp", "created", "degraded", "latency_ms", "is_fraud",
+    )
+    """Columns that are ids, timestamps, labels or serving bookkeeping, not features; never compared."""
+
     window: str = "1h"
     """Default window of the prediction log that a run reads (``30m``, ``1h``, ``7d``)."""
 

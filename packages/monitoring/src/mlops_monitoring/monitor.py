@@ -1,0 +1,164 @@
+"""One monitoring run: window → compare with the reference → realized quality → level → actions → outputs.
+
+This is the body of ``mlops monitor run`` and of the drift CronJob.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_monitoring.alert import ActionResult, Alert, build_alert, dispatch
+from mlops_monitoring.drift import SCORE, DriftReport, compare
+from mlops_monitoring.errors import MonitoringError
+from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
+from mlops_monitoring.policy import Level, highest, quality_level
+from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.source import (
+    fetch_reference_profile,
+    load_reference,
+    load_window,
+    read_table,
+    sample_from_profile,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MonitorResult:
+    """Everything one run concluded and did."""
+
+    model: str
+    level: str
+    reasons: list[str]
+    report: DriftReport
+    quality: RealizedQuality | None
+    alert: Alert
+    actions: list[ActionResult]
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report: the drift report's fields plus quality, actions and output paths."""
+        return {
+            "model": self.model,
+            **self.report.to_dict(),
+            "level": self.level,
+            "reasons": list(self.reasons),
+            "drift_level": self.report.level,
+            "quality": self.quality.to_dict() if self.quality else None,
+            "actions": [asdict(a) for a in self.actions],
+            "outputs": dict(self.outputs),
+        }
+
+
+def _feature_columns(reference: pd.DataFrame, current: pd.DataFrame, ignore: tuple[str, ...]) -> list[str]:
+    return [str(c) for c in reference.columns if c in current.columns and c not in ignore and c != SCORE]
+
+
+def _compare(reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, monitoring: MonitoringConfig,
+             window: dict[str, Any]) -> DriftReport:
+    if isinstance(reference, dict):
+        return compare(reference, current, monitoring, window=window)
+    columns = _feature_columns(reference, current, monitoring.ignore_columns)
+    if not columns:
+        raise MonitoringError(
+            f"the reference and the current data share no feature column (reference has {list(reference.columns)!r})"
+        )
+    return compare(reference[[*columns, *([SCORE] if SCORE in reference.columns else [])]], current, monitoring,
+                   window=window)
+
+
+def _out_dir(project: ProjectConfig, root: Path, model: str, stamp: datetime) -> Path:
+    return root / project.reports_dir / "monitoring" / model / stamp.strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_monitor(
+    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
+    root: Path, model: str, *, window: str | None = None, current: Path | None = None,
+    reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
+    now: datetime | None = None,
+) -> MonitorResult:
+    """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
+
+    Args:
+        monitoring: Thresholds, key features, webhook, rollback switch, outputs.
+        serving: Where the prediction log is and which alias is served (its reference is compared against).
+        tracking: Registry access for the reference profile and the rollback.
+        project: ``reports_dir`` for the outputs.
+        root: Repository root that relative paths resolve against.
+        model: Model name (``fraud``).
+        window: Duration of the prediction log to read (default ``monitoring.window``).
+        current: A parquet file / folder / CSV to use instead of the prediction log.
+        reference: A profile (``.json``) or reference rows to use instead of the served version's profile.
+        labels: Delayed labels (default ``monitoring.labels_path``).
+        dry_run: Report the actions without rolling back.
+        html: Write Evidently's HTML report (default ``monitoring.evidently_html``).
+        now: End of the window (default: now, UTC).
+
+    Raises:
+        MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
+    """
+    now = now or datetime.now(UTC)
+    if current is not None:
+        frame, info = read_table(current, "current batch"), {"source": str(current)}
+    else:
+        frame, info = load_window(root / serving.prediction_log_dir, model, window or monitoring.window, now=now)
+    if len(frame) < monitoring.min_rows:
+        raise MonitoringError(
+            f"{info.get('source')!r} holds {len(frame)} rows in the window {info.get('window', 'given')!r}; "
+            f"at least monitoring.min_rows={monitoring.min_rows} are needed for a verdict (widen --window)"
+        )
+    ref = load_reference(reference) if reference is not None else fetch_reference_profile(
+        tracking, root, model, serving.alias)
+    report = _compare(ref, frame, monitoring, info)
+
+    labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
+    quality = None
+    if labels_path is not None:
+        quality = realized_quality(frame, read_table(labels_path, "labels"), monitoring.decision_threshold)
+    reference_f1 = ref.get("metrics", {}).get("f1") if isinstance(ref, dict) else None
+    q_level, q_reasons = quality_level(quality, monitoring, reference_f1)
+    level = highest([Level(report.level), q_level])
+    reasons = [*q_reasons, *report.reasons]
+
+    out_dir = _out_dir(project, root, model, now)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs = {"json": str(out_dir / "drift.json")}
+    if monitoring.evidently_html if html is None else html:
+        from mlops_monitoring.evidently_report import write_evidently_html
+
+        ref_rows = ref if isinstance(ref, pd.DataFrame) else sample_from_profile(
+            ref, min(monitoring.evidently_max_rows, int(ref["n_rows"])), seed=project.seed)
+        numeric = [n for n, c in report.columns.items() if c.kind != "categorical"]
+        categorical = [n for n, c in report.columns.items() if c.kind == "categorical"]
+        write_evidently_html(ref_rows, frame, numeric, categorical, out_dir / "drift.html",
+                             psi_threshold=monitoring.psi_warning, max_rows=monitoring.evidently_max_rows,
+                             seed=project.seed)
+        outputs["html"] = str(out_dir / "drift.html")
+
+    alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
+    actions = dispatch(alert, monitoring, tracking, root, rollback=not dry_run)
+    done = {a.action: a.ok for a in actions}
+    registry = build_registry(model, report, level, time.time(), quality, done)
+    outputs["metrics"] = str(write_metrics(registry, root / project.reports_dir / monitoring.metrics_file))
+    if monitoring.pushgateway_url:
+        try:
+            push_metrics(registry, monitoring.pushgateway_url, model)
+            actions.append(ActionResult("pushgateway", True, monitoring.pushgateway_url))
+        except MonitoringError as exc:
+            log.error("%s", exc)
+            actions.append(ActionResult("pushgateway", False, str(exc)))
+    result = MonitorResult(model=model, level=level.value, reasons=reasons, report=report, quality=quality,
+                           alert=alert, actions=actions, outputs=outputs)
+    (out_dir / "drift.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    log.info("monitor %s: %s (%s)", model, level.value, outputs["json"])
+    return result

@@ -1,0 +1,154 @@
+"""Where a run's data comes from: the prediction-log window, a batch on disk, the reference, delayed labels."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mlops_config import TrackingConfig
+from mlops_core.profile import ProfileError, check_profile
+from mlops_monitoring.errors import MonitoringError
+
+log = logging.getLogger(__name__)
+
+PROFILE_ARTIFACT = "reference_profile.json"
+_WINDOW = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_window(text: str) -> timedelta:
+    """``"30m"``, ``"1h"``, ``"7d"`` → a timedelta.
+
+    Raises:
+        MonitoringError: not a positive number followed by one of s, m, h, d, w.
+    """
+    match = _WINDOW.match(text.strip()) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) == 0:
+        raise MonitoringError(f"window {text!r} is not a duration; expected a positive number and a unit: 30m, 1h, 7d")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def read_table(path: Path, what: str) -> pd.DataFrame:
+    """Read a parquet file, a folder of parquet files, or a CSV file.
+
+    Raises:
+        MonitoringError: the path does not exist, holds no parquet file, or has another suffix.
+    """
+    if not path.exists():
+        raise MonitoringError(f"{what} {str(path)!r} does not exist")
+    if path.is_dir():
+        parts = sorted(path.rglob("*.parquet"))
+        if not parts:
+            raise MonitoringError(f"{what} folder {str(path)!r} holds no .parquet file")
+        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    raise MonitoringError(f"{what} {str(path)!r} has suffix {path.suffix!r}; expected .parquet, .csv or a folder")
+
+
+def read_log(log_dir: Path, model: str, since: datetime | None) -> pd.DataFrame:
+    """The prediction log of ``model`` since ``since``, through ``mlops_serving.read_prediction_log``.
+
+    Without ``mlops_serving`` installed the parquet parts are read directly, per docs/CONTRACTS.md.
+    """
+    try:
+        from mlops_serving import read_prediction_log
+    except ImportError:  # serving is optional for a monitor-only install; same contract, read directly
+        folder = log_dir / model
+        parts = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        if not parts:
+            return pd.DataFrame()
+        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        if since is not None:
+            frame = frame[frame["ts"] >= pd.Timestamp(since)]
+        return frame.reset_index(drop=True)
+    return read_prediction_log(log_dir, model, since=since)
+
+
+def load_window(
+    log_dir: Path, model: str, window: str, *, now: datetime | None = None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The last ``window`` of the prediction log (``ts`` in ``[now - window, now]``), and what it covers."""
+    now = now or datetime.now(UTC)
+    since = now - parse_window(window)
+    frame = read_log(log_dir, model, since)
+    if len(frame):
+        frame = frame[frame["ts"] <= pd.Timestamp(now)].reset_index(drop=True)
+    info = {"source": str(log_dir / model), "window": window, "since": since.isoformat(), "until": now.isoformat()}
+    return frame, info
+
+
+def load_reference(path: Path) -> dict[str, Any] | pd.DataFrame:
+    """A reference from disk: a profile (``.json``) or reference rows (parquet / CSV / folder)."""
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise MonitoringError(f"reference profile {str(path)!r} does not exist")
+        try:
+            return check_profile(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, ProfileError) as exc:
+            raise MonitoringError(f"reference profile {str(path)!r}: {exc}") from None
+    return read_table(path, "reference")
+
+
+def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, alias: str) -> dict[str, Any]:
+    """Download ``reference_profile.json`` from the training run of the version behind ``alias``.
+
+    Raises:
+        MonitoringError: no such alias, or that run logged no profile.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from mlops_core.tracking import configure_tracking, registered_model_name
+
+    configure_tracking(tracking, root)
+    name = registered_model_name(tracking, model)
+    client = MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        raise MonitoringError(
+            f"cannot resolve {name!r}@{alias!r} in the registry ({exc.message}); pass --reference PATH instead"
+        ) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = client.download_artifacts(version.run_id, PROFILE_ARTIFACT, tmp)
+        except (MlflowException, OSError) as exc:
+            raise MonitoringError(
+                f"run {version.run_id} of {name!r} v{version.version} has no {PROFILE_ARTIFACT!r} ({exc}); "
+                "training logs it, or pass --reference PATH"
+            ) from None
+        profile = load_reference(Path(local))
+    assert isinstance(profile, dict)
+    profile.setdefault("source", {"model": name, "version": str(version.version), "run_id": version.run_id})
+    return profile
+
+
+def sample_from_profile(profile: dict[str, Any], n: int, seed: int) -> pd.DataFrame:
+    """Rows drawn from a profile (inverse ECDF for numbers, frequencies for categories), for Evidently's report.
+
+    Only a stand-in for people to look at; verdicts never use it.
+    """
+    rng = np.random.default_rng(seed)
+    columns: dict[str, Any] = {}
+    numeric = dict(profile["numeric"])
+    if profile.get("score") is not None:
+        numeric["score"] = profile["score"]
+    for name, col in numeric.items():
+        ecdf = np.asarray(col["ecdf"], dtype=np.float64)
+        columns[name] = np.interp(rng.random(n), np.linspace(0.0, 1.0, ecdf.shape[0]), ecdf)
+    for name, col in profile["categorical"].items():
+        cats = list(col["counts"])
+        weights = np.asarray([col["counts"][c] for c in cats], dtype=np.float64)
+        columns[name] = rng.choice(np.asarray(cats, dtype=object), size=n, p=weights / weights.sum())
+    return pd.DataFrame(columns)
