@@ -1,1 +1,29 @@
-"""placeholder"""
+"""FSDP2 training under torchrun: trainer, launcher, memory planner + doctor, sharded checkpoints, lineage."""
+
+from mlops_training.accelerate_config import accelerate_config, write_accelerate_config
+from mlops_training.api import reproduce, reproduce_weights_hash, train_fraud, train_model
+from mlops_training.doctor import Diagnosis, diagnose, preflight
+from mlops_training.errors import CheckpointError, DoctorError, TrainingError
+from mlops_training.launcher import TrainResult, launch
+from mlops_training.planner import plan, plan_report
+from mlops_training.zoo import PRESETS
+
+__all__ = [
+    "PRESETS",
+    "CheckpointError",
+    "Diagnosis",
+    "DoctorError",
+    "TrainResult",
+    "TrainingError",
+    "accelerate_config",
+    "diagnose",
+    "launch",
+    "plan",
+    "plan_report",
+    "preflight",
+    "reproduce",
+    "reproduce_weights_hash",
+    "train_fraud",
+    "train_model",
+    "write_accelerate_config",
+]

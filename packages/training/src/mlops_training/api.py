@@ -1,0 +1,63 @@
+"""The Python API other packages call (the evaluation gates, the pipeline): train, and reproduce a hash."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mlops_config import PlatformConfig, load_config
+from mlops_training.launcher import TrainResult, launch
+
+
+def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = None, track: bool = True,
+                timeout_s: float | None = None) -> TrainResult:
+    """Train ``config`` under torchrun (doctor first), export, and (with ``track``) register a model version.
+
+    Raises:
+        DoctorError, TrainingError, TrackingError.
+    """
+    result = launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
+    if result is None:  # only a non-zero node of a multi-node job has no result
+        from mlops_training.errors import TrainingError
+
+        raise TrainingError("this node did not host rank 0, so it has no training result")
+    return result
+
+
+def train_fraud(*, profile: str | None = None, overrides: Iterable[str] = (), config_dir: Path | None = None,
+                run_name: str | None = None, track: bool = True) -> TrainResult:
+    """Train the fraud model end to end (FeatureService training set → FSDP → export → MLflow version).
+
+    Returns:
+        :class:`TrainResult` with ``run_id``, ``model_version``, ``export_dir``, ``weights_sha256``.
+    """
+    loaded = load_config(profile=profile, model="fraud", overrides=list(overrides), config_dir=config_dir)
+    return train_model(loaded.config, loaded.root, run_name=run_name, track=track)
+
+
+def reproduce(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *, max_steps: int | None = None,
+              run_name: str | None = None) -> TrainResult:
+    """Re-run a recorded training (its resolved config: seed, data selection, recipe) without tracking.
+
+    Args:
+        recorded: the run's config as a :class:`PlatformConfig`, the ``config.json`` document MLflow holds
+            for the run, or a path to that file.
+        max_steps: train only this many steps (a short reproducibility check; compare against a run of the
+            same length).
+    """
+    if isinstance(recorded, Path):
+        recorded = json.loads(recorded.read_text(encoding="utf-8"))
+    config = recorded if isinstance(recorded, PlatformConfig) else PlatformConfig.model_validate(recorded)
+    if max_steps is not None:
+        config = config.model_copy(update={"training": config.training.model_copy(update={"max_steps": max_steps})})
+    name = run_name or f"{config.project.model}-repro-{secrets.token_hex(3)}"
+    return train_model(config, root, run_name=name, track=False)
+
+
+def reproduce_weights_hash(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *,
+                           max_steps: int | None = None) -> str:
+    """``weights_sha256`` of a fresh re-run of a recorded config (see :func:`reproduce`)."""
+    return reproduce(recorded, root, max_steps=max_steps).weights_sha256
