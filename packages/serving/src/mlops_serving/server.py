@@ -1,11 +1,14 @@
 """The HTTP server: KServe's DataPlane and V1/V2 endpoints on a FastAPI app of our own, under our uvicorn config.
 
 Why not ``kserve.ModelServer.start``: it parses ``sys.argv`` at import, binds 0.0.0.0 with no host option,
-and refuses to start when no model is ready. Here the same KServe pieces (``ModelRepository``, ``DataPlane``,
-``register_v1_endpoints``/``register_v2_endpoints``, its error handlers) are mounted on an app bound to
-``serving.host`` (127.0.0.1 by default), and a model that fails to load leaves the server up and not ready.
+and refuses to start when no model is ready. Here the same KServe pieces (``ModelRepository``, ``DataPlane``
+with its decode → ``Model.__call__`` → encode path, ``register_v1_endpoints``/``register_v2_endpoints`` for
+model lists, metadata and readiness) are mounted on an app bound to ``serving.host`` (127.0.0.1 by default),
+and a model that fails to load leaves the server up and not ready. The two predict routes
+(``/v1/models/{name}:predict``, ``/v2/models/{name}/infer``) are registered ahead of KServe's own so that
+every body goes through the checked decoders of :mod:`mlops_serving.v2` / :mod:`mlops_serving.schema`.
 
-Domain errors map to HTTP codes in one place (:func:`_serving_error`). A guard in front of the routes refuses
+Domain errors map to HTTP codes in one place (the handlers in :func:`build_app`). A guard in front of the routes refuses
 oversize bodies (413) and foreign content types (415) before anything is parsed, and turns any unexpected
 exception into a clean JSON 500 instead of a reset connection.
 """
@@ -23,7 +26,6 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import ORJSONResponse
 from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from kserve.model_repository import ModelRepository
 from kserve.protocol.dataplane import DataPlane
@@ -161,6 +163,11 @@ class _TooLargeError(Exception):
     pass
 
 
+def _json(payload: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status_code,
+                    headers=headers, media_type="application/json")
+
+
 async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:
     body = orjson.dumps(payload)
     await send({"type": "http.response.start", "status": status,
@@ -199,7 +206,7 @@ def build_app(
         if prediction_log is not None:
             prediction_log.stop()
 
-    app = FastAPI(title="mlops serving", default_response_class=ORJSONResponse, docs_url=None, redoc_url=None,
+    app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None,
                   lifespan=lifespan)
     app.state.model = model
     app.state.dataplane = dataplane
@@ -209,7 +216,7 @@ def build_app(
 
     async def ready() -> Response:
         ok, reason = dataplane.readiness()
-        return ORJSONResponse({"ready": ok, "reason": reason or None}, status_code=200 if ok else 503)
+        return _json({"ready": ok, "reason": reason or None}, status_code=200 if ok else 503)
 
     async def status() -> dict[str, Any]:
         ok, reason = dataplane.readiness()
@@ -231,13 +238,26 @@ def build_app(
         response_headers.pop("content-type", None)
         if isinstance(body, bytes):
             return Response(body, headers=response_headers, media_type="application/octet-stream")
-        return ORJSONResponse(body, headers=response_headers)
+        return _json(body, headers=response_headers)
 
     app.add_api_route("/", live, methods=["GET"])
     app.add_api_route("/v2/health/live", live, methods=["GET"])
     app.add_api_route("/v2/health/ready", ready, methods=["GET"])
     app.add_api_route("/status", status, methods=["GET"])
     app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
+    async def predict_v1(model_name: str, request: Request) -> Response:
+        if not await dataplane.model_ready(model_name, True):
+            raise ModelNotReady(model_name, model.reason)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body, attributes = dataplane.decode(await request.body(), headers)
+        response, response_headers = await dataplane.infer(model_name, body, headers)
+        payload, res_headers = dataplane.encode(model_name, response, headers, attributes)
+        response_headers.update(res_headers)
+        response_headers.pop("content-length", None)
+        response_headers.pop("content-type", None)
+        return _json(payload, headers=response_headers)
+
+    app.add_api_route("/v1/models/{model_name}:predict", predict_v1, methods=["POST"], response_model=None)
     app.add_api_route("/v2/models/{model_name}/infer", infer_v2, methods=["POST"], response_model=None)
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
@@ -246,14 +266,14 @@ def build_app(
         assert isinstance(exc, ServingError)
         count_error(type(exc).__name__, exc.http_status)
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
-        return ORJSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=headers)
+        return _json({"error": str(exc)}, status_code=exc.http_status, headers=headers)
 
     def plain(status: int, prefix: str = "") -> Any:
         """KServe's error types answered without its handlers' server-side tracebacks (client errors)."""
 
         async def handler(_: Request, exc: Exception) -> Response:
             count_error(type(exc).__name__, status)
-            return ORJSONResponse({"error": f"{prefix}{exc}"[:2000]}, status_code=status)
+            return _json({"error": f"{prefix}{exc}"[:2000]}, status_code=status)
 
         return handler
 
