@@ -106,3 +106,11 @@ def test_infinite_and_empty_are_refused() -> None:
         build_reference_profile(pd.DataFrame({"x": [np.nan, np.nan]}), ["x"], [])
     with pytest.raises(ProfileError, match="version"):
         check_profile({"numeric": {}, "categorical": {}, "version": 99})
+
+
+def test_labels_and_metrics_are_recorded() -> None:
+    df = _frame(400).assign(y=[1] * 40 + [0] * 360)
+    prof = build_reference_profile(df, ["amount"], [], labels="y", metrics={"f1": 0.9})
+    assert prof["metrics"] == {"f1": 0.9, "positive_rate": 0.1}
+    with pytest.raises(ProfileError, match="0/1"):
+        build_reference_profile(df, ["amount"], [], labels=[2] * 400)

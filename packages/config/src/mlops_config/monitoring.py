@@ -59,6 +59,9 @@ class MonitoringConfig(Section):
     max_f1_drop: float = Field(default=0.1, ge=0, le=1)
     """Relative drop of realized F1 below the reference (validation) F1 that raises WARNING (0.1 = 10% lower)."""
 
+    max_prior_ratio: float = Field(default=2.0, gt=1)
+    """Realized label rate more than this many times above (or below) the reference's raises WARNING."""
+
     labels_path: str | None = None
     """Delayed labels: parquet/CSV file or folder with ``transaction_id``, ``is_fraud`` (relative to the repo root)."""
 

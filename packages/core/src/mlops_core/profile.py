@@ -20,7 +20,7 @@ Definitions (monitoring relies on them; ``mlops_monitoring.drift`` documents the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -142,6 +142,8 @@ def build_reference_profile(
     n_bins: int = 10,
     *,
     scores: Any = None,
+    labels: Any = None,
+    metrics: Mapping[str, float] | None = None,
     max_categories: int = 200,
 ) -> dict[str, Any]:
     """Profile the reference (training) data as a JSON-serialisable dict.
@@ -152,10 +154,13 @@ def build_reference_profile(
         categorical: Categorical columns to profile (category counts).
         n_bins: Quantile bins per numeric column (PSI's bins).
         scores: The model's scores on ``df`` (array-like or the name of a column of ``df``); profiled as ``score``.
+        labels: The 0/1 labels of ``df`` (array-like or a column name); their mean is ``metrics.positive_rate``.
+        metrics: What validation measured (e.g. ``{"f1": 0.94}``); monitoring compares realized quality to it.
         max_categories: Categories kept per categorical column; rarer ones are merged into ``other_count``.
 
     Returns:
-        ``{"version", "n_rows", "n_bins", "numeric": {col: …}, "categorical": {col: …}, "score": … | None}``.
+        ``{"version", "n_rows", "n_bins", "numeric": {col: …}, "categorical": {col: …}, "score": … | None,
+        "metrics": {…}}``.
 
     Raises:
         ProfileError: a column is missing, listed twice, of the wrong type, or empty.
@@ -184,6 +189,12 @@ def build_reference_profile(
         if score_arr.shape != (len(df),):
             raise ProfileError(f"scores have shape {score_arr.shape}; expected one score per row ({len(df)},)")
         score_profile = profile_numeric(score_arr, name="score", n_bins=n_bins)
+    summary = {str(k): float(v) for k, v in (metrics or {}).items()}
+    if labels is not None:
+        label_arr = np.asarray(df[labels] if isinstance(labels, str) else labels, dtype=np.float64)
+        if label_arr.shape != (len(df),) or not np.isin(label_arr, (0.0, 1.0)).all():
+            raise ProfileError(f"labels must be one 0/1 value per row ({len(df)},); got shape {label_arr.shape}")
+        summary["positive_rate"] = float(label_arr.mean())
     return {
         "version": PROFILE_VERSION,
         "n_rows": len(df),
@@ -191,6 +202,7 @@ def build_reference_profile(
         "numeric": {c: profile_numeric(df[c], name=c, n_bins=n_bins) for c in numeric},
         "categorical": {c: profile_categorical(df[c], name=c, max_categories=max_categories) for c in categorical},
         "score": score_profile,
+        "metrics": summary,
     }
 
 

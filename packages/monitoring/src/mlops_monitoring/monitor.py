@@ -32,6 +32,8 @@ from mlops_monitoring.source import (
 
 log = logging.getLogger(__name__)
 
+LABEL = "is_fraud"
+
 
 @dataclass
 class MonitorResult:
@@ -125,8 +127,11 @@ def run_monitor(
     quality = None
     if labels_path is not None:
         quality = realized_quality(frame, read_table(labels_path, "labels"), monitoring.decision_threshold)
-    reference_f1 = ref.get("metrics", {}).get("f1") if isinstance(ref, dict) else None
-    q_level, q_reasons = quality_level(quality, monitoring, reference_f1)
+    if isinstance(ref, dict):
+        ref_metrics = ref.get("metrics") or {}
+    else:  # reference rows: the label rate is all the validation facts they carry
+        ref_metrics = {"positive_rate": float(ref[LABEL].mean())} if LABEL in ref.columns else {}
+    q_level, q_reasons = quality_level(quality, monitoring, ref_metrics)
     level = highest([Level(report.level), q_level])
     reasons = [*q_reasons, *report.reasons]
 

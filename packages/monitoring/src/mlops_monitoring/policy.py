@@ -7,7 +7,9 @@ Per column (thresholds from the ``monitoring`` config section):
 - PSI ≥ ``psi_warning`` → WARNING;  PSI ≥ ``psi_info`` → INFO;  otherwise OK.
 
 Realized quality (delayed labels): F1 < ``min_f1`` → CRITICAL; F1 more than ``max_f1_drop`` (relative)
-below the reference F1 → WARNING. The window's level is the highest of its columns' and quality's.
+below the reference F1 → WARNING; the label rate more than ``max_prior_ratio`` times above (or below) the
+reference's → WARNING (prior drift: the inputs may look the same while the base rate moved).
+The window's level is the highest of its columns' and quality's.
 """
 
 from __future__ import annotations
@@ -70,17 +72,32 @@ def drift_level(columns: Mapping[str, Any], monitoring: MonitoringConfig) -> tup
 
 
 def quality_level(
-    quality: RealizedQuality | None, monitoring: MonitoringConfig, reference_f1: float | None = None
+    quality: RealizedQuality | None, monitoring: MonitoringConfig, reference: Mapping[str, float] | None = None
 ) -> tuple[Level, list[str]]:
-    """The level realized quality calls for, with its reason (OK and no reason without labels)."""
+    """The level realized quality calls for, with its reasons (OK and no reason without labels).
+
+    ``reference`` holds what validation measured: ``f1`` and ``positive_rate`` (either may be absent).
+    """
     if quality is None or quality.n_labelled == 0:
         return Level.OK, []
+    reference = reference or {}
+    levels, reasons = [], []
+    ref_f1, ref_rate = reference.get("f1"), reference.get("positive_rate")
     if quality.f1 < monitoring.min_f1:
-        return Level.CRITICAL, [f"CRITICAL: realized F1 {quality.f1:.4f} < min_f1 {monitoring.min_f1}"]
-    if reference_f1 and quality.f1 < reference_f1 * (1 - monitoring.max_f1_drop):
-        drop = 1 - quality.f1 / reference_f1
-        return Level.WARNING, [
-            f"WARNING: realized F1 {quality.f1:.4f} is {drop:.1%} below the reference F1 {reference_f1:.4f} "
-            f"(max_f1_drop {monitoring.max_f1_drop:.0%})"
-        ]
-    return Level.OK, []
+        levels.append(Level.CRITICAL)
+        reasons.append(f"CRITICAL: realized F1 {quality.f1:.4f} < min_f1 {monitoring.min_f1}")
+    elif ref_f1 and quality.f1 < ref_f1 * (1 - monitoring.max_f1_drop):
+        levels.append(Level.WARNING)
+        reasons.append(
+            f"WARNING: realized F1 {quality.f1:.4f} is {1 - quality.f1 / ref_f1:.1%} below the reference F1 "
+            f"{ref_f1:.4f} (max_f1_drop {monitoring.max_f1_drop:.0%})"
+        )
+    if ref_rate and quality.positive_rate:
+        ratio = quality.positive_rate / ref_rate
+        if ratio > monitoring.max_prior_ratio or ratio < 1 / monitoring.max_prior_ratio:
+            levels.append(Level.WARNING)
+            reasons.append(
+                f"WARNING: label rate {quality.positive_rate:.4f} is {ratio:.2f}x the reference "
+                f"{ref_rate:.4f} (max_prior_ratio {monitoring.max_prior_ratio})"
+            )
+    return highest(levels), reasons

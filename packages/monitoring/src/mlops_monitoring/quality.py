@@ -24,6 +24,7 @@ class RealizedQuality:
     tp: int
     fp: int
     fn: int
+    positive_rate: float
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -65,4 +66,5 @@ def realized_quality(
     return RealizedQuality(
         n_predictions=len(predictions), n_labelled=len(joined), threshold=threshold,
         precision=precision, recall=recall, f1=f1, tp=tp, fp=fp, fn=fn,
+        positive_rate=float(y.mean()) if len(y) else 0.0,
     )
