@@ -79,6 +79,30 @@ def _compare(reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, mo
                    window=window)
 
 
+def assess(
+    reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, monitoring: MonitoringConfig, *,
+    labels: pd.DataFrame | None = None, window: dict[str, Any] | None = None,
+) -> tuple[Level, list[str], DriftReport, RealizedQuality | None]:
+    """The verdict on a window without side effects: drift against the reference, plus realized quality.
+
+    With a reference DataFrame the compared columns are those both frames share, minus
+    ``monitoring.ignore_columns``; with a profile, the profile's columns.
+
+    Returns:
+        The window's level, its reasons (quality first), the drift report and the realized quality (or None).
+    """
+    report = _compare(reference, current, monitoring, dict(window or {}))
+    quality = None
+    if labels is not None:
+        quality = realized_quality(current, labels, monitoring.decision_threshold)
+    if isinstance(reference, dict):
+        ref_metrics = reference.get("metrics") or {}
+    else:  # reference rows: the label rate is all the validation facts they carry
+        ref_metrics = {"positive_rate": float(reference[LABEL].mean())} if LABEL in reference.columns else {}
+    q_level, q_reasons = quality_level(quality, monitoring, ref_metrics)
+    return highest([Level(report.level), q_level]), [*q_reasons, *report.reasons], report, quality
+
+
 def _out_dir(project: ProjectConfig, root: Path, model: str, stamp: datetime) -> Path:
     return root / project.reports_dir / "monitoring" / model / stamp.strftime("%Y%m%dT%H%M%SZ")
 
@@ -121,19 +145,9 @@ def run_monitor(
         )
     ref = load_reference(reference) if reference is not None else fetch_reference_profile(
         tracking, root, model, serving.alias)
-    report = _compare(ref, frame, monitoring, info)
-
     labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
-    quality = None
-    if labels_path is not None:
-        quality = realized_quality(frame, read_table(labels_path, "labels"), monitoring.decision_threshold)
-    if isinstance(ref, dict):
-        ref_metrics = ref.get("metrics") or {}
-    else:  # reference rows: the label rate is all the validation facts they carry
-        ref_metrics = {"positive_rate": float(ref[LABEL].mean())} if LABEL in ref.columns else {}
-    q_level, q_reasons = quality_level(quality, monitoring, ref_metrics)
-    level = highest([Level(report.level), q_level])
-    reasons = [*q_reasons, *report.reasons]
+    label_rows = read_table(labels_path, "labels") if labels_path is not None else None
+    level, reasons, report, quality = assess(ref, frame, monitoring, labels=label_rows, window=info)
 
     out_dir = _out_dir(project, root, model, now)
     out_dir.mkdir(parents=True, exist_ok=True)
