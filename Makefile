@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup browser demo test unit lint bench lock clean help
+.PHONY: setup browser demo test unit lint bench lock clean help checkov-setup gitops-check repro repro-smoke
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
@@ -43,8 +43,30 @@ unit: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: setup browser lint
+test: setup browser checkov-setup lint
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+
+# checkov pins shared packages differently from constraints.txt, so it gets a venv of its own, installed
+# from its own small lock (tools/checkov/constraints.txt); tests/gitops runs it from there (~30 s once).
+CHECKOV_VENV := $(VENV)/tools/checkov
+checkov-setup: $(CHECKOV_VENV)/.setup-stamp
+
+$(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --no-deps -r tools/checkov/constraints.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@touch $@
+
+# The offline GitOps checks alone: actionlint, kustomize + schemas, checkov, workflow run steps.
+gitops-check: setup checkov-setup
+	$(BIN)/pytest tests/gitops $(PYTEST_ARGS)
+
+# The data pipeline (dvc.yaml; params come from configs/).
+repro: setup
+	$(BIN)/dvc repro
+
+# A tiny FSDP run twice must give identical weights.
+repro-smoke: setup
+	$(BIN)/python tools/repro_smoke.py
 
 bench: setup
 	@for f in benchmarks/*.py; do echo "== $$f" >&2; $(BIN)/python $$f || exit 1; done

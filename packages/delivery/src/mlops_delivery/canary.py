@@ -9,6 +9,7 @@ either way. Any failed check with enough evidence means ``rollback``; all checks
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -198,3 +199,31 @@ def analyze_canary_sources(
     log = read_prediction_log(log_dir, model, since=since)
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
                           stable_version=stable_version, canary_version=canary_version)
+
+
+def analyze_until_decided(
+    delivery: DeliveryConfig,
+    root: Path,
+    log_dir: Path,
+    model: str,
+    stable_source: str,
+    canary_source: str,
+    *,
+    wait_s: float = 0.0,
+    interval_s: float = 30.0,
+    stable_version: int | None = None,
+    canary_version: int | None = None,
+    since: datetime | None = None,
+) -> CanaryAnalysis:
+    """Analyze, and while the answer is ``hold`` analyze again every ``interval_s`` for up to ``wait_s``.
+
+    Returns the first ``promote`` or ``rollback``, or the last ``hold`` when the wait runs out.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        result = analyze_canary_sources(delivery, root, log_dir, model, stable_source, canary_source,
+                                        stable_version=stable_version, canary_version=canary_version, since=since)
+        if result.decision != "hold" or time.monotonic() + interval_s > deadline:
+            return result
+        logger.info("canary analysis: hold (%s); again in %.0f s", "; ".join(result.reasons), interval_s)
+        time.sleep(interval_s)

@@ -53,3 +53,22 @@ def require_gates_passed(tracking: TrackingConfig, root: Path, model: str, versi
         )
     logger.info("%s v%s passed its gates (ledger #%s)", model, version, evidence["ledger_seq"])
     return evidence
+
+
+STAGE_ALIAS = {"staging": "staging", "canary": "canary", "production": "champion"}
+
+
+def registry_version(tracking: TrackingConfig, root: Path, model: str, stage: str) -> int:
+    """The version that holds the registry alias of ``stage`` (``production`` is the ``champion`` alias)."""
+    from mlops_core import lifecycle
+
+    alias = STAGE_ALIAS.get(stage)
+    if alias is None:
+        raise PromotionRefusedError(f"unknown stage {stage!r}; expected one of {list(STAGE_ALIAS)}")
+    current = lifecycle.aliases(tracking, root, model)
+    if alias not in current:
+        raise PromotionRefusedError(
+            f"no version of {model} holds the registry alias {alias!r} (aliases: {current or 'none'}); "
+            f"pass --version or run `mlops registry promote --to {alias}` first"
+        )
+    return int(current[alias])

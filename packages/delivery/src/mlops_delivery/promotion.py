@@ -17,7 +17,7 @@ from typing import Any, Literal
 from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_delivery.errors import PromotionRefusedError
 from mlops_delivery.git import commit_file, push_head
-from mlops_delivery.ledger import require_gates_passed
+from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, Placement, manifest_path, storage_uri
 
 logger = logging.getLogger(__name__)
@@ -230,14 +230,20 @@ def promote_version(
     tracking: TrackingConfig,
     root: Path,
     model: str,
-    version: int,
+    version: int | None,
     to: str,
     *,
     percent: int | None = None,
     commit: bool = False,
     push: bool = False,
 ) -> ManifestChange:
-    """Check the ledger (gates passed), plan the edit, write it, and optionally commit and push it."""
+    """Check the ledger (gates passed), plan the edit, write it, and optionally commit and push it.
+
+    ``version=None`` takes the version that holds the stage's registry alias (``staging``, ``canary``,
+    ``champion``), so a workflow can pin what the registry step just moved.
+    """
+    if version is None:
+        version = registry_version(tracking, root, model, to)
     gate = require_gates_passed(tracking, root, model, version)
     change = plan_promotion(delivery, root, model, version, to, percent=percent)
     change = apply_change(change, delivery, root, commit=commit, push=push)

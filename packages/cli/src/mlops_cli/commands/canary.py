@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery.canary import analyze_canary_sources
+from mlops_delivery.canary import analyze_until_decided
 
 app = typer.Typer(help="Canary analysis: error rate, p99 latency and prediction PSI, canary vs stable.",
                   no_args_is_help=True)
@@ -23,6 +23,9 @@ def analyze(
     stable_version: Annotated[int | None, typer.Option(help="Default: production overlay's stable version.")] = None,
     canary_version: Annotated[int | None, typer.Option(help="Default: production overlay's canary version.")] = None,
     since: Annotated[datetime | None, typer.Option(help="Only prediction-log rows at or after this UTC time.")] = None,
+    wait_s: Annotated[float, typer.Option("--wait-s", min=0, help="While the answer is hold, retry up to this long.")
+                      ] = 0.0,
+    interval_s: Annotated[float, typer.Option("--interval-s", min=1, help="Seconds between retries.")] = 30.0,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 0 promote, 3 hold, 4 rollback.")] = False,
     profile: ProfileOpt = None,
     model: ModelOpt = None,
@@ -32,9 +35,10 @@ def analyze(
     """Decide whether the canary may take more traffic; print the decision and its evidence."""
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
-    result = analyze_canary_sources(cfg.delivery, loaded.root, loaded.resolve_path(cfg.serving.prediction_log_dir),
-                                    cfg.project.model, stable_metrics, canary_metrics, stable_version=stable_version,
-                                    canary_version=canary_version, since=since)
+    result = analyze_until_decided(cfg.delivery, loaded.root, loaded.resolve_path(cfg.serving.prediction_log_dir),
+                                   cfg.project.model, stable_metrics, canary_metrics, wait_s=wait_s,
+                                   interval_s=interval_s, stable_version=stable_version,
+                                   canary_version=canary_version, since=since)
     if as_json:
         print_json(result.to_dict())
     else:

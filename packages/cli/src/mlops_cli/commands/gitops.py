@@ -9,6 +9,7 @@ from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
 from mlops_delivery import ManifestChange, gitops_status, promote_version, rollback_env
+from mlops_delivery.summary import write_job_summary
 
 app = typer.Typer(help="GitOps: promote and roll back by editing infra/ overlays (each change a commit).",
                   no_args_is_help=True)
@@ -31,8 +32,9 @@ def _print_change(change: ManifestChange, as_json: bool) -> None:
 
 @app.command("promote")
 def promote(
-    version: Annotated[int, typer.Option("--version", "-v", help="Registry version to promote.")],
     to: Annotated[str, typer.Option("--to", help="staging, canary or production.")],
+    version: Annotated[int | None, typer.Option(
+        "--version", "-v", help="Registry version; default: the one holding the stage's registry alias.")] = None,
     percent: Annotated[int | None, typer.Option("--percent", help="Canary share; the next canary step.")] = None,
     commit: CommitOpt = False,
     push: PushOpt = False,
@@ -86,3 +88,16 @@ def status(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = No
                       f"{p.stable_percent}/{p.canary_percent}", f"v{p.previous_version}" if p.previous_version else "-",
                       p.storage_uri)
     console.print(table)
+
+
+@app.command("summary")
+def summary(
+    reports: Annotated[list[str], typer.Argument(help="Markdown files or globs (relative to the repo root).")],
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Append Markdown reports to the CI job summary ($GITHUB_STEP_SUMMARY), or print them without one."""
+    loaded = load(profile, model, sets, check_secrets=False)
+    target = write_job_summary(loaded.root, reports)
+    console.print(f"appended {target['files']} report(s) to {target['to']}")
