@@ -34,8 +34,8 @@ class DataConfig(Section):
     fraud_rate: float = Field(default=0.03, gt=0.0, lt=1.0)
     """Approximate share of fraudulent transactions in generated data."""
 
-    drift: Literal["none", "covariate", "prior", "concept"] = "none"
-    """Drift mode of the sample generator."""
+    drift: Literal["none", "covariate", "prior", "concept", "category"] = "none"
+    """Drift mode of the sample generator: numeric shift, base rate, label relationship, or category mix."""
 
     start_date: str = "2026-11-01"
     """First day (UTC, ISO date) of generated data."""

@@ -42,3 +42,12 @@ class FeaturesConfig(Section):
 
     ttl_days: int = Field(default=7, ge=1)
     """Feature views' time-to-live: older values are not joined to a label."""
+
+    source_dir: str = "data/features"
+    """Folder the ingestion step writes the feature tables to; the Feast sources read from here."""
+
+    feast_project: str = Field(default="fraud_detection", pattern=r"^[A-Za-z0-9_]+$")
+    """Feast project name (letters, digits, underscores); namespaces registry entries and online keys."""
+
+    registry_cache_ttl_s: int = Field(default=60, ge=0)
+    """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""

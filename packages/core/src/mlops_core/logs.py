@@ -14,9 +14,11 @@ def setup_logging(level: str | int = "INFO", *, rich: bool = True) -> None:
         raise ValueError(f"log level {level!r} is not one of DEBUG, INFO, WARNING, ERROR")
     handler: logging.Handler
     if rich:
+        from rich.console import Console
         from rich.logging import RichHandler
 
-        handler = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
+        # stderr: stdout carries the commands' output (--json must stay parseable).
+        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False, markup=False)
         fmt = "%(message)s"
     else:
         handler = logging.StreamHandler()

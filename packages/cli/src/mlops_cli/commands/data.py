@@ -1,0 +1,84 @@
+"""``mlops data``: generate sample batches, run the validation gate, print the data version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+app = typer.Typer(help="Raw data: sample generator and the Great Expectations gate with quarantine.",
+                  no_args_is_help=True)
+
+
+@app.command("generate")
+def generate(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Batch folder; default data.raw_dir.")] = None,
+    rows: Annotated[int | None, typer.Option("--rows", help="Rows across all days; default data.rows.")] = None,
+    days: Annotated[int | None, typer.Option("--days", help="Days, one batch each; default data.days.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed; default project.seed.")] = None,
+    drift: Annotated[str | None, typer.Option(
+        "--drift", help="none | covariate | prior | concept | category; default data.drift.")] = None,
+    start_date: Annotated[str | None, typer.Option("--start-date", help="First UTC day, YYYY-MM-DD.")] = None,
+) -> None:
+    """Write one parquet batch of sample transactions per day (same seed → same bytes)."""
+    from mlops_features import generate_transactions
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    d = loaded.config.data
+    paths = generate_transactions(
+        out if out is not None else loaded.resolve_path(d.raw_dir),
+        rows=d.rows if rows is None else rows, days=d.days if days is None else days,
+        seed=loaded.config.project.seed if seed is None else seed, drift=drift or d.drift,
+        start_date=start_date or d.start_date, users=d.users, merchants=d.merchants, fraud_rate=d.fraud_rate,
+    )
+    if as_json:
+        print_json({"batches": [str(p) for p in paths]})
+        return
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command("validate")
+def validate(
+    batches: Annotated[list[Path] | None, typer.Argument(help="Raw parquet batches; default: data.raw_dir/*.parquet.")
+                       ] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Validate batches: good rows to data.validated_dir, bad rows and broken batches to data.quarantine_dir."""
+    from mlops_features import DataError, validate_batches
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    d = loaded.config.data
+    if not batches:
+        batches = sorted(loaded.resolve_path(d.raw_dir).glob("*.parquet"))
+        if not batches:
+            raise DataError(f"no batches given and none in {d.raw_dir!r}: run `mlops data generate` first")
+    summary = validate_batches(batches, d, loaded.root)
+    if as_json:
+        print_json(summary.to_dict())
+        return
+    table = Table(title="validation gate")
+    for name in ("batch", "input", "accepted", "quarantined", "rejected", "reasons"):
+        table.add_column(name, overflow="fold")
+    for b in summary.batches:
+        table.add_row(b.batch, str(b.input_rows), str(b.accepted_rows), str(b.quarantined_rows),
+                      "yes" if b.batch_rejected else "", "; ".join(b.reasons))
+    console.print(table)
+
+
+@app.command("version")
+def version(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the data version: SHA-256 of the validated area (recorded on training runs)."""
+    from mlops_features import data_version
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    digest = data_version(loaded.config.data, loaded.root)
+    if as_json:
+        print_json({"data_version": digest})
+        return
+    console.print(digest)

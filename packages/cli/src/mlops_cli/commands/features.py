@@ -1,0 +1,113 @@
+"""``mlops features``: ingest, apply, materialize and read the Feast repository in feature_repo/."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+app = typer.Typer(help="Features as code: the Feast repository, its offline and online stores.", no_args_is_help=True)
+
+EntityOpt = Annotated[list[str], typer.Option("--entity", "-e", help="Entity key=value, e.g. user_id=U000001 "
+                                              "(repeat for merchant_id).")]
+
+
+@app.command("ingest")
+def ingest(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Compute the feature tables (user windows, merchant risk) from the validated area."""
+    from mlops_features import ingest as run_ingest
+
+    loaded = load(profile, model, sets)
+    rows = run_ingest(loaded.resolve_path(loaded.config.data.validated_dir),
+                      loaded.resolve_path(loaded.config.features.source_dir))
+    print_json(rows) if as_json else console.print(rows)
+
+
+@app.command("apply")
+def apply(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Register entities, feature views and services in the Feast registry (``feast apply``)."""
+    from mlops_features import apply_repo
+
+    loaded = load(profile, model, sets)
+    applied = apply_repo(loaded.config.features, loaded.root)
+    print_json(applied) if as_json else console.print(applied)
+
+
+@app.command("materialize")
+def materialize(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    incremental: Annotated[bool, typer.Option("--incremental", help="Only since the last materialization.")] = False,
+    end: Annotated[datetime | None, typer.Option("--end", help="Window end (UTC); default now.")] = None,
+) -> None:
+    """Load the latest feature values into the online store."""
+    from mlops_features import materialize as run_materialize
+
+    loaded = load(profile, model, sets)
+    done = run_materialize(loaded.config.features, loaded.root, incremental=incremental, end=_utc(end))
+    if as_json:
+        print_json(done)
+        return
+    console.print(f"materialized {', '.join(done['views'])} up to {done['end']} in {done['seconds']:.2f} s")
+
+
+@app.command("build")
+def build(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Ingest + apply + materialize: the ``features`` stage of dvc.yaml."""
+    from mlops_features.pipeline import build_features
+
+    loaded = load(profile, model, sets)
+    result = build_features(loaded.config.features, loaded.config.data, loaded.root)
+    print_json(result) if as_json else console.print(result)
+
+
+@app.command("get")
+def get(
+    entity: EntityOpt, profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read one entity row of the FeatureService from the online store."""
+    from mlops_features import DataError, OnlineFeatures
+
+    row = {}
+    for item in entity:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise DataError(f"--entity {item!r} is invalid: expected key=value, e.g. user_id=U000001")
+        row[key.strip()] = value.strip()
+    loaded = load(profile, model, sets)
+    result = OnlineFeatures(loaded.config.features, loaded.root).get([row])[0]
+    if as_json:
+        print_json({"entity": row, "features": result})
+        return
+    table = Table(title=f"{loaded.config.features.feature_service} for {row}")
+    table.add_column("feature")
+    table.add_column("value")
+    for k, v in result.items():
+        table.add_row(k, str(v))
+    console.print(table)
+
+
+@app.command("render")
+def render(
+    profiles: Annotated[list[str] | None, typer.Option("--profile", "-p", help="Profiles to render (repeatable); "
+                                                        "default local, staging, production.")] = None,
+    sets: SetOpt = None,
+) -> None:
+    """Write feature_repo/feature_store[.<profile>].yaml from each profile's config (for the ``feast`` CLI)."""
+    from mlops_features import render_feature_store_yaml
+
+    for name in profiles or ["local", "staging", "production"]:
+        loaded = load(name, None, sets, check_secrets=False)
+        target = loaded.resolve_path(loaded.config.features.repo_path) / (
+            "feature_store.yaml" if name == "local" else f"feature_store.{name}.yaml")
+        target.write_text(render_feature_store_yaml(loaded.config.features, loaded.root, name), encoding="utf-8")
+        console.print(f"wrote {target}")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """Typer parses naive datetimes; the command's times are UTC."""
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)

@@ -1,0 +1,43 @@
+"""Data and features as code: sample data, the validation gate, ingestion, Feast access, training sets.
+
+Heavy dependencies (Feast, Great Expectations) load on first use, not on import.
+"""
+
+from mlops_features.aggregates import MERCHANT_FEATURES, USER_FEATURES, ingest, read_validated
+from mlops_features.dataset import historical_features, training_set
+from mlops_features.encoding import encode, fit_encoder
+from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
+from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
+from mlops_features.online import UNKNOWN_FLAGS, OnlineFeatures
+from mlops_features.pipeline import PreparedData, data_version, prepare_local_data
+from mlops_features.sample import DRIFT_MODES, generate_transactions
+from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
+
+__all__ = [
+    "DRIFT_MODES",
+    "MERCHANT_FEATURES",
+    "UNKNOWN_FLAGS",
+    "USER_FEATURES",
+    "BatchResult",
+    "DataError",
+    "FeatureStoreError",
+    "FeatureStoreUnavailableError",
+    "FeaturesError",
+    "OnlineFeatures",
+    "PreparedData",
+    "ValidationSummary",
+    "apply_repo",
+    "data_version",
+    "encode",
+    "fit_encoder",
+    "generate_transactions",
+    "historical_features",
+    "ingest",
+    "materialize",
+    "open_store",
+    "prepare_local_data",
+    "read_validated",
+    "render_feature_store_yaml",
+    "training_set",
+    "validate_batches",
+]

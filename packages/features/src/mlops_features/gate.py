@@ -1,0 +1,281 @@
+"""The validation gate: Great Expectations suites as code, row-level quarantine, batch-level rejection.
+
+For each raw batch:
+
+1. Batch checks (no GX needed): the file exists, is non-empty, is readable parquet, has exactly the raw
+   columns with compatible types, and a row count within bounds. A failure rejects the whole batch: the
+   file is copied to ``quarantine/batches/`` and every readable row counts as quarantined.
+2. Row checks (GX suite :func:`build_suite`): not-null keys and fields, amount range, allowed categories,
+   label in {0, 1}, unique ``transaction_id``, no event time in the future, ``created >= event_timestamp``;
+   plus ids already accepted from another batch. Passing rows go to ``validated/<batch>.parquet``, the rest
+   to ``quarantine/<batch>.rows.parquet`` with the failed expectations per row.
+
+Every batch also gets ``quarantine/<batch>.report.json``. Accepted + quarantined == input, always.
+Re-validating a batch overwrites its own outputs, so it never duplicates rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mlops_config import DataConfig
+from mlops_features.schema import ALLOWED_VALUES, LABEL, NOT_NULL, RAW_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+FAILED_COLUMN = "failed_expectations"
+"""Column of quarantined rows: the expectations each row failed, comma-separated."""
+
+
+@dataclass
+class BatchResult:
+    """What the gate did with one batch."""
+
+    batch: str
+    input_rows: int
+    accepted_rows: int
+    quarantined_rows: int
+    batch_rejected: bool
+    reasons: list[str] = field(default_factory=list)
+    row_failures: dict[str, int] = field(default_factory=dict)
+    validated_path: str | None = None
+    quarantine_path: str | None = None
+    report_path: str | None = None
+
+
+@dataclass
+class ValidationSummary:
+    """Per-batch results of one :func:`validate_batches` call."""
+
+    batches: list[BatchResult]
+
+    @property
+    def input_rows(self) -> int:
+        return sum(b.input_rows for b in self.batches)
+
+    @property
+    def accepted_rows(self) -> int:
+        return sum(b.accepted_rows for b in self.batches)
+
+    @property
+    def quarantined_rows(self) -> int:
+        return sum(b.quarantined_rows for b in self.batches)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: totals plus one entry per batch."""
+        return {
+            "input_rows": self.input_rows,
+            "accepted_rows": self.accepted_rows,
+            "quarantined_rows": self.quarantined_rows,
+            "rejected_batches": sum(b.batch_rejected for b in self.batches),
+            "batches": [asdict(b) for b in self.batches],
+        }
+
+
+def build_suite(data: DataConfig, now: datetime) -> Any:
+    """The row-level GX suite for raw transactions (``now`` bounds event times); needs an active GX context."""
+    import great_expectations as gx
+
+    e = gx.expectations
+    suite = gx.ExpectationSuite(name="raw_transactions")
+    for column in NOT_NULL:
+        suite.add_expectation(e.ExpectColumnValuesToNotBeNull(column=column))
+    suite.add_expectation(e.ExpectColumnValuesToBeBetween(column="amount", min_value=0.01, max_value=data.max_amount))
+    for column, allowed in ALLOWED_VALUES.items():
+        suite.add_expectation(e.ExpectColumnValuesToBeInSet(column=column, value_set=list(allowed)))
+    suite.add_expectation(e.ExpectColumnValuesToBeInSet(column=LABEL, value_set=[0, 1]))
+    suite.add_expectation(e.ExpectColumnValuesToBeUnique(column="transaction_id"))
+    suite.add_expectation(e.ExpectColumnValuesToBeBetween(column="event_timestamp", max_value=pd.Timestamp(now)))
+    suite.add_expectation(
+        e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="created", column_B="event_timestamp", or_equal=True)
+    )
+    return suite
+
+
+def validate_batches(
+    paths: Iterable[str | Path], data: DataConfig, root: str | Path, *, now: datetime | None = None
+) -> ValidationSummary:
+    """Run the gate over raw batch files; see the module doc for what lands where.
+
+    Args:
+        paths: Raw parquet batches.
+        data: The ``data`` section (output folders, row-count and amount bounds).
+        root: Repo root the section's folders are relative to.
+        now: Upper bound for event times; default: the current UTC time.
+    """
+    root = Path(root)
+    validated_dir, quarantine_dir = root / data.validated_dir, root / data.quarantine_dir
+    validated_dir.mkdir(parents=True, exist_ok=True)
+    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    now = now or datetime.now(UTC)
+    runner = _SuiteRunner(data, now)
+    results = []
+    for path in map(Path, paths):
+        result = _validate_one(path, data, runner, validated_dir, quarantine_dir)
+        report = quarantine_dir / f"{_stem(path)}.report.json"
+        result.report_path = str(report)
+        report.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
+        assert result.accepted_rows + result.quarantined_rows == result.input_rows, "gate lost rows"
+        logger.info("%s: %d in, %d accepted, %d quarantined%s", path.name, result.input_rows, result.accepted_rows,
+                    result.quarantined_rows, " (batch rejected)" if result.batch_rejected else "")
+        results.append(result)
+    return ValidationSummary(results)
+
+
+class _SuiteRunner:
+    """One ephemeral GX context and batch definition reused across batches (GX setup is the slow part)."""
+
+    def __init__(self, data: DataConfig, now: datetime) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        context = gx.get_context(mode="ephemeral")  # suites need an active context
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self.suite = build_suite(data, now)
+        asset = context.data_sources.add_pandas("raw").add_dataframe_asset("transactions")
+        self.batch_definition = asset.add_batch_definition_whole_dataframe("whole")
+
+    def failures(self, df: pd.DataFrame) -> dict[str, list[int]]:
+        """Failed expectation id → positional indices of the failing rows."""
+        batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
+        result = batch.validate(self.suite, result_format={"result_format": "COMPLETE"})
+        out: dict[str, list[int]] = {}
+        for r in result.results:
+            if r.success:
+                continue
+            cfg = r.expectation_config
+            kw = cfg.kwargs
+            cols = kw.get("column") or ",".join(str(kw[k]) for k in ("column_A", "column_B") if k in kw)
+            name = f"{cfg.type}({cols})"
+            raised = r.exception_info.get("raised_exception") if isinstance(r.exception_info, dict) else False
+            if raised or "unexpected_index_list" not in r.result:
+                raise RuntimeError(f"expectation {name} could not be evaluated: {r.exception_info}")
+            out[name] = list(r.result["unexpected_index_list"])
+        return out
+
+
+def _validate_one(
+    path: Path, data: DataConfig, runner: _SuiteRunner, validated_dir: Path, quarantine_dir: Path
+) -> BatchResult:
+    name = _stem(path)
+    table, rows, problem = _read_batch(path, data)
+    if problem is not None:
+        kept = quarantine_dir / "batches" / path.name
+        if path.exists():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, kept)
+        (validated_dir / f"{name}.parquet").unlink(missing_ok=True)
+        return BatchResult(batch=name, input_rows=rows, accepted_rows=0, quarantined_rows=rows, batch_rejected=True,
+                           reasons=[problem], quarantine_path=str(kept) if path.exists() else None)
+    assert table is not None
+    df = table.to_pandas().reset_index(drop=True)
+    failures = runner.failures(df)
+    dup_name, dup_rows = _accepted_elsewhere(df, validated_dir, name)
+    if dup_rows:
+        failures[dup_name] = dup_rows
+    per_row: dict[int, list[str]] = {}
+    for expectation, indices in sorted(failures.items()):
+        for i in indices:
+            per_row.setdefault(int(i), []).append(expectation)
+    bad = pd.Series(False, index=df.index)
+    bad.iloc[sorted(per_row)] = True
+    accepted, rejected = df[~bad.to_numpy()], df[bad.to_numpy()].copy()
+    result = BatchResult(batch=name, input_rows=len(df), accepted_rows=len(accepted), quarantined_rows=len(rejected),
+                         batch_rejected=False, row_failures={k: len(v) for k, v in sorted(failures.items())},
+                         reasons=[f"{k}: {len(v)} rows" for k, v in sorted(failures.items())])
+    validated = validated_dir / f"{name}.parquet"
+    quarantined = quarantine_dir / f"{name}.rows.parquet"
+    if len(accepted):
+        _write(pa.Table.from_pandas(accepted, schema=RAW_SCHEMA, preserve_index=False), validated)
+        result.validated_path = str(validated)
+    else:
+        validated.unlink(missing_ok=True)
+    if len(rejected):
+        rejected[FAILED_COLUMN] = [",".join(per_row[i]) for i in sorted(per_row)]
+        _write(pa.Table.from_pandas(rejected, preserve_index=False), quarantined)
+        result.quarantine_path = str(quarantined)
+    else:
+        quarantined.unlink(missing_ok=True)
+    return result
+
+
+def _read_batch(path: Path, data: DataConfig) -> tuple[pa.Table | None, int, str | None]:
+    """The batch as a table conformed to RAW_SCHEMA, its row count, or a batch-level problem."""
+    if not path.is_file():
+        return None, 0, f"file {str(path)!r} does not exist"
+    if path.stat().st_size == 0:
+        return None, 0, f"empty file {path.name!r} (0 bytes): expected a parquet batch"
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        return None, _count_rows(path), f"unreadable parquet {path.name!r} (truncated or not parquet): {exc}"
+    rows = table.num_rows
+    expected = RAW_SCHEMA.names
+    missing = [c for c in expected if c not in table.column_names]
+    extra = [c for c in table.column_names if c not in expected]
+    if missing or extra:
+        return None, rows, f"schema mismatch in {path.name!r}: missing columns {missing!r}, unexpected {extra!r}"
+    wrong = [
+        f"{f.name}: {table.schema.field(f.name).type} (expected {f.type})"
+        for f in RAW_SCHEMA
+        if not _compatible(table.schema.field(f.name).type, f.type)
+    ]
+    if wrong:
+        return None, rows, f"wrong column types in {path.name!r}: {'; '.join(wrong)}"
+    if not data.min_batch_rows <= rows <= data.max_batch_rows:
+        return None, rows, (f"row count {rows} of {path.name!r} outside [{data.min_batch_rows}, "
+                            f"{data.max_batch_rows}] (data.min_batch_rows / data.max_batch_rows)")
+    return table.select(expected).cast(RAW_SCHEMA), rows, None
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_timestamp(expected):
+        return pa.types.is_timestamp(actual) and actual.tz in ("UTC", "+00:00", "Etc/UTC")
+    if pa.types.is_string(expected):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    return actual == expected
+
+
+def _count_rows(path: Path) -> int:
+    """Rows a damaged file claims in its footer; 0 when even that is unreadable."""
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:  # any damage: the file is kept whole in quarantine anyway
+        return 0
+
+
+def _accepted_elsewhere(df: pd.DataFrame, validated_dir: Path, name: str) -> tuple[str, list[int]]:
+    """Rows whose transaction_id was already accepted from another batch."""
+    others = [p for p in sorted(validated_dir.glob("*.parquet")) if p.stem != name]
+    label = "unique_across_batches(transaction_id)"
+    if not others:
+        return label, []
+    seen = set()
+    for p in others:
+        seen.update(pq.read_table(p, columns=["transaction_id"]).column(0).to_pylist())
+    return label, [i for i, t in enumerate(df["transaction_id"]) if t in seen]
+
+
+def _write(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _stem(path: Path) -> str:
+    return path.name[: -len(".parquet")] if path.name.endswith(".parquet") else path.name
