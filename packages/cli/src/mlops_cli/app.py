@@ -15,6 +15,7 @@ from mlops_cli.commands import data as data_cmd
 from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
 from mlops_cli.commands import monitor as monitor_cmd
+from mlops_cli.commands import serve as serve_cmd
 from mlops_cli.commands import train as train_cmd
 from mlops_core import PlatformError, setup_logging
 
@@ -56,6 +57,7 @@ app.add_typer(features_cmd.app, name="features")
 app.add_typer(gitops_cmd.app, name="gitops")
 app.add_typer(canary_cmd.app, name="canary")
 app.add_typer(monitor_cmd.app, name="monitor")
+app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(train_cmd.app, name="train")
 
 

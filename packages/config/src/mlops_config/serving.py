@@ -34,6 +34,12 @@ class ServingConfig(Section):
     redis_outage: Literal["degraded", "unavailable"] = "degraded"
     """When the online store is unreachable: answer with default features and ``degraded: true``, or 503."""
 
+    feature_retry_s: float = Field(default=1.0, gt=0, le=60)
+    """After the online store failed, wait this long before trying it again (and the 503's Retry-After)."""
+
+    prediction_log_max_queue: int = Field(default=100_000, ge=100)
+    """Rows held in memory between flushes; beyond it rows are counted as dropped, never blocking a request."""
+
     workers: int = Field(default=1, ge=1)
     """Server worker processes."""
 

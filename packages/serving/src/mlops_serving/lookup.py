@@ -69,8 +69,21 @@ class FeatureLookup:
         self._lock = threading.Lock()
 
     def configure(self, defaults: Mapping[str, Any]) -> None:
-        """Set the features to look up and their neutral defaults (from the loaded model's encoder)."""
-        self._defaults = dict(defaults)
+        """Set the features to look up and their neutral defaults.
+
+        ``defaults`` come from the loaded model's encoder; where the source publishes its own ``defaults``
+        (``OnlineFeatures`` does: the feature repo's FEATURE_DEFAULTS) those win, so a degraded prediction
+        sees exactly what an unknown entity would.
+        """
+        merged = dict(defaults)
+        published = getattr(self._source, "defaults", None)
+        if isinstance(published, Mapping):
+            merged.update({k: v for k, v in published.items() if k in merged or not merged})
+        self._defaults = merged
+
+    @property
+    def source(self) -> FeatureSource:
+        return self._source
 
     @property
     def feature_names(self) -> list[str]:

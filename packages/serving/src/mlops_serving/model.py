@@ -94,6 +94,14 @@ class FraudModel(kserve.Model):
                 self.reason = f"{type(exc).__name__}: {exc}"
                 log.exception("model %s failed to load", self.name)
                 return False
+            service = getattr(self._lookup.source, "service_name", None)
+            for loaded in (stable, canary):
+                if loaded is not None and service and loaded.feature_service and loaded.feature_service != service:
+                    self.reason = (f"version {loaded.ref.version} was trained on FeatureService "
+                                   f"{loaded.feature_service!r} but the transformer reads {service!r}; "
+                                   f"set features.feature_service={loaded.feature_service}")
+                    log.error("model %s not served: %s", self.name, self.reason)
+                    return False
             defaults = feature_defaults(stable.encoder)
             if canary is not None:
                 defaults.update(feature_defaults(canary.encoder))

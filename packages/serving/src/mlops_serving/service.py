@@ -31,7 +31,7 @@ def create_app(
     source: FeatureSource,
     encode: Encode,
     log_dir: Path,
-    retry_s: float = 1.0,
+    retry_s: float | None = None,
 ) -> Any:
     """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it)."""
     from mlops_serving.schema import ENTITY_KEYS
@@ -39,11 +39,12 @@ def create_app(
 
     metrics = ServingMetrics()
     writer = PredictionLogWriter(
-        log_dir, model_name, flush_s=serving.prediction_log_flush_s,
+        log_dir, model_name, flush_s=serving.prediction_log_flush_s, max_queue=serving.prediction_log_max_queue,
         on_written=lambda n: metrics.log_rows.labels(model_name).inc(n),
         on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
     )
-    lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage, retry_s=retry_s)
+    lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage,
+                           retry_s=serving.feature_retry_s if retry_s is None else retry_s)
     model = FraudModel(model_name, loader=loader, lookup=lookup, encode=encode, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0)
@@ -52,14 +53,18 @@ def create_app(
 
 
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
-                    cache_dir: Path) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
-    """A loader that resolves aliases to versions (once) and loads them; the versions are logged."""
+                    cache_dir: Path, report: Callable[[str], None] | None = None
+                    ) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
+    """A loader that resolves aliases to versions (once, at start-up) and loads them; the versions are reported."""
 
     def load() -> tuple[LoadedModel, LoadedModel | None]:
         stable = load_model(resolve_alias(tracking, root, model, alias, cache_dir))
         canary = load_model(resolve_alias(tracking, root, model, canary_alias, cache_dir)) if canary_alias else None
-        log.warning("serving %s: %s → version %s%s", model, alias, stable.ref.version,
-                    f"; canary {canary_alias} → version {canary.ref.version}" if canary else "")
+        line = f"serving {model}@{alias} = version {stable.ref.version}" + (
+            f"; canary {model}@{canary_alias} = version {canary.ref.version}" if canary else "")
+        log.info(line)
+        if report is not None:
+            report(line)
         return stable, canary
 
     return load
@@ -86,8 +91,20 @@ def serve(
     *,
     state_dir: str = ".mlops",
     model_dir: Path | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> None:
-    """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides)."""
+    """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
+
+    Args:
+        serving: The ``serving`` section (host, port, aliases, canary split, limits, outage policy, log).
+        features: The ``features`` section (online store the transformer reads).
+        tracking: The ``tracking`` section (registry the alias is resolved in).
+        root: Repo root relative paths are resolved against.
+        model: Model config name (registered as ``<prefix><model>``).
+        state_dir: Local state folder (downloaded versions are cached under ``serving/models``).
+        model_dir: Serve this exported folder instead of the registry's version.
+        report: Called with one line once the versions are resolved (the CLI prints it).
+    """
     import mlops_features
     from mlops_serving.server import run_app
 
@@ -101,8 +118,11 @@ def serve(
     if model_dir is not None:
         loader = folder_loader(model, model_dir)
     else:
-        loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache)
+        loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
     source = mlops_features.OnlineFeatures(features, root)
     app = create_app(serving, model_name=model, loader=loader, source=source,
                      encode=mlops_features.encode, log_dir=root / serving.prediction_log_dir)
+    if report is not None:
+        report(f"listening on http://{serving.host}:{serving.port} (V1 /v1/models/{model}:predict, "
+               f"V2 /v2/models/{model}/infer, /metrics)")
     run_app(app, serving.host, serving.port)

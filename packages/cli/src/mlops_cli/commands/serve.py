@@ -1,0 +1,40 @@
+"""``mlops serve``: the KServe transformer + predictor for one model, in one local process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mlops_cli.common import ModelOpt, ProfileOpt, SetOpt, load
+
+app = typer.Typer(help="Serve a registered model over KServe V1 and V2 (Open Inference Protocol).")
+
+
+@app.callback(invoke_without_command=True)
+def serve(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+    alias: Annotated[str | None, typer.Option("--alias", "-a", help="Registry alias to serve (serving.alias).")
+                     ] = None,
+    canary_alias: Annotated[str | None, typer.Option(
+        "--canary-alias", help="Also serve this alias as the canary (serving.canary_alias).")] = None,
+    canary_percent: Annotated[int | None, typer.Option(
+        "--canary-percent", help="Share of requests for the canary, 0..100 (serving.canary_percent).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address (serving.host; 127.0.0.1 locally).")
+                    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="HTTP port (serving.port).")] = None,
+    model_dir: Annotated[Path | None, typer.Option(
+        "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry.")
+    ] = None,
+) -> None:
+    """Resolve the alias to an immutable version, load it, and answer /v1 and /v2 until stopped."""
+    from mlops_serving.service import serve as run
+
+    flags = {"alias": alias, "canary_alias": canary_alias, "canary_percent": canary_percent, "host": host,
+             "port": port}
+    overrides = [*(sets or []), *(f"serving.{k}={v}" for k, v in flags.items() if v is not None)]
+    loaded = load(profile, model, overrides)
+    cfg = loaded.config
+    run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
+        model_dir=model_dir, report=lambda line: typer.echo(line, err=True))
