@@ -63,20 +63,30 @@ def total_steps(training: TrainingConfig, steps_per_epoch: int | None) -> int:
 
 
 def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
-    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only)."""
+    """Bytes of the storages this rank allocated for parameters, gradients and optimizer state.
+
+    Counts each underlying storage once (FSDP2's padded shard buffers, DDP's gradient buckets), so it is
+    what the process really holds, not what the planner assumes.
+    """
     import torch
     from torch.distributed.tensor import DTensor
 
-    def local(t: torch.Tensor) -> torch.Tensor:
-        return t.to_local() if isinstance(t, DTensor) else t
+    seen: set[int] = set()
 
-    def nbytes(t: torch.Tensor) -> int:
-        lt = local(t)
-        return lt.numel() * lt.element_size()
+    def nbytes(tensors: list[torch.Tensor]) -> int:
+        total = 0
+        for t in tensors:
+            local = t.to_local() if isinstance(t, DTensor) else t
+            storage = local.untyped_storage()
+            if storage.data_ptr() in seen or storage.nbytes() == 0:
+                continue
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+        return total
 
-    params = sum(nbytes(p) for p in model.parameters())
-    grads = sum(nbytes(p.grad) for p in model.parameters() if p.grad is not None)
-    optim = sum(nbytes(v) for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor))
+    params = nbytes([p.data if not isinstance(p, DTensor) else p for p in model.parameters()])
+    grads = nbytes([p.grad for p in model.parameters() if p.grad is not None])
+    optim = nbytes([v for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)])
     return {"params": params, "grads": grads, "optimizer": optim, "total": params + grads + optim}
 
 
