@@ -1,0 +1,233 @@
+"""A whole monitoring run against real parts: a prediction log on disk, a real MLflow registry (SQLite) with
+champion + fallback, a real HTTP webhook receiver, Evidently's HTML and the Prometheus text file."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_core.profile import build_reference_profile
+from mlops_features.sample import generate_transactions
+from mlops_monitoring import MonitoringError
+from mlops_monitoring.exporter import metric_values
+from mlops_monitoring.monitor import run_monitor
+
+pytestmark = pytest.mark.integration
+
+NUMERIC = ["amount"]
+CATEGORICAL = ["currency", "category", "country", "device", "channel"]
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _score(df: pd.DataFrame) -> np.ndarray:
+    """A fixed stand-in model: riskier with larger amounts and at night."""
+    z = 0.8 * (np.log(df["amount"].to_numpy()) - 4.0) + 1.0 * (df["event_timestamp"].dt.hour < 5).to_numpy()
+    return 1 / (1 + np.exp(-(z - 3.0)))
+
+
+def _rows(tmp: Path, seed: int, drift: str, n: int) -> pd.DataFrame:
+    paths = generate_transactions(tmp / f"{drift}-{seed}", rows=n, days=1, seed=seed, drift=drift)
+    df = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return df.assign(score=_score(df))
+
+
+def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str) -> None:
+    """Write rows as a prediction-log part (contract columns), spread over the 50 minutes before ``ts_end``."""
+    folder = log_dir / "fraud"
+    folder.mkdir(parents=True, exist_ok=True)
+    offsets = np.linspace(50 * 60, 1, len(rows))
+    frame = rows.drop(columns=["is_fraud", "event_timestamp", "created"]).assign(
+        request_id=[f"r{i}" for i in range(len(rows))],
+        ts=[ts_end - timedelta(seconds=float(s)) for s in offsets],
+        model_name="fraud", model_version="2", variant="stable", degraded=False, latency_ms=3.0,
+    )
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    frame.to_parquet(folder / f"part-{part}.parquet", index=False)
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[dict] = []  # noqa: RUF012 - replaced per server below
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": json.loads(body)})
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[dict]]]:
+    """A real HTTP server on 127.0.0.1 that records every POST."""
+    handler = type("Receiver", (_Receiver,), {"received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/alerts", handler.received
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict]:
+    tmp = tmp_path_factory.mktemp("ref")
+    train = _rows(tmp, 1, "none", 30_000)
+    return train, build_reference_profile(train, NUMERIC, CATEGORICAL, scores="score", labels="is_fraud")
+
+
+@pytest.fixture
+def sections(tmp_path: Path, webhook: tuple[str, list[dict]]) -> dict:
+    return {
+        "monitoring": MonitoringConfig(webhook_url=webhook[0], webhook_token_env="MLOPS_TEST_WEBHOOK_TOKEN"),
+        "serving": ServingConfig(prediction_log_dir="log"),
+        "tracking": TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
+        "project": ProjectConfig(reports_dir="reports"),
+    }
+
+
+def _register(sections: dict, root: Path, profile: dict) -> None:
+    """Two registered versions whose runs logged the profile; v2 champion, v1 fallback (through the ledger)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from mlops_core import lifecycle
+    from mlops_core.tracking import configure_tracking, ensure_experiment
+
+    tracking = sections["tracking"]
+    configure_tracking(tracking, root)
+    experiment = ensure_experiment(tracking, root)
+    client = MlflowClient()
+    client.create_registered_model("fraud")
+    for _ in range(2):
+        with mlflow.start_run(experiment_id=experiment) as run:
+            mlflow.log_dict(profile, "reference_profile.json")
+        mv = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run.info.run_id)
+        for to in ("candidate", "staging", "canary", "champion"):
+            lifecycle.promote(tracking, root, "fraud", mv.version, to, reason="test setup", actor="test",
+                              required_gates={})
+    assert lifecycle.aliases(tracking, root, "fraud") == {"champion": "2", "fallback": "1"}
+
+
+def test_clean_window_no_alert_outputs_written(tmp_path: Path, sections: dict, reference: tuple,
+                                               webhook: tuple) -> None:
+    root = tmp_path
+    _, profile = reference
+    (root / "profile.json").write_text(json.dumps(profile))
+    _log(root / "log", _rows(tmp_path, 2, "none", 3000), NOW, "clean")
+    _log(root / "log", _rows(tmp_path, 3, "covariate", 3000), NOW - timedelta(hours=3), "old")  # outside 1h
+    result = run_monitor(**sections, root=root, model="fraud", window="1h", reference=root / "profile.json",
+                         html=True, now=NOW)
+    assert result.level in ("OK", "INFO"), result.reasons
+    assert result.report.n_current == 3000  # the old drifted part is outside the window
+    assert webhook[1] == []
+    assert [a.action for a in result.actions] in ([], ["log"])
+    doc = json.loads(Path(result.outputs["json"]).read_text())
+    assert doc["level"] == result.level and set(doc["columns"]) == {*NUMERIC, *CATEGORICAL, "score"}
+    assert doc["window"]["since"] == (NOW - timedelta(hours=1)).isoformat()
+    html = Path(result.outputs["html"]).read_text()
+    assert "Drift Summary" in html and all(f"{c} (" in html or f"\"{c}\"" in html for c in ("amount", "channel"))
+    metrics = metric_values(Path(result.outputs["metrics"]).read_text())
+    assert metrics[("mlops_drift_alert_level", (("model", "fraud"),))] == (1 if result.level == "INFO" else 0)
+    for name, col in result.report.columns.items():
+        assert metrics[("mlops_drift_psi", (("feature", name), ("model", "fraud")))] == pytest.approx(col.psi)
+    assert metrics[("mlops_drift_last_run_timestamp_seconds", (("model", "fraud"),))] > 1.7e9
+
+
+def test_warning_is_posted_with_evidence(tmp_path: Path, sections: dict, reference: tuple, webhook: tuple,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
+    train, _ = reference
+    train.to_parquet(tmp_path / "ref.parquet")
+    _rows(tmp_path, 4, "category", 3000).to_parquet(tmp_path / "cur.parquet")
+    result = run_monitor(**sections, root=tmp_path, model="fraud", current=tmp_path / "cur.parquet",
+                         reference=tmp_path / "ref.parquet", html=False, now=NOW)
+    assert result.level == "WARNING", result.reasons
+    assert len(webhook[1]) == 1
+    posted = webhook[1][0]
+    assert posted["path"] == "/alerts" and posted["auth"] == "Bearer s3cret"
+    assert posted["body"]["level"] == "WARNING" and posted["body"]["model"] == "fraud"
+    assert posted["body"]["evidence"]["category"]["psi"] == pytest.approx(result.report.columns["category"].psi)
+    assert [a.action for a in result.actions] == ["log", "webhook"]
+
+
+def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections: dict, reference: tuple,
+                                                       webhook: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlops_core import lifecycle
+
+    monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    _, profile = reference
+    _register(sections, tmp_path, profile)
+    _log(tmp_path / "log", _rows(tmp_path, 5, "covariate", 3000), NOW, "drifted")
+    # no --reference: the profile comes from the run of the served champion (v2)
+    result = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW)
+    assert result.level == "CRITICAL" and any("amount PSI" in r for r in result.reasons)
+    rollback = next(a for a in result.actions if a.action == "rollback")
+    assert rollback.ok, rollback.detail
+    assert lifecycle.aliases(sections["tracking"], tmp_path, "fraud")["champion"] == "1"
+    last = lifecycle.history(sections["tracking"], tmp_path, "fraud")[-1]
+    assert (last.action, last.actor, last.version) == ("rollback", "monitoring", "1")
+    assert "amount PSI" in last.reason
+    assert webhook[1][0]["body"]["level"] == "CRITICAL"
+    metrics = metric_values(Path(result.outputs["metrics"]).read_text())
+    assert metrics[("mlops_drift_rollback", (("model", "fraud"),))] == 1
+    assert metrics[("mlops_drift_alert_level", (("model", "fraud"),))] == 3
+
+
+def test_delayed_labels_give_realized_quality(tmp_path: Path, sections: dict, reference: tuple) -> None:
+    train, _ = reference
+    rows = _rows(tmp_path, 6, "none", 3000)
+    rows.drop(columns=["is_fraud"]).to_parquet(tmp_path / "cur.parquet")
+    labelled = rows.iloc[:2000]
+    labelled[["transaction_id", "is_fraud"]].to_csv(tmp_path / "labels.csv", index=False)
+    train.to_parquet(tmp_path / "ref.parquet")
+    cfg = sections["monitoring"].model_copy(update={"decision_threshold": 0.2, "min_f1": 0.99, "webhook_url": None})
+    result = run_monitor(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
+                         current=tmp_path / "cur.parquet", reference=tmp_path / "ref.parquet",
+                         labels=tmp_path / "labels.csv", dry_run=True, html=False, now=NOW)
+    pred, y = labelled["score"].to_numpy() >= 0.2, labelled["is_fraud"].to_numpy() == 1
+    tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
+    q = result.quality
+    assert q is not None and (q.n_labelled, q.n_predictions, q.tp, q.fp, q.fn) == (2000, 3000, tp, fp, fn)
+    assert q.f1 == pytest.approx(2 * tp / (2 * tp + fp + fn))
+    assert result.level == "CRITICAL" and "realized F1" in result.reasons[0]
+    assert next(a for a in result.actions if a.action == "rollback").detail.startswith("skipped: dry run")
+
+
+def test_too_few_rows_is_refused(tmp_path: Path, sections: dict, reference: tuple) -> None:
+    _log(tmp_path / "log", _rows(tmp_path, 8, "none", 300).iloc[:50], NOW, "few")
+    with pytest.raises(MonitoringError, match="holds 50 rows"):
+        run_monitor(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"), now=NOW)
+
+
+def test_cli_json_and_error_exit(tmp_path: Path, config_dir: Path, reference: tuple) -> None:
+    from mlops_cli.app import app
+
+    train, _ = reference
+    train.to_parquet(tmp_path / "ref.parquet")
+    _rows(tmp_path, 9, "covariate", 2000).to_parquet(tmp_path / "cur.parquet")
+    env = {**os.environ, "MLOPS_CONFIG_DIR": str(config_dir)}
+    runner = CliRunner()
+    ok = runner.invoke(app, ["monitor", "run", "--current", str(tmp_path / "cur.parquet"), "--reference",
+                             str(tmp_path / "ref.parquet"), "--json", "--no-html", "--dry-run"], env=env)
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.stdout)
+    assert doc["level"] == "CRITICAL" and doc["columns"]["amount"]["drifted"] is True
+    assert Path(doc["outputs"]["json"]).is_relative_to(config_dir.parent)
+    bad = runner.invoke(app, ["monitor", "run", "--window", "soon", "--reference", str(tmp_path / "ref.parquet")],
+                        env=env)
+    assert bad.exit_code == 2
+    assert "window 'soon' is not a duration" in bad.stderr
