@@ -1,0 +1,232 @@
+"""Every overlay renders with `kubectl kustomize`, validates against Kubernetes and CRD schemas, and holds
+the platform's rules: non-root, read-only root filesystem, requests and limits, no `latest`, pinned models."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from mlops_config import DeliveryConfig
+from mlops_delivery import plan_promotion
+from mlops_delivery.promotion import apply_change
+
+K8S_VERSION = "1.33.0"
+CUSTOM = {
+    ("serving.kserve.io/v1beta1", "InferenceService"): ("model", "V1beta1InferenceService"),
+    ("serving.kserve.io/v1alpha1", "ServingRuntime"): ("model", "V1alpha1ServingRuntime"),
+    ("kubeflow.org/v1", "PyTorchJob"): ("model", "KubeflowOrgV1PyTorchJob"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): ("schema", "monitoring.coreos.com_v1_prometheusrule.json"),
+    ("argoproj.io/v1alpha1", "Application"): ("schema", "argoproj.io_v1alpha1_application.json"),
+    ("argoproj.io/v1alpha1", "AppProject"): ("schema", "argoproj.io_v1alpha1_appproject.json"),
+}
+
+
+def all_docs(rendered: dict[str, list[dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, doc) for name, docs in rendered.items() for doc in docs]
+
+
+def doc_id(doc: dict[str, Any]) -> str:
+    return f"{doc['kind']}/{doc['metadata'].get('namespace', '-')}/{doc['metadata']['name']}"
+
+
+def validate_custom(doc: dict[str, Any], model_validator: Any, json_schema: Any) -> list[str]:
+    how, name = CUSTOM[(doc["apiVersion"], doc["kind"])]
+    if how == "model":
+        return list(model_validator.errors(doc, name, doc_id(doc)))
+    return [f"{doc_id(doc)}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in json_schema(name).iter_errors(doc)]
+
+
+def test_every_target_renders_the_expected_kinds(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    kinds = {name: sorted({d["kind"] for d in docs}) for name, docs in rendered.items()}
+    for env in ("staging", "production"):
+        assert {"InferenceService", "ServingRuntime", "PyTorchJob", "CronJob", "PrometheusRule", "ConfigMap",
+                "Namespace", "NetworkPolicy", "ServiceAccount"} <= set(kinds[env]), kinds[env]
+        assert all(d["metadata"].get("namespace") == f"mlops-{env}" for d in rendered[env] if d["kind"] != "Namespace")
+    assert {"Deployment", "StatefulSet", "Service", "NetworkPolicy"} <= set(kinds["platform"])
+    assert kinds["argocd"] == ["AppProject", "Application", "ConfigMap"]
+
+
+def test_core_kinds_validate_strictly_against_kubernetes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    errors, checked = [], 0
+    for _, doc in all_docs(rendered):
+        if (doc["apiVersion"], doc["kind"]) in CUSTOM:
+            continue
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            checked += 1
+        except kubernetes_validate.ValidationError as exc:
+            errors.append(f"{doc_id(doc)}: {exc.message} at {'/'.join(map(str, exc.path))}")
+    assert not errors, "\n".join(errors)
+    assert checked >= 25
+
+
+def test_custom_resources_validate_against_their_schemas(rendered: dict[str, list[dict[str, Any]]],
+                                                         model_validator: Any, json_schema: Any) -> None:
+    seen, errors = set(), []
+    for _, doc in all_docs(rendered):
+        key = (doc["apiVersion"], doc["kind"])
+        if key in CUSTOM:
+            seen.add(key)
+            errors += validate_custom(doc, model_validator, json_schema)
+    assert not errors, "\n".join(errors)
+    assert seen == set(CUSTOM)
+
+
+@pytest.mark.parametrize(
+    ("kind", "patch", "expected"),
+    [
+        ("InferenceService", lambda d: d["spec"]["predictor"].update(canaryTraficPercent=10), "unknown field"),
+        ("InferenceService", lambda d: d["spec"]["predictor"].update(minReplicas="2"), "expected int"),
+        ("PyTorchJob", lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+         .update(imagePullPolicy=["Always"]), "expected str"),
+        ("PyTorchJob", lambda d: d["spec"].update(elasticPolicy={"rdzvBackends": "c10d"}), "unknown field"),
+        ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(four="5m"), "Additional properties"),
+        ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update({"for": "5 minutes"}),
+         "does not match"),
+        ("Application", lambda d: d["spec"]["syncPolicy"]["automated"].update(prune="yes"), "is not of type"),
+        ("AppProject", lambda d: d["spec"].update(syncWindow=[]), "Additional properties"),
+    ],
+)
+def test_schema_checks_catch_real_mistakes(rendered: dict[str, list[dict[str, Any]]], model_validator: Any,
+                                           json_schema: Any, kind: str, patch: Any, expected: str) -> None:
+    doc = yaml.safe_load(yaml.safe_dump(next(d for _, d in all_docs(rendered) if d["kind"] == kind)))
+    assert validate_custom(doc, model_validator, json_schema) == []
+    patch(doc)
+    errors = validate_custom(doc, model_validator, json_schema)
+    assert errors and expected in errors[0], errors
+
+
+def containers(doc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod-level spec, container) pairs of a workload, custom kinds included."""
+    kind, spec = doc["kind"], doc.get("spec", {})
+    pods: list[dict[str, Any]] = []
+    if kind in ("Deployment", "StatefulSet"):
+        pods = [spec["template"]["spec"]]
+    elif kind == "CronJob":
+        pods = [spec["jobTemplate"]["spec"]["template"]["spec"]]
+    elif kind == "PyTorchJob":
+        pods = [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
+    elif kind == "ServingRuntime":
+        pods = [spec]
+    elif kind == "InferenceService":
+        pods = [spec["transformer"]]
+        pred = spec["predictor"]
+        out = [(pred, {"name": "predictor-model", **pred["model"]})]
+        return out + [(p, c) for p in pods for c in p.get("containers", [])]
+    return [(p, c) for p in pods for c in p.get("containers", [])]
+
+
+def test_every_container_is_locked_down_and_sized(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    problems, count = [], 0
+    for _, doc in all_docs(rendered):
+        for pod, c in containers(doc):
+            count += 1
+            where = f"{doc_id(doc)}:{c['name']}"
+            image = c.get("image")
+            if image is not None and (image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]):
+                problems.append(f"{where}: image {image!r} has no pinned tag or digest")
+            sc = c.get("securityContext") or {}
+            if doc["kind"] != "InferenceService" or c["name"] != "predictor-model":
+                if sc.get("readOnlyRootFilesystem") is not True:
+                    problems.append(f"{where}: readOnlyRootFilesystem is not true")
+                if sc.get("allowPrivilegeEscalation") is not False:
+                    problems.append(f"{where}: allowPrivilegeEscalation is not false")
+                if "ALL" not in (sc.get("capabilities") or {}).get("drop", []):
+                    problems.append(f"{where}: capabilities are not all dropped")
+            non_root = sc.get("runAsNonRoot", (pod.get("securityContext") or {}).get("runAsNonRoot"))
+            if non_root is not True:
+                problems.append(f"{where}: runAsNonRoot is not true")
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                if not {"cpu", "memory"} <= set(res.get(part) or {}):
+                    problems.append(f"{where}: resources.{part} lacks cpu or memory")
+    assert not problems, "\n".join(problems)
+    assert count >= 12
+
+
+def test_inference_service_pins_an_immutable_version(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for env in ("staging", "production"):
+        isvc = next(d for d in rendered[env] if d["kind"] == "InferenceService")
+        stable = isvc["metadata"]["annotations"]["mlops.platform/stable-version"]
+        uri = isvc["spec"]["predictor"]["model"]["storageUri"]
+        assert re.fullmatch(r"s3://mlops-artifacts/models/fraud/v\d+", uri), uri
+        assert uri.endswith(f"/v{stable}")
+        assert isvc["spec"]["transformer"]["containers"], "transformer missing"
+        for part in ("predictor", "transformer"):
+            assert 1 <= isvc["spec"][part]["minReplicas"] <= isvc["spec"][part]["maxReplicas"]
+    prod = next(d for d in rendered["production"] if d["kind"] == "InferenceService")
+    assert prod["spec"]["predictor"]["minReplicas"] == 2
+
+
+def test_production_canary_renders_and_validates(tmp_path: Path, kit: Any, model_validator: Any) -> None:
+    shutil.copytree(kit.repo / "infra", tmp_path / "infra")
+    cfg = DeliveryConfig()
+    for to, pct in (("staging", None), ("canary", 10)):
+        apply_change(plan_promotion(cfg, tmp_path, "fraud", 5, to, percent=pct), cfg, tmp_path)
+    docs = [d for d in yaml.safe_load_all(kit.render("infra/overlays/production", cwd=tmp_path)) if d]
+    isvc = next(d for d in docs if d["kind"] == "InferenceService")
+    assert isvc["spec"]["predictor"]["canaryTrafficPercent"] == 10
+    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/v5")
+    assert isvc["spec"]["predictor"]["minReplicas"] == 2  # the other production patch still applies
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
+    assert list(model_validator.errors(isvc, "V1beta1InferenceService")) == []
+
+
+def test_pytorchjob_is_multi_node_hybrid_shard_over_nccl(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for env in ("staging", "production"):
+        job = next(d for d in rendered[env] if d["kind"] == "PyTorchJob")
+        specs = job["spec"]["pytorchReplicaSpecs"]
+        assert set(specs) == {"Master", "Worker"}
+        nodes = sum(s["replicas"] for s in specs.values())
+        env_cm = next(d for d in rendered[env]
+                      if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fraud-train-env")
+        data = env_cm["data"]
+        assert data["MLOPS__TRAINING__FSDP__SHARDING_STRATEGY"] == "HYBRID_SHARD"
+        assert data["MLOPS__TRAINING__BACKEND"] == "nccl"
+        assert int(data["MLOPS__TRAINING__NNODES"]) == nodes == 2
+        assert int(data["MLOPS__TRAINING__NPROC"]) == int(job["spec"]["nprocPerNode"])
+        assert data["MLOPS__TRAINING__RDZV_ENDPOINT"].startswith(f"{job['metadata']['name']}-master-0:")
+        assert data["MLOPS_PROFILE"] == env
+        for spec in specs.values():
+            c = spec["template"]["spec"]["containers"][0]
+            assert c["resources"]["limits"]["nvidia.com/gpu"] == data["MLOPS__TRAINING__NPROC"]
+            assert {"configMapRef": {"name": "fraud-train-env"}} in c["envFrom"]
+
+
+def test_argocd_apps_staging_automated_production_gated(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = {d["metadata"]["name"]: d for d in rendered["argocd"]}
+    staging, production, project = docs["fraud-staging"], docs["fraud-production"], docs["mlops-platform"]
+    assert staging["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+    assert staging["spec"]["source"]["path"] == "infra/overlays/staging"
+    assert production["spec"]["source"]["path"] == "infra/overlays/production"
+    assert production["spec"]["syncPolicy"]["automated"]["prune"] is False
+    windows = [w for w in project["spec"]["syncWindows"] if "fraud-production" in w["applications"]]
+    assert windows and windows[0]["kind"] == "allow"
+    assert docs["mlops-platform-services"]["spec"]["source"]["path"] == "infra/platform"
+    assert "*" not in project["spec"]["sourceRepos"]
+    assert all(d["namespace"] != "*" and d["server"] != "*" for d in project["spec"]["destinations"])
+    for app in (staging, production, docs["mlops-platform-services"]):
+        assert app["spec"]["project"] == "mlops-platform"
+        assert app["spec"]["source"]["repoURL"] in project["spec"]["sourceRepos"]
+        assert {"server": app["spec"]["destination"]["server"], "namespace": app["spec"]["destination"]["namespace"]} \
+            in project["spec"]["destinations"]
+    health = docs["argocd-cm"]["data"]["resource.customizations.health.serving.kserve.io_InferenceService"]
+    assert 'hs.status = "Healthy"' in health and 'hs.status = "Degraded"' in health
+
+
+def test_monitoring_is_wired_in(rendered: dict[str, list[dict[str, Any]]], kit: Any) -> None:
+    docs = rendered["production"]
+    dashboard = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "grafana-dashboard-fraud")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert yaml.safe_load(next(iter(dashboard["data"].values())))["panels"]
+    rules = next(d for d in docs if d["kind"] == "PrometheusRule")
+    assert sum(len(g["rules"]) for g in rules["spec"]["groups"]) >= 3
+    cron = next(d for d in docs if d["kind"] == "CronJob")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
