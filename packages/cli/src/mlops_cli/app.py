@@ -12,9 +12,11 @@ from typer.core import TyperGroup
 from mlops_cli.commands import canary as canary_cmd
 from mlops_cli.commands import config as config_cmd
 from mlops_cli.commands import data as data_cmd
+from mlops_cli.commands import evaluate as evaluate_cmd
 from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
 from mlops_cli.commands import monitor as monitor_cmd
+from mlops_cli.commands import registry as registry_cmd
 from mlops_cli.commands import serve as serve_cmd
 from mlops_cli.commands import train as train_cmd
 from mlops_core import PlatformError, setup_logging
@@ -59,6 +61,8 @@ app.add_typer(canary_cmd.app, name="canary")
 app.add_typer(monitor_cmd.app, name="monitor")
 app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(train_cmd.app, name="train")
+app.add_typer(evaluate_cmd.app, name="evaluate")
+app.add_typer(registry_cmd.app, name="registry")
 
 
 def main() -> None:

@@ -52,5 +52,11 @@ class EvaluationConfig(Section):
     repro_gpu_rtol: float = Field(default=1e-3, ge=0)
     """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU)."""
 
+    decision_threshold: float = Field(default=0.5, gt=0, lt=1)
+    """Score at or above which a transaction counts as flagged for F1, precision and recall."""
+
+    latency_batch_rows: int = Field(default=1, ge=1)
+    """Rows per timed request in the latency run (1: one transaction per call, as serving sees it)."""
+
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""

@@ -1,0 +1,42 @@
+"""``mlops evaluate run``: score a candidate on the fixed holdout and run the gates. Exit 0 pass, 1 blocked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+app = typer.Typer(help="Evaluation gates: quality vs champion, reproducibility, latency, contract.",
+                  no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    candidate: Annotated[str, typer.Option("--candidate", "-c", help="Registry version to evaluate.")],
+    report_dir: Annotated[Path | None, typer.Option(
+        "--report-dir", help="Where evaluation.json + evaluation.md go; default <reports_dir>/evaluation/<model>-v<N>.")
+    ] = None,
+    gate: Annotated[list[str] | None, typer.Option(
+        "--gate", "-g", help="Run only this gate (repeatable): quality, reproducibility, latency, contract.")] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Evaluate CANDIDATE against the champion (or a trivial baseline); exit 0 when every gate passes, else 1."""
+    from mlops_evaluation import GATES, evaluate
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    default_dir = loaded.resolve_path(cfg.project.reports_dir) / "evaluation" / f"{cfg.project.model}-v{candidate}"
+    out = report_dir or default_dir
+    report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation, tracking=cfg.tracking,
+                      features=cfg.features, data=cfg.data, root=loaded.root, report_dir=out, seed=cfg.project.seed,
+                      gates=tuple(gate) if gate else GATES)
+    if as_json:
+        print_json({**report.to_dict(), "paths": report.paths})
+    else:
+        for g in report.gates:
+            console.print(f"{'PASS' if g.passed else 'FAIL'} {g.name}: {g.reason}", markup=False)
+        console.print(f"{'passed' if report.passed else 'BLOCKED'}; report: {report.paths.get('markdown')}")
+    raise typer.Exit(report.exit_code)

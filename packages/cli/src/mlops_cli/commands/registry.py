@@ -1,0 +1,120 @@
+"""``mlops registry``: list versions, promote along candidate → staging → canary → champion, roll back, history.
+
+Every alias move goes through :mod:`mlops_core.lifecycle` (gates checked, ledger appended).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+app = typer.Typer(help="Model registry lifecycle on MLflow aliases, with the promotion ledger.",
+                  no_args_is_help=True)
+
+ReasonOpt = Annotated[str, typer.Option("--reason", "-r", help="Why (recorded in the ledger).")]
+ActorOpt = Annotated[str | None, typer.Option("--actor", help="Who (default $GITHUB_ACTOR or the login name).")]
+
+
+def _entry_line(e: dict[str, Any]) -> str:
+    src = e["from_alias"] or "-"
+    return f"#{e['seq']} {e['ts']} {e['action']} v{e['version']} {src} → {e['to_alias']} by {e['actor']}: {e['reason']}"
+
+
+@app.command("list")
+def list_versions(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+                  as_json: JsonOpt = False) -> None:
+    """Versions of the model with their lifecycle aliases."""
+    from mlops_core.lifecycle import aliases, versions
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    rows = versions(cfg.tracking, loaded.root, cfg.project.model)
+    if as_json:
+        print_json({"model": cfg.project.model, "aliases": aliases(cfg.tracking, loaded.root, cfg.project.model),
+                    "versions": rows})
+        return
+    table = Table(title=f"{cfg.project.model}: registered versions")
+    for col in ("version", "aliases", "status", "created", "run_id"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["version"], ", ".join(r["aliases"]), r["status"], r["created"], r["run_id"] or "")
+    console.print(table)
+
+
+@app.command("promote")
+def promote(
+    version: Annotated[str, typer.Option("--version", "-v", help="Registry version to move.")],
+    to: Annotated[str, typer.Option("--to", help="candidate, staging, canary or champion.")],
+    reason: ReasonOpt,
+    actor: ActorOpt = None,
+    gate_report: Annotated[Path | None, typer.Option(
+        "--gate-report", help="evaluation.json to check; default: the one logged on the version's run.")] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Move a version one step along the lifecycle, after the gates that step requires (exit 1 if blocked)."""
+    from mlops_core.lifecycle import LifecycleError, default_actor
+    from mlops_core.lifecycle import promote as do_promote
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    report = None
+    if gate_report is not None:
+        try:
+            report = json.loads(gate_report.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise LifecycleError(f"--gate-report {str(gate_report)!r} is not a readable JSON file: {exc}") from None
+    entry = do_promote(cfg.tracking, loaded.root, cfg.project.model, version, to, reason=reason,
+                       actor=actor or default_actor(), gate_report=report,
+                       required_gates={"staging": cfg.evaluation.required_gates})
+    if as_json:
+        print_json(entry.as_dict())
+        return
+    console.print(_entry_line(entry.as_dict()))
+    console.print(f"aliases now: {entry.aliases_after}")
+
+
+@app.command("rollback")
+def rollback(reason: ReasonOpt, actor: ActorOpt = None, profile: ProfileOpt = None, model: ModelOpt = None,
+             sets: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Make the fallback version champion again (recorded in the ledger)."""
+    from mlops_core.lifecycle import default_actor
+    from mlops_core.lifecycle import rollback as do_rollback
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    entry = do_rollback(cfg.tracking, loaded.root, cfg.project.model, reason=reason, actor=actor or default_actor())
+    if as_json:
+        print_json(entry.as_dict())
+        return
+    console.print(_entry_line(entry.as_dict()))
+    console.print(f"champion is v{entry.version} again (replaced v{entry.extra.get('replaced')})")
+
+
+@app.command("history")
+def history(
+    at: Annotated[str | None, typer.Option("--at", help="ISO time (UTC if no zone): aliases as they were then.")
+                  ] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """The promotion ledger; with --at, also which version held each alias (e.g. champion) at that time."""
+    from mlops_core.lifecycle import aliases
+    from mlops_core.lifecycle import history as read_history
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    entries = [e.as_dict() for e in read_history(cfg.tracking, loaded.root, cfg.project.model, at=at)]
+    state = aliases(cfg.tracking, loaded.root, cfg.project.model, at=at) if at else None
+    if as_json:
+        print_json({"model": cfg.project.model, "at": at, "aliases_at": state, "entries": entries})
+        return
+    for e in entries:
+        console.print(_entry_line(e))
+    if at is not None:
+        champion = (state or {}).get("champion")
+        console.print(f"at {at}: champion = {('v' + champion) if champion else 'none'}; aliases {state}")

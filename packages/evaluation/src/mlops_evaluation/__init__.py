@@ -1,0 +1,30 @@
+"""Evaluation gates: metrics on a fixed holdout, quality vs champion, reproducibility, latency, contract."""
+
+from mlops_evaluation.bootstrap import BootstrapResult, paired_bootstrap_f1
+from mlops_evaluation.errors import EvaluationError
+from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
+from mlops_evaluation.latency import LatencyRun, measure_interleaved, percentiles
+from mlops_evaluation.metrics import binary_metrics, perplexity, slice_metrics
+from mlops_evaluation.report import EvaluationReport, to_markdown
+from mlops_evaluation.runner import evaluate
+
+__all__ = [
+    "GATES",
+    "BootstrapResult",
+    "EvaluationError",
+    "EvaluationReport",
+    "GateResult",
+    "LatencyRun",
+    "binary_metrics",
+    "contract_gate",
+    "evaluate",
+    "latency_gate",
+    "measure_interleaved",
+    "paired_bootstrap_f1",
+    "percentiles",
+    "perplexity",
+    "quality_gate",
+    "reproducibility_gate",
+    "slice_metrics",
+    "to_markdown",
+]

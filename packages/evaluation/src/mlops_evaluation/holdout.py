@@ -1,0 +1,67 @@
+"""The fixed holdout: the newest labelled transactions, fingerprinted so a report says exactly what it scored."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlops_evaluation.errors import EvaluationError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mlops_config import DataConfig, FeaturesConfig
+
+LABEL = "is_fraud"
+TIME = "event_timestamp"
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Holdout rows (raw columns as ``training_set`` returns them) and their fingerprint."""
+
+    frame: pd.DataFrame
+    fingerprint: str
+
+    def describe(self) -> dict[str, Any]:
+        """Rows, positives, time range and fingerprint, for the report."""
+        ts = self.frame[TIME] if TIME in self.frame.columns else None
+        return {"rows": len(self.frame), "positives": int(self.frame[LABEL].sum()), "fingerprint": self.fingerprint,
+                "from": str(ts.min()) if ts is not None else None, "to": str(ts.max()) if ts is not None else None}
+
+
+def fingerprint(df: pd.DataFrame) -> str:
+    """SHA-256 over column names and every value of the rows in order (pandas' stable row hashes)."""
+    import pandas as pd
+
+    digest = hashlib.sha256("|".join(map(str, df.columns)).encode())
+    digest.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def split_holdout(df: pd.DataFrame, fraction: float) -> Holdout:
+    """The newest ``fraction`` of rows by event time (ties by transaction id): never trained on, since
+    training validates on the same newest slice and fits on what came before."""
+    if LABEL not in df.columns:
+        raise EvaluationError(f"the training set has no {LABEL!r} column; columns: {sorted(df.columns)!r}")
+    if not 0 < fraction < 1:
+        raise EvaluationError(f"holdout fraction {fraction!r} must be between 0 and 1 (exclusive)")
+    keys = [c for c in (TIME, "transaction_id") if c in df.columns]
+    ordered = df.sort_values(keys, kind="mergesort").reset_index(drop=True) if keys else df.reset_index(drop=True)
+    cut = int(len(ordered) * (1 - fraction))
+    frame = ordered.iloc[cut:].reset_index(drop=True)
+    if frame.empty or frame[LABEL].nunique() < 2:
+        raise EvaluationError(
+            f"the holdout has {len(frame)} rows and labels {sorted(frame[LABEL].unique().tolist())!r}; "
+            "expected both classes: generate more data (data.rows) or raise evaluation.holdout_fraction"
+        )
+    return Holdout(frame, fingerprint(frame))
+
+
+def load_holdout(features: FeaturesConfig, data: DataConfig, root: Path, fraction: float) -> Holdout:
+    """Build the FeatureService training set (point-in-time) and keep its newest ``fraction`` as holdout."""
+    from mlops_features import training_set
+
+    return split_holdout(training_set(features, data, root), fraction)

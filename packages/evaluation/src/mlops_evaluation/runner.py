@@ -1,0 +1,203 @@
+"""``evaluate``: the one function behind ``mlops evaluate run``. Gathers the inputs and runs the gates.
+
+Order: fetch candidate (and champion, if there is one) from the registry; build the fixed holdout; score;
+run the gates asked for (quality, reproducibility, latency, contract); write JSON + Markdown; log both to the
+candidate's run. A gate that fails is a verdict (exit 1); anything that stops the evaluation is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_core.ledger import now_iso
+from mlops_core.tracking import configure_tracking, registered_model_name
+from mlops_evaluation.errors import EvaluationError
+from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
+from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
+from mlops_evaluation.latency import measure_interleaved
+from mlops_evaluation.report import EvaluationReport, log_report, write_report
+from mlops_evaluation.scorer import Scorer, load_version
+
+log = logging.getLogger(__name__)
+
+Reproduce = Callable[[dict[str, Any], Path, int | None], Any]
+"""``(recorded_config, root, max_steps) -> result`` with ``weights_sha256``, ``data_hash``, ``steps``,
+``export_dir``; default: :func:`mlops_training.reproduce` (a real torchrun re-run, untracked)."""
+
+
+def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | None) -> Any:
+    from mlops_training import reproduce
+
+    return reproduce(recorded, root, max_steps=max_steps)
+
+
+def serving_inputs() -> list[str]:
+    """Columns the serving transformer provides: request-time fields plus the FeatureService's features."""
+    from mlops_features import MERCHANT_FEATURES, USER_FEATURES
+    from mlops_features.schema import REQUEST_FIELDS
+
+    return [*REQUEST_FIELDS, *USER_FEATURES, *MERCHANT_FEATURES]
+
+
+def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConfig,
+                          reproduce_fn: Reproduce | None = None) -> GateResult:
+    """Re-run the candidate's recorded training (config, seed, data) and compare weights.
+
+    When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
+    candidate's own weights hash. A longer run is re-run twice for ``repro_steps`` steps and the two must
+    agree: the same pipeline is deterministic, though the candidate's weights are not re-derived.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    rerun = reproduce_fn or _default_reproduce
+    lineage = candidate.meta.get("lineage") or {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(run_id=candidate.run_id, artifact_path="config.json",
+                                                       dst_path=tmp)
+            recorded = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (MlflowException, OSError, json.JSONDecodeError, TypeError) as exc:
+            return GateResult("reproducibility", False,
+                              f"v{candidate.version} has no recorded config.json on run {candidate.run_id!r} to "
+                              f"re-run ({type(exc).__name__}); train it with `mlops train run`", {})
+    steps = int(lineage.get("steps") or recorded.get("training", {}).get("max_steps", 0))
+    device = "cuda" if _cuda() else "cpu"
+    started = time.perf_counter()
+    if steps and steps <= section.repro_steps:
+        result = rerun(recorded, root, None)
+        expected = {"weights_sha256": candidate.meta.get("weights_sha256"), "data_hash": lineage.get("data_hash"),
+                    "steps": steps, "source": f"v{candidate.version}'s own weights"}
+        reruns = [_facts(result, "full re-run")]
+        max_rel = _max_rel_diff(candidate.folder, Path(result.export_dir)) if device != "cpu" else None
+    else:
+        first = rerun(recorded, root, section.repro_steps)
+        second = rerun(recorded, root, section.repro_steps)
+        expected = {**_facts(first, f"first {section.repro_steps}-step re-run"),
+                    "recorded_data_hash": lineage.get("data_hash")}
+        if lineage.get("data_hash"):
+            expected["data_hash"] = lineage["data_hash"]
+        reruns = [_facts(second, f"second {section.repro_steps}-step re-run")]
+        max_rel = _max_rel_diff(Path(first.export_dir), Path(second.export_dir)) if device != "cpu" else None
+    gate = reproducibility_gate(expected, reruns, device=device, max_rel_diff=max_rel, rtol=section.repro_gpu_rtol)
+    gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
+    return gate
+
+
+def _facts(result: Any, source: str) -> dict[str, Any]:
+    return {"weights_sha256": result.weights_sha256, "data_hash": result.data_hash, "steps": result.steps,
+            "source": source}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _max_rel_diff(a: Path, b: Path) -> float:
+    from mlops_core.exported import load_exported
+
+    ta, _ = load_exported(a)
+    tb, _ = load_exported(b)
+    worst = 0.0
+    for name, x in ta.items():
+        y = tb[name].to(x.dtype)
+        worst = max(worst, float(((x - y).abs() / x.abs().clamp_min(1e-12)).max()))
+    return worst
+
+
+def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig
+                  ) -> GateResult:
+    """Interleaved A B A′ timing of the champion's and candidate's predictors on holdout requests."""
+    n = section.latency_batch_rows
+    frame = holdout.frame.iloc[: max(n * 64, n)]
+    cand_x = candidate.encode(frame)
+    ref = champion or candidate
+    ref_x = ref.encode(frame) if champion is not None else cand_x
+    cand_p, ref_p = candidate.predict_encoded(), ref.predict_encoded()
+    pairs = [(ref_x[i:i + n], cand_x[i:i + n]) for i in range(0, len(frame) - n + 1, n)]
+    run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs,
+                              timed=section.latency_requests, warmup=section.latency_warmup)
+    gate = latency_gate(run, section.latency_tolerance)
+    if champion is None:
+        return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
+                          + gate.reason, {**gate.evidence, "champion": None})
+    return gate
+
+
+def evaluate(
+    *, model: str, candidate: str, evaluation: EvaluationConfig, tracking: TrackingConfig,
+    features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
+    gates: Sequence[str] = GATES, reproduce_fn: Reproduce | None = None, log_to_run: bool = True,
+) -> EvaluationReport:
+    """Evaluate registry version ``candidate`` of ``model`` against the current champion (or a baseline).
+
+    Raises:
+        EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
+    """
+    from mlflow.tracking import MlflowClient
+
+    from mlops_core.lifecycle import aliases
+
+    unknown = [g for g in gates if g not in GATES]
+    if unknown or not gates:
+        raise EvaluationError(f"unknown gates {unknown!r}; expected some of {list(GATES)}")
+    started = time.perf_counter()
+    configure_tracking(tracking, root)
+    client = MlflowClient()
+    name = registered_model_name(tracking, model)
+    current = aliases(tracking, root, model)
+    champion_version = current.get("champion")
+    with tempfile.TemporaryDirectory() as tmp:
+        cand = load_version(client, name, str(candidate), Path(tmp) / "candidate")
+        champ = (load_version(client, name, champion_version, Path(tmp) / "champion")
+                 if champion_version and champion_version != cand.version else None)
+        holdout = load_holdout(features, data, root, evaluation.holdout_fraction)
+        y = holdout.frame[LABEL].to_numpy().astype(np.int64)
+        results: list[GateResult] = []
+        for gate in gates:
+            log.info("gate %s: running", gate)
+            if gate == "quality":
+                slices = {c: holdout.frame[c].astype(str).to_numpy() for c in evaluation.slice_columns
+                          if c in holdout.frame.columns}
+                missing = [c for c in evaluation.slice_columns if c not in holdout.frame.columns]
+                if missing:
+                    raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
+                                          f"it has {sorted(holdout.frame.columns)!r}")
+                results.append(quality_gate(y, cand.score(holdout.frame),
+                                            champ.score(holdout.frame) if champ else None, slices, evaluation,
+                                            reference_name=f"champion v{champ.version}" if champ else "champion",
+                                            seed=seed))
+            elif gate == "reproducibility":
+                results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
+            elif gate == "latency":
+                results.append(check_latency(cand, champ, holdout, evaluation))
+            else:
+                results.append(contract_gate(cand.meta, feature_service=features.feature_service,
+                                             available=serving_inputs()))
+            log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        report = EvaluationReport(
+            model=model, registered_model=name,
+            candidate={"version": cand.version, "run_id": cand.run_id,
+                       "weights_sha256": cand.meta.get("weights_sha256"),
+                       "feature_service": (cand.meta.get("features") or {}).get("feature_service")},
+            champion=({"version": champ.version, "run_id": champ.run_id,
+                       "weights_sha256": champ.meta.get("weights_sha256")} if champ else None),
+            holdout=holdout.describe(), gates=results, created=now_iso(),
+            settings={**evaluation.model_dump(mode="json"), "seed": seed, "gates_run": list(gates),
+                      "seconds": round(time.perf_counter() - started, 2)},
+        )
+    paths = write_report(report, report_dir)
+    if log_to_run:
+        log_report(report, [Path(paths["json"]), Path(paths["markdown"])])
+    return report
