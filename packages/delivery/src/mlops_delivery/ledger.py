@@ -60,15 +60,27 @@ STAGE_ALIAS = {"staging": "staging", "canary": "canary", "production": "champion
 
 def registry_version(tracking: TrackingConfig, root: Path, model: str, stage: str) -> int:
     """The version that holds the registry alias of ``stage`` (``production`` is the ``champion`` alias)."""
-    from mlops_core import lifecycle
-
     alias = STAGE_ALIAS.get(stage)
     if alias is None:
         raise PromotionRefusedError(f"unknown stage {stage!r}; expected one of {list(STAGE_ALIAS)}")
-    current = lifecycle.aliases(tracking, root, model)
-    if alias not in current:
-        raise PromotionRefusedError(
-            f"no version of {model} holds the registry alias {alias!r} (aliases: {current or 'none'}); "
-            f"pass --version or run `mlops registry promote --to {alias}` first"
-        )
-    return int(current[alias])
+    return resolve_version(tracking, root, model, alias)
+
+
+def resolve_version(tracking: TrackingConfig, root: Path, model: str, alias: str | None = None) -> int:
+    """The version holding registry ``alias``; with no alias, the newest registered version.
+
+    Raises:
+        PromotionRefusedError: the alias is not set, or the model has no version yet.
+    """
+    from mlops_core import lifecycle
+
+    if alias is not None:
+        current = lifecycle.aliases(tracking, root, model)
+        if alias not in current:
+            raise PromotionRefusedError(f"no version of {model} holds the registry alias {alias!r} "
+                                        f"(aliases: {current or 'none'})")
+        return int(current[alias])
+    known = lifecycle.versions(tracking, root, model)
+    if not known:
+        raise PromotionRefusedError(f"{model} has no registered version yet; run `mlops train run` first")
+    return max(int(v["version"]) for v in known)

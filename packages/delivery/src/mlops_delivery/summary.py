@@ -33,3 +33,18 @@ def write_job_summary(root: Path, patterns: list[str], *, environ: dict[str, str
     else:
         sys.stdout.write(text)
     return {"files": str(len(files)), "to": target or "stdout"}
+
+
+OUTPUT_ENV = "GITHUB_OUTPUT"
+
+
+def write_step_output(name: str, value: str, *, environ: dict[str, str] | None = None) -> str:
+    """Set a step output (``name=value`` appended to ``$GITHUB_OUTPUT``); returns where it went."""
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise DeliveryError(f"step output name {name!r} must be letters, digits, '-' or '_'")
+    env = os.environ if environ is None else environ
+    target = env.get(OUTPUT_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(f"{name}={value}\n")
+    return target or "stdout"

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
 from mlops_delivery import ManifestChange, gitops_status, promote_version, rollback_env
-from mlops_delivery.summary import write_job_summary
+from mlops_delivery.ledger import resolve_version
+from mlops_delivery.summary import write_job_summary, write_step_output
 
 app = typer.Typer(help="GitOps: promote and roll back by editing infra/ overlays (each change a commit).",
                   no_args_is_help=True)
@@ -101,3 +102,18 @@ def summary(
     loaded = load(profile, model, sets, check_secrets=False)
     target = write_job_summary(loaded.root, reports)
     console.print(f"appended {target['files']} report(s) to {target['to']}")
+
+
+@app.command("resolve")
+def resolve(
+    alias: Annotated[str | None, typer.Option("--alias", help="Registry alias; default: the newest version.")] = None,
+    output: Annotated[str, typer.Option("--output", help="Step output name written to $GITHUB_OUTPUT.")] = "version",
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Print the registry version holding ALIAS (or the newest) and set it as a CI step output."""
+    loaded = load(profile, model, sets, check_secrets=False)
+    version = resolve_version(loaded.config.tracking, loaded.root, loaded.config.project.model, alias)
+    write_step_output(output, str(version))
+    typer.echo(str(version))
