@@ -49,5 +49,8 @@ class FeaturesConfig(Section):
     feast_project: str = Field(default="fraud_detection", pattern=r"^[A-Za-z0-9_]+$")
     """Feast project name (letters, digits, underscores); namespaces registry entries and online keys."""
 
+    redis_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    """Connect and read timeout (seconds) of the Redis online store: a down Redis fails fast, not hangs."""
+
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""

@@ -68,12 +68,15 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
 
 
 def redis_connection_string(features: FeaturesConfig) -> str:
-    """Feast's ``host:port,db=N[,password=${ENV}]`` form of ``features.redis_url``."""
+    """Feast's ``host:port,db=N,...[,password=${ENV}]`` form of ``features.redis_url`` (keys become redis-py kwargs)."""
     parsed = urlparse(features.redis_url)
     if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
         raise FeatureStoreError(f"features.redis_url={features.redis_url!r} is invalid: expected redis://host:port/db")
     db = parsed.path.strip("/") or "0"
-    parts = [f"{parsed.hostname}:{parsed.port or 6379}", f"db={db}"]
+    timeout = features.redis_timeout_s
+    # retry=null: redis-py otherwise retries a refused connection with backoff for ~3 s; serving has its own policy.
+    parts = [f"{parsed.hostname}:{parsed.port or 6379}", f"db={db}", f"socket_connect_timeout={timeout}",
+             f"socket_timeout={timeout}", "retry=null"]
     if parsed.scheme == "rediss":
         parts.append("ssl=true")
     if features.redis_password_env:

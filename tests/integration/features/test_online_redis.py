@@ -1,0 +1,128 @@
+"""The online-store suite against a real Redis server, and recovery after a Redis outage.
+
+The suite is tests/unit/features/test_online.py's ``OnlineSuite``; only the store differs. Each class uses
+its own Feast project, so its keys never meet another test's; ``teardown`` deletes them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from mlops_config import DataConfig, FeaturesConfig
+from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, materialize, open_store, prepare_local_data
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SUITE = REPO_ROOT / "tests/unit/features/test_online.py"
+_spec = importlib.util.spec_from_file_location("features_online_suite", SUITE)
+assert _spec is not None and _spec.loader is not None
+_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_suite)
+
+
+class TestRedis(_suite.OnlineSuite):  # type: ignore[name-defined,misc]
+    @pytest.fixture(scope="class")
+    @classmethod
+    def online_overrides(cls, redis_url_class: str) -> dict[str, Any]:
+        return {"online_store": "redis", "redis_url": redis_url_class, "feast_project": f"t_{uuid.uuid4().hex[:10]}"}
+
+
+@pytest.fixture(scope="module")
+def redis_url_class() -> str:
+    """The shared test Redis, like the ``redis_url`` fixture but once per module (fails, not skips, when down)."""
+    url = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)")
+    finally:
+        client.close()
+    return url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    for _ in range(100):
+        try:
+            client.ping()
+            return proc
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"redis-server on port {port} did not start")
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A redis-server of this test's own, which the test may stop and start again on the same port."""
+    port = _free_port()
+    state: dict[str, Any] = {"port": port, "proc": _start_redis(port, tmp_path)}
+    state["start"] = lambda: state.update(proc=_start_redis(port, tmp_path))
+    yield state
+    proc = state["proc"]
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
+    own_redis: dict[str, Any], tmp_path: Path
+) -> None:
+    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), online_store="redis",
+                              redis_url=f"redis://127.0.0.1:{own_redis['port']}/0")
+    prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
+    online = OnlineFeatures(features, tmp_path)
+    row = {"user_id": "U000001", "merchant_id": "M00001"}
+    before = online.get([row])[0]
+    assert not before["unknown_user"]
+
+    own_redis["proc"].terminate()
+    own_redis["proc"].wait(timeout=10)
+    t0 = time.perf_counter()
+    with pytest.raises(FeatureStoreUnavailableError, match="online store unreachable"):
+        online.get([row])
+    assert time.perf_counter() - t0 < 1.0  # features.redis_timeout_s, no retry back-off
+    assert online.ping() is False
+
+    own_redis["start"]()  # back, but empty (no persistence): lookups work again, with defaults
+    assert online.ping() is True
+    assert online.get([row])[0]["unknown_user"] is True
+    materialize(features, tmp_path)
+    assert online.get([row])[0] == before  # the same object, no restart
+
+
+def test_teardown_removes_this_projects_keys(redis_url: str, tmp_path: Path) -> None:
+    project = f"t_{uuid.uuid4().hex[:10]}"
+    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), online_store="redis", redis_url=redis_url,
+                              feast_project=project)
+    prepare_local_data(DataConfig(rows=300, days=1, users=20, merchants=5), features, tmp_path, seed=4)
+    client = redis.Redis.from_url(redis_url)
+    mine = [k for k in client.scan_iter(count=10_000) if project.encode() in k]
+    assert len(mine) == 20 + 5
+    open_store(features, tmp_path).teardown()
+    assert not [k for k in client.scan_iter(count=10_000) if project.encode() in k]
