@@ -43,6 +43,13 @@ class EvaluationConfig(Section):
     latency_requests: int = Field(default=400, ge=20)
     """Timed requests per model in the interleaved latency run."""
 
+    latency_repeats: int = Field(default=5, ge=1)
+    """Back-to-back calls per timed request; the sample is their median, so one scheduler hiccup on a shared
+    machine does not become the p99 (1: every call is a sample)."""
+
+    latency_max_noise: float = Field(default=1.0, gt=0)
+    """Largest A/A p99 difference the latency gate trusts; noisier runs fail as "too noisy to judge"."""
+
     latency_warmup: int = Field(default=50, ge=0)
     """Requests per model discarded before timing."""
 

@@ -133,11 +133,19 @@ def reproducibility_gate(
                       f"{'≤' if ok else '>'} tolerance {rtol}", evidence)
 
 
-def latency_gate(run: LatencyRun, tolerance: float) -> GateResult:
-    """Candidate p99 may exceed the champion's by at most ``tolerance`` plus the measured A/A noise."""
+def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 1.0) -> GateResult:
+    """Candidate p99 may exceed the champion's by at most ``tolerance`` plus the measured A/A noise.
+
+    When the A/A noise itself exceeds ``max_noise`` the run cannot tell models apart and the gate fails.
+    """
     s = run.summary()
     allowed = tolerance + s["aa_noise"]
     ok = s["p99_regression"] <= allowed
+    if s["aa_noise"] > max_noise:
+        return GateResult("latency", False,
+                          f"too noisy to judge: the champion's p99 differed by {s['aa_noise']:.0%} between its own "
+                          f"two interleaved series (limit {max_noise:.0%}); rerun on a quieter machine",
+                          {**s, "tolerance": tolerance, "allowed_regression": allowed, "max_noise": max_noise})
     reason = (f"p99 {s['candidate']['p99']:.3f} ms vs champion {s['champion']['p99']:.3f} ms: "
               f"{s['p99_regression']:+.1%} {'≤' if ok else '>'} allowed {allowed:+.1%} "
               f"(tolerance {tolerance:.0%} + A/A noise {s['aa_noise']:.1%}); p50 {s['candidate']['p50']:.3f} vs "

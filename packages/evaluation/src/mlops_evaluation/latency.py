@@ -54,26 +54,29 @@ class LatencyRun:
 
 
 def measure_interleaved(champion: Predict, candidate: Predict, requests: Sequence[Any], *, timed: int,
-                        warmup: int) -> LatencyRun:
+                        warmup: int, repeats: int = 1) -> LatencyRun:
     """Call A, B, A′ round-robin (rotating order) over ``requests`` cycled; drop the first ``warmup`` rounds.
 
     Args:
         champion: the reference predictor (A and A′). candidate: the predictor under test (B).
         requests: request payloads, used in turn. timed: rounds kept. warmup: rounds discarded first.
+        repeats: back-to-back calls per sample; the sample is their median latency.
     """
     if not requests:
         raise EvaluationError("latency run needs at least one request payload")
-    if timed < 1 or warmup < 0:
-        raise EvaluationError(f"timed={timed!r} must be ≥ 1 and warmup={warmup!r} ≥ 0")
+    if timed < 1 or warmup < 0 or repeats < 1:
+        raise EvaluationError(f"timed={timed!r} and repeats={repeats!r} must be ≥ 1, warmup={warmup!r} ≥ 0")
     fns = (champion, candidate, champion)
     series: tuple[list[float], list[float], list[float]] = ([], [], [])
     clock = time.perf_counter_ns
     for i in range(warmup + timed):
         payload = requests[i % len(requests)]
         for k in _ORDERS[i % len(_ORDERS)]:
-            t0 = clock()
-            fns[k](payload)
-            dt = (clock() - t0) / 1e6
+            times = []
+            for _ in range(repeats):
+                t0 = clock()
+                fns[k](payload)
+                times.append((clock() - t0) / 1e6)
             if i >= warmup:
-                series[k].append(dt)
-    return LatencyRun(series[0], series[1], series[2], warmup)
+                series[k].append(float(np.median(times)))
+    return LatencyRun(series[0], series[1], series[2], warmup, {"repeats": repeats})

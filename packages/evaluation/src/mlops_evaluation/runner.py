@@ -126,9 +126,9 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     ref_x = ref.encode(frame) if champion is not None else cand_x
     cand_p, ref_p = candidate.predict_encoded(), ref.predict_encoded()
     pairs = [(ref_x[i:i + n], cand_x[i:i + n]) for i in range(0, len(frame) - n + 1, n)]
-    run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs,
-                              timed=section.latency_requests, warmup=section.latency_warmup)
-    gate = latency_gate(run, section.latency_tolerance)
+    run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs, timed=section.latency_requests,
+                              warmup=section.latency_warmup, repeats=section.latency_repeats)
+    gate = latency_gate(run, section.latency_tolerance, section.latency_max_noise)
     if champion is None:
         return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                           + gate.reason, {**gate.evidence, "champion": None})
