@@ -13,9 +13,10 @@ over the process' RSS after loading the data, ``rss_peak_delta_mb``), once under
 ``peak_mb`` (peak traced allocation during the comparison: Python objects + numpy/pandas buffers; the
 input frames, loaded before, are not counted). Data loading is outside both measures.
 
-Agreement, column by column, where the definitions match: KS p-value < 0.05 (both call scipy's KS:
-the p-values must agree), chi² p-value < 0.05, and PSI ≥ 0.1 (Evidently bins PSI differently, so its
-flag can differ near the threshold). ``verdict_agreement`` is the share of those verdicts that agree.
+Agreement, column by column, where the definitions match: KS p-value < 0.05 on the numeric columns
+(both call scipy's KS: the p-values must agree) and PSI ≥ 0.1 on the categorical columns.
+``verdict_agreement`` is the share of those verdicts that agree; ``by_test`` adds numeric PSI and chi²,
+whose definitions differ (see ``agreement``).
 
 Targets: speedup ≥ 20, memory_ratio ≥ 5. Prints one JSON object on its last line.
 """
@@ -151,29 +152,41 @@ def _spawn(side: str, mode: str, data: Path, timeout: float) -> dict[str, Any]:
 
 
 def agreement(ours: dict[str, dict], theirs: dict[str, dict]) -> dict[str, Any]:
-    """Per-test agreement of drifted / not-drifted verdicts, and the largest KS p-value difference."""
-    agree: dict[str, list[bool]] = {"ks": [], "chi2": [], "psi": []}
+    """Agreement of drifted / not-drifted verdicts, column by column.
+
+    Counted in ``verdict_agreement`` (same definition on both sides): KS p < 0.05 on numeric columns (both
+    are scipy's KS: the p-values must be equal too) and PSI ≥ 0.1 on categorical columns (both bin by
+    category). Reported apart, because the definitions differ: numeric PSI (ours: reference deciles;
+    Evidently: Sturges equal-width bins over both samples, or one bin per value under 21 distinct values)
+    and chi² (ours: contingency test; Evidently: goodness-of-fit against the reference's shares).
+    """
+    same: dict[str, list[bool]] = {"ks": [], "psi_categorical": [], "psi_numeric": [], "chi2": []}
     max_ks_p_diff = 0.0
     disagreements = []
+
+    def note(test: str, name: str, mine: bool, other: bool, detail: str) -> None:
+        same[test].append(mine == other)
+        if mine != other:
+            disagreements.append(f"{name}:{test} {detail}")
+
     for name, mine in ours.items():
         other = theirs[name]
-        test = "ks" if mine["method"] == "ks" else "chi2"
-        if "p_value" in other:
-            same = (mine["p_value"] < P_THRESHOLD) == (other["p_value"] < P_THRESHOLD)
-            agree[test].append(same)
-            if test == "ks":
-                max_ks_p_diff = max(max_ks_p_diff, abs(mine["p_value"] - other["p_value"]))
-            if not same:
-                disagreements.append(f"{name}:{test}")
-        if "psi" in other:
-            same = (mine["psi"] >= PSI_THRESHOLD) == (other["psi"] >= PSI_THRESHOLD)
-            agree["psi"].append(same)
-            if not same:
-                disagreements.append(f"{name}:psi ours={mine['psi']:.4f} evidently={other['psi']:.4f}")
-    flat = [v for vs in agree.values() for v in vs]
+        if mine["method"] == "ks":
+            max_ks_p_diff = max(max_ks_p_diff, abs(mine["p_value"] - other["p_value"]))
+            note("ks", name, mine["p_value"] < P_THRESHOLD, other["p_value"] < P_THRESHOLD,
+                 f"ours p={mine['p_value']:.3g} evidently p={other['p_value']:.3g}")
+            note("psi_numeric", name, mine["psi"] >= PSI_THRESHOLD, other["psi"] >= PSI_THRESHOLD,
+                 f"ours={mine['psi']:.4f} evidently={other['psi']:.4f}")
+        else:
+            note("psi_categorical", name, mine["psi"] >= PSI_THRESHOLD, other["psi"] >= PSI_THRESHOLD,
+                 f"ours={mine['psi']:.4f} evidently={other['psi']:.4f}")
+            note("chi2", name, mine["p_value"] < P_THRESHOLD, other["p_value"] < P_THRESHOLD,
+                 f"ours p={mine['p_value']:.3g} evidently p={other['p_value']:.3g}")
+    matched = same["ks"] + same["psi_categorical"]
     return {
-        "verdict_agreement": round(sum(flat) / len(flat), 4) if flat else None,
-        "by_test": {k: round(sum(v) / len(v), 4) if v else None for k, v in agree.items()},
+        "verdict_agreement": round(sum(matched) / len(matched), 4) if matched else None,
+        "verdicts_compared": len(matched),
+        "by_test": {k: round(sum(v) / len(v), 4) if v else None for k, v in same.items()},
         "max_ks_p_value_diff": max_ks_p_diff,
         "disagreements": disagreements,
     }

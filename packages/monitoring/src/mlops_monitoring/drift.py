@@ -144,14 +144,15 @@ def _numeric_vs_profile(col: Mapping[str, Any], cur: pd.DataFrame, name: str, ki
 
 
 def _category_counts(frame: pd.DataFrame, name: str) -> tuple[pd.Series, int]:
-    series = frame[name]
-    missing = int(series.isna().sum())
-    present = series.dropna() if missing else series
-    if isinstance(present.dtype, pd.CategoricalDtype):
-        counts = present.value_counts(sort=False)
-        counts.index = counts.index.astype(str)
-        return counts.groupby(level=0, observed=True).sum(), missing
-    return present.astype(str).value_counts(sort=False), missing
+    """Counts per category (keys as strings) and the number of missing values, in one hashing pass."""
+    counts = frame[name].value_counts(dropna=False, sort=False)
+    missing_keys = counts.index.isna()
+    missing = int(counts[missing_keys].sum()) if missing_keys.any() else 0
+    counts = counts[~missing_keys] if missing_keys.any() else counts
+    counts.index = counts.index.astype(str)
+    if not counts.index.is_unique:  # e.g. 1 and "1" in an object column: one category once written out
+        counts = counts.groupby(level=0, sort=False).sum()
+    return counts[counts > 0], missing
 
 
 def _categorical(ref_counts: pd.Series, ref_missing: int, ref_other: int, cur: pd.DataFrame, name: str, key: bool,

@@ -46,20 +46,24 @@ def _last_of_ties(sorted_values: np.ndarray) -> np.ndarray:
 
 
 def ks_statistic_sorted(ref_sorted: np.ndarray, cur_sorted: np.ndarray) -> float:
-    """KS statistic D of two sorted samples.
+    """KS statistic D = sup |F_a − F_b| of two sorted samples, searching only the smaller one's values.
 
-    D is attained at a sample value; at the last of a run of ties each ECDF is exact, so it is enough to
-    evaluate both ECDFs there: one ``searchsorted`` of each sample into the other.
+    Let ``b`` be the smaller sample, ``u_1 < … < u_m`` its distinct values and ``G_k`` its ECDF at ``u_k``
+    (0 before ``u_1``). On ``[u_k, u_k+1)`` the ECDF of ``b`` is ``G_k`` while that of ``a`` rises from
+    ``#a <= u_k`` to ``#a < u_k+1`` (over ``n_a``), so the supremum there is reached at one of those two
+    ends; before ``u_1`` it is ``#a < u_1``. Two ``searchsorted`` of ``m`` values into ``a`` give all of it.
     """
-    n1, n2 = ref_sorted.shape[0], cur_sorted.shape[0]
-    at_ref = _last_of_ties(ref_sorted)
-    at_cur = _last_of_ties(cur_sorted)
-    ref_pts = ref_sorted[at_ref]
-    cur_pts = cur_sorted[at_cur]
-    # ECDFs at the reference's points: own rank is (index + 1), the other's comes from searchsorted
-    d_ref = (np.flatnonzero(at_ref) + 1) / n1 - np.searchsorted(cur_sorted, ref_pts, side="right") / n2
-    d_cur = np.searchsorted(ref_sorted, cur_pts, side="right") / n1 - (np.flatnonzero(at_cur) + 1) / n2
-    return float(max(np.abs(d_ref).max(), np.abs(d_cur).max()))
+    a, b = (ref_sorted, cur_sorted) if ref_sorted.shape[0] >= cur_sorted.shape[0] else (cur_sorted, ref_sorted)
+    n_a, n_b = a.shape[0], b.shape[0]
+    at_b = _last_of_ties(b)
+    points = b[at_b]
+    g = (np.flatnonzero(at_b) + 1) / n_b
+    at_or_below = np.searchsorted(a, points, side="right") / n_a
+    below = np.searchsorted(a, points, side="left") / n_a
+    d = max(float(np.abs(at_or_below - g).max()), float(below[0]))
+    if points.shape[0] > 1:
+        d = max(d, float(np.abs(below[1:] - g[:-1]).max()))
+    return d
 
 
 def ks_sorted(ref_sorted: np.ndarray, cur_sorted: np.ndarray) -> tuple[float, float]:
