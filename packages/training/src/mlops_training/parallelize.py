@@ -79,9 +79,28 @@ def init_distributed(backend: str, *, cpu_offload: bool = False) -> Dist:
         torch.cuda.set_device(device)
     chosen = resolve_backend(backend, cuda=cuda, cpu_offload=cpu_offload)
     if not dist.is_initialized():
-        dist.init_process_group(backend=chosen)
+        dist.init_process_group(backend=chosen, **_attempt_store())
     return Dist(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                 local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]), device=device, backend=chosen)
+
+
+def _attempt_store() -> dict[str, object]:
+    """Under torchrun, a store namespaced by restart attempt.
+
+    After a restart the agent's store still holds the failed attempt's gloo addresses; without a per-attempt
+    prefix the new workers can read them and fail to connect ("Connection refused").
+    """
+    from datetime import timedelta
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    base = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                    timeout=timedelta(minutes=10))
+    return {"store": PrefixStore(f"mlops/attempt_{attempt}", base), "rank": rank, "world_size": world}
 
 
 def _free_port() -> int:
