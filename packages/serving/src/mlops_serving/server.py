@@ -36,7 +36,7 @@ from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 from mlops_serving.errors import FeatureStoreUnavailableError, ServingError
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import FraudModel
+from mlops_serving.model import FraudModel, single_threaded_torch
 from mlops_serving.prediction_log import PredictionLogWriter
 from mlops_serving.v2 import decode_infer_body
 
@@ -196,6 +196,7 @@ def build_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> Any:
+        single_threaded_torch()  # this is the thread that runs the forward passes
         if prediction_log is not None:
             prediction_log.start()
         if load_in_background:
