@@ -117,6 +117,7 @@ class PredictionLogWriter:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         final = self.folder / f"part-{stamp}-{os.getpid()}-{self._seq:06d}.parquet"
         tmp = final.with_suffix(".parquet.tmp")
+        self.folder.mkdir(parents=True, exist_ok=True)  # also when someone removed it while serving
         pq.write_table(pa.Table.from_pylist(rows), tmp)
         tmp.replace(final)
 
