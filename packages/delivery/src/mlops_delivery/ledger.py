@@ -78,7 +78,7 @@ def resolve_version(tracking: TrackingConfig, root: Path, model: str, alias: str
         current = lifecycle.aliases(tracking, root, model)
         if alias not in current:
             raise PromotionRefusedError(f"no version of {model} holds the registry alias {alias!r} "
-                                        f"(aliases: {current or 'none'})")
+                                        f"(aliases: {dict(sorted(current.items())) or 'none'})")
         return int(current[alias])
     known = lifecycle.versions(tracking, root, model)
     if not known:

@@ -1,0 +1,177 @@
+"""GitOps promotion end to end on a real MLflow registry (SQLite) with the real promotion ledger, a real git
+repository and the real `mlops` command: gates are read from the ledger, every move is one commit of one
+file, and a rollback commit restores the manifest byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_config import DeliveryConfig, TrackingConfig
+from mlops_delivery import PromotionRefusedError, promote_version
+
+pytestmark = pytest.mark.integration
+
+MLOPS = [sys.executable, "-m", "mlops_cli"]
+PROD = "infra/overlays/production/model-fraud.yaml"
+STAGING = "infra/overlays/staging/model-fraud.yaml"
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def mlops(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real `mlops` in a process of its own (exit code and stderr as a user sees them)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("MLOPS", "GITHUB_"))}
+    return subprocess.run([*MLOPS, *args], cwd=root, env={**base, **(env or {})}, capture_output=True, text=True,
+                          timeout=180, check=False)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The same `mlops` app run in this process (one import of MLflow for the whole test)."""
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    for key in [k for k in os.environ if k.startswith(("MLOPS", "GITHUB_"))]:
+        monkeypatch.delenv(key)
+    runner = CliRunner()
+
+    def run(root: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+        monkeypatch.chdir(root)
+        return runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
+    return run
+
+
+def gate_report(version: str, passed: bool) -> dict[str, Any]:
+    """A gate report in the shape the lifecycle checks (model, candidate version, named gates)."""
+    gates = [{"name": n, "passed": passed or n != "quality", "reason": "hand-made"}
+             for n in ("quality", "reproducibility", "latency", "contract")]
+    return {"model": "fraud", "candidate": {"version": version}, "gates": gates}
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+    """A git repo holding infra/ and configs/, with a SQLite registry (under .mlops/) where fraud v1 passed its
+    gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy."""
+    from mlflow.tracking import MlflowClient
+
+    from mlops_core import lifecycle
+    from mlops_core.tracking import configure_tracking
+
+    root = tmp_path_factory.mktemp("seeded") / "repo"
+    shutil.copytree(repo_root / "infra", root / "infra")
+    shutil.copytree(repo_root / "configs", root / "configs")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
+    tracking = TrackingConfig()
+    configure_tracking(tracking, root)
+    client = MlflowClient()
+    client.create_registered_model("fraud")
+    for _ in range(2):
+        client.create_model_version("fraud", source=(root / "artifact").as_uri())
+    lifecycle.promote(tracking, root, "fraud", "1", "candidate", reason="trained", actor="test")
+    lifecycle.promote(tracking, root, "fraud", "1", "staging", reason="gates passed", actor="test",
+                      gate_report=gate_report("1", True))
+    lifecycle.promote(tracking, root, "fraud", "2", "candidate", reason="trained", actor="test")
+    with pytest.raises(lifecycle.GateNotPassedError):
+        lifecycle.promote(tracking, root, "fraud", "2", "staging", reason="try", actor="test",
+                          gate_report=gate_report("2", False))
+    return root
+
+
+@pytest.fixture
+def repo(seeded: Path, tmp_path: Path) -> tuple[Path, TrackingConfig]:
+    root = tmp_path / "repo"
+    shutil.copytree(seeded, root)
+    return root, TrackingConfig()
+
+
+def test_gates_come_from_the_ledger_and_promotion_is_idempotent(repo: tuple[Path, TrackingConfig]) -> None:
+    root, tracking = repo
+    cfg = DeliveryConfig()
+    before = (root / STAGING).read_text()
+    with pytest.raises(PromotionRefusedError, match="fraud v2 has not passed its gates"):
+        promote_version(cfg, tracking, root, "fraud", 2, "staging", commit=True)
+    assert (root / STAGING).read_text() == before
+    head = git(root, "rev-parse", "HEAD")
+    # v1's staging manifest already names v1 (the repo's initial state); v3 does not exist in the ledger.
+    with pytest.raises(PromotionRefusedError, match="fraud v3 has not passed its gates"):
+        promote_version(cfg, tracking, root, "fraud", 3, "canary")
+    first = promote_version(cfg, tracking, root, "fraud", None, "staging", commit=True)
+    assert first.evidence["gates"]["ledger_seq"] >= 1
+    assert not first.changed and git(root, "rev-parse", "HEAD") == head  # staging already pins v1
+
+
+def test_cli_walks_canary_steps_as_commits_and_rollback_reverts_them(repo: tuple[Path, TrackingConfig],
+                                                                    cli: Any) -> None:
+    root, _ = repo
+    # staging serves v1 (seed); production is moved back to v0 by hand so that v1 has something to replace.
+    prod_before = (root / PROD).read_text()
+    (root / PROD).write_text(prod_before.replace('stable-version: "1"', 'stable-version: "0"')
+                             .replace("fraud/v1", "fraud/v0"))
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "production on v0")
+    refused = mlops(root, "gitops", "promote", "--version", "1", "--to", "production")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: cannot promote fraud v1 to production: production runs no canary")
+    seeded = (root / PROD).read_text()
+    commits = []
+    for pct in ("10", "50"):
+        res = cli(root, "gitops", "promote", "--version", "1", "--to", "canary", "--percent", pct, "--commit",
+                    "--json")
+        assert res.exit_code == 0, res.output
+        change = json.loads(res.stdout)
+        assert change["changed"] and change["after"]["canary_percent"] == int(pct)
+        assert change["evidence"]["gates"]["gate_report_sha256"]
+        commits.append(change["commit"])
+        assert git(root, "show", "--name-only", "--format=", change["commit"]) == PROD
+    again = cli(root, "gitops", "promote", "--version", "1", "--to", "canary", "--percent", "50", "--commit")
+    assert again.exit_code == 0 and "already in place, nothing changed" in again.stdout
+    assert git(root, "rev-parse", "HEAD") == commits[-1]
+    status = json.loads(cli(root, "gitops", "status", "--json").stdout)["environments"]["production"]
+    assert (status["stable_version"], status["canary_version"], status["stable_percent"]) == (0, 1, 50)
+    rollback = cli(root, "gitops", "rollback", "--env", "production", "--commit")
+    assert rollback.exit_code == 0, rollback.output
+    assert "-    canaryTrafficPercent: 50" in rollback.stdout
+    assert (root / PROD).read_text() == seeded
+    assert git(root, "log", "-1", "--format=%s") == "gitops: revert: roll back canary fraud v1 in production to v0"
+    assert git(root, "diff", f"{commits[0]}~1", "HEAD", "--", PROD) == ""
+
+
+def test_resolve_writes_the_step_output(repo: tuple[Path, TrackingConfig], tmp_path: Path, cli: Any) -> None:
+    root, _ = repo
+    out = tmp_path / "github_output"
+    res = cli(root, "gitops", "resolve", "--alias", "staging", env={"GITHUB_OUTPUT": str(out)})
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "1" and out.read_text() == "version=1\n"
+    newest = cli(root, "gitops", "resolve", env={"GITHUB_OUTPUT": str(out)})
+    assert newest.stdout.strip() == "2" and out.read_text().splitlines()[-1] == "version=2"
+    missing = mlops(root, "gitops", "resolve", "--alias", "champion")
+    assert missing.returncode == 2
+    assert missing.stderr == "error: no version of fraud holds the registry alias 'champion' (aliases: " \
+        "{'candidate': '2', 'staging': '1'})\n"
+
+
+def test_summary_appends_reports_and_fails_without_them(tmp_path: Path, repo_root: Path, cli: Any) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root / "configs", root / "configs")
+    (root / "reports" / "evaluation").mkdir(parents=True)
+    (root / "reports" / "evaluation" / "evaluation.md").write_text("# Gates\n\nall passed\n")
+    summary = tmp_path / "summary.md"
+    summary.write_text("previous\n")
+    res = cli(root, "gitops", "summary", "reports/evaluation/*.md", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert res.exit_code == 0, res.output
+    assert summary.read_text() == "previous\n# Gates\n\nall passed\n\n"
+    res = cli(root, "gitops", "summary", "reports/none/*.md")
+    assert res.exit_code == 2 and "error: no report matches 'reports/none/*.md'" in res.output
