@@ -1,0 +1,148 @@
+"""The gates on real models: a better candidate passes all four and can be promoted; one trained on shuffled
+labels is blocked by quality (and by promotion); a nondeterministic re-run is caught by reproducibility; a
+much larger network is caught by latency. Runs the real ``mlops`` CLI where a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlops_core import lifecycle
+from mlops_core.ledger import report_hash
+
+from .conftest import SETS, World
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MLOPS = str(Path(sys.executable).with_name("mlops"))
+
+
+def _mlops(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MLOPS_CONFIG_DIR": str(world.root / "configs")}
+    sets = [a for s in SETS for a in ("--set", s)]
+    return subprocess.run([MLOPS, *args, *sets], capture_output=True, text=True, env=env, cwd=world.root,
+                          timeout=400, check=False)
+
+
+def _make_champion(world: World) -> None:
+    cfg = world.loaded.config
+    if lifecycle.aliases(cfg.tracking, world.root, "fraud").get("champion") == world.versions["champion"]:
+        return
+    for to in lifecycle.LIFECYCLE:  # test set-up: the old champion predates the gates
+        lifecycle.promote(cfg.tracking, world.root, "fraud", world.versions["champion"], to, reason="set-up",
+                          actor="test", required_gates={})
+
+
+def _holdout_f1(world: World, version: str) -> float:
+    """F1 on the holdout recomputed independently: exported weights → torch → sklearn."""
+    import mlflow
+    import torch
+    from sklearn.metrics import f1_score
+
+    from mlops_core.exported import build_tabular_mlp, load_exported
+    from mlops_features import encode, training_set
+
+    cfg = world.loaded.config
+    run_id = mlflow.tracking.MlflowClient().get_model_version("fraud", version).run_id
+    folder = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="model",
+                                                 dst_path=str(world.root / f"check-{version}"))
+    tensors, meta = load_exported(folder)
+    net = build_tabular_mlp(meta["architecture"])
+    net.load_state_dict(tensors)
+    df = training_set(cfg.features, cfg.data, world.root).sort_values(["event_timestamp", "transaction_id"])
+    hold = df.iloc[int(len(df) * (1 - cfg.evaluation.holdout_fraction)):]
+    with torch.no_grad():
+        p = torch.sigmoid(net(torch.from_numpy(encode(hold, meta["features"]["encoder"])))).squeeze(-1).numpy()
+    return float(f1_score(hold["is_fraud"].to_numpy(), (p >= 0.5).astype(int)))
+
+
+def _gates(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["name"]: g for g in doc["gates"]}
+
+
+def test_better_candidate_passes_every_gate_and_is_promoted(world: World, tmp_path: Path) -> None:
+    _make_champion(world)
+    version = world.versions["better"]
+    proc = _mlops(world, "evaluate", "run", "--candidate", version, "--json", "--report-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    gates = _gates(doc)
+    assert doc["passed"] is True and list(gates) == ["quality", "reproducibility", "latency", "contract"]
+    assert doc["champion"]["version"] == world.versions["champion"]
+    quality = gates["quality"]["evidence"]
+    assert quality["candidate"]["f1"] == pytest.approx(_holdout_f1(world, version), abs=1e-9)
+    assert quality["reference_metrics"]["f1"] == pytest.approx(_holdout_f1(world, world.versions["champion"]),
+                                                               abs=1e-9)
+    assert quality["bootstrap"]["lower"] >= 0.02
+    assert "bit-identical" in gates["reproducibility"]["reason"]
+    assert gates["reproducibility"]["evidence"]["reruns"][0]["weights_sha256"] == world.pipeline_result.weights_sha256
+    assert (tmp_path / "evaluation.json").is_file() and "PASSED" in (tmp_path / "evaluation.md").read_text()
+    # Logged on the candidate's run, where promotion reads it.
+    promote = _mlops(world, "registry", "promote", "--version", version, "--to", "candidate", "--reason", "trained")
+    assert promote.returncode == 0, promote.stderr
+    promote = _mlops(world, "registry", "promote", "--version", version, "--to", "staging", "--reason", "gates green",
+                     "--json")
+    assert promote.returncode == 0, promote.stderr
+    entry = json.loads(promote.stdout)
+    assert entry["gate_report_sha256"] == report_hash(json.loads((tmp_path / "evaluation.json").read_text()))
+    assert entry["data_hash"] == world.pipeline_result.data_hash
+
+
+def test_candidate_trained_on_shuffled_labels_is_blocked(world: World, tmp_path: Path) -> None:
+    _make_champion(world)
+    version = world.versions["shuffled"]
+    proc = _mlops(world, "evaluate", "run", "--candidate", version, "--gate", "quality", "--gate", "contract",
+                  "--json", "--report-dir", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    gates = _gates(doc)
+    assert doc["passed"] is False and gates["quality"]["passed"] is False and gates["contract"]["passed"] is True
+    assert "< required +0.0200" in gates["quality"]["reason"]
+    assert "BLOCKED" in (tmp_path / "evaluation.md").read_text()
+    assert _mlops(world, "registry", "promote", "-v", version, "--to", "candidate", "-r", "try").returncode == 0
+    blocked = _mlops(world, "registry", "promote", "-v", version, "--to", "staging", "-r", "try")
+    assert blocked.returncode == 1 and "blocked" in blocked.stderr and "quality" in blocked.stderr
+
+
+def test_nondeterministic_rerun_is_caught_by_reproducibility(world: World) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from mlops_evaluation.runner import check_reproducibility
+    from mlops_evaluation.scorer import load_version
+    from mlops_training import reproduce
+
+    def jittered(recorded: dict[str, Any], root: Path, max_steps: int | None) -> Any:
+        """A real re-run made nondeterministic on purpose: the learning rate moves by a random 1e-6."""
+        noisy = json.loads(json.dumps(recorded))
+        noisy["training"]["lr"] *= 1 + (1 + secrets.randbelow(1000)) * 1e-9
+        return reproduce(noisy, root, max_steps=max_steps)
+
+    cfg = world.loaded.config
+    scorer = load_version(MlflowClient(), "fraud", world.versions["better"], world.root / "repro-check")
+    gate = check_reproducibility(scorer, world.root, cfg.evaluation, jittered)
+    assert not gate.passed
+    assert "not deterministic" in gate.reason
+    assert gate.evidence["reruns"][0]["weights_sha256"] != world.pipeline_result.weights_sha256
+
+
+def test_larger_model_is_caught_by_latency(world: World, tmp_path: Path) -> None:
+    from mlops_evaluation import evaluate
+
+    _make_champion(world)
+    cfg = world.loaded.config
+    report = evaluate(model="fraud", candidate=world.versions["slow"], evaluation=cfg.evaluation,
+                      tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=world.root,
+                      report_dir=tmp_path, gates=("latency",), log_to_run=False)
+    gate = report.gates[0]
+    assert not report.passed and report.exit_code == 1
+    assert "too noisy" not in gate.reason, gate.reason
+    assert gate.evidence["p99_regression"] > 1.0  # > 2× the champion's p99
+    assert gate.evidence["candidate"]["p50"] > 2 * gate.evidence["champion"]["p50"]
+    assert np.isfinite(gate.evidence["aa_noise"])
