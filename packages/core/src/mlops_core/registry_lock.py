@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlops_core.errors import PlatformError
 
@@ -40,7 +40,7 @@ def lock_name(model_name: str) -> str:
     return f"{model_name}{LOCK_SUFFIX}"
 
 
-def _holder(client: MlflowClient, name: str) -> dict[str, object] | None:
+def _holder(client: MlflowClient, name: str) -> dict[str, Any] | None:
     """The lock's description (token, holder, expiry), ``None`` when nobody holds it."""
     from mlflow.exceptions import MlflowException
 

@@ -109,7 +109,7 @@ def reproducibility_gate(
     hashes = [r.get("weights_sha256") for r in reruns]
     same_hash = all(h == expected.get("weights_sha256") for h in hashes)
     data_ok = all(r.get("data_hash") == expected.get("data_hash") for r in reruns) or not expected.get("data_hash")
-    evidence = {"expected": dict(expected), "reruns": [dict(r) for r in reruns], "device": device}
+    evidence: dict[str, Any] = {"expected": dict(expected), "reruns": [dict(r) for r in reruns], "device": device}
     if not data_ok:
         seen = sorted({str(r.get("data_hash"))[:12] for r in reruns})
         return GateResult("reproducibility", False,
