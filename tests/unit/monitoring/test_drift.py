@@ -155,3 +155,13 @@ def test_empty_and_missing_columns_are_refused() -> None:
         compare(ref.assign(ts=pd.Timestamp("2026-01-01")), ref)
     with pytest.raises(MonitoringError, match="not a reference profile"):
         compare({"numeric": {}}, ref)
+
+
+def test_inputs_are_left_untouched() -> None:
+    rng = np.random.default_rng(7)
+    ref, cur = _frame(2000, rng), _frame(500, rng, shift=0.3)
+    ref.loc[:5, "amount"] = np.nan
+    before = (ref.copy(), cur.copy())
+    compare(ref, cur)
+    pd.testing.assert_frame_equal(ref, before[0])
+    pd.testing.assert_frame_equal(cur, before[1])

@@ -46,14 +46,13 @@ def sorted_finite(values: Any, *, name: str) -> tuple[np.ndarray, int]:
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     if not (pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)):
         raise ProfileError(f"column {name!r} has dtype {series.dtype!s}; expected a numeric column (int or float)")
-    arr = series.to_numpy(dtype=np.float64, na_value=np.nan)
-    missing = np.isnan(arr)
-    n_missing = int(missing.sum())
-    if n_missing:
-        arr = arr[~missing]
-    if np.isinf(arr).any():
+    arr = series.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)  # a copy: sorted in place below
+    arr.sort()  # in place; numpy sorts NaN last, so the missing values are the tail
+    n_valid = int(np.searchsorted(arr, np.nan, side="left"))
+    arr = arr[:n_valid]
+    if n_valid and (np.isinf(arr[0]) or np.isinf(arr[-1])):
         raise ProfileError(f"column {name!r} holds an infinite value; expected finite numbers or NaN for missing")
-    return np.sort(arr), n_missing
+    return arr, len(series) - n_valid
 
 
 def quantiles_of_sorted(sorted_values: np.ndarray, probs: np.ndarray) -> np.ndarray:

@@ -258,6 +258,8 @@ def compare(
         ref_cols = [*profile["numeric"], *profile["categorical"]]
         has_score = score is not None and profile.get("score") is not None and score in current.columns
         n_ref = int(profile["n_rows"])
+    if score is not None and not has_score and score in current.columns:
+        log.warning("current data has %r but the reference has no scores; prediction drift is not compared", score)
     numeric, categorical = list(numeric or ()), list(categorical or ())
     if not numeric and not categorical and not has_score:
         raise MonitoringError("no column to compare: pass numeric= and/or categorical= (or a score column)")

@@ -71,6 +71,11 @@ def _compare(reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, mo
     if isinstance(reference, dict):
         return compare(reference, current, monitoring, window=window)
     columns = _feature_columns(reference, current, monitoring.ignore_columns)
+    unmatched = sorted(str(c) for c in reference.columns if c not in current.columns and c not in
+                       monitoring.ignore_columns)
+    if unmatched:
+        log.warning("reference columns %s are not in the current data; they are not compared", unmatched)
+        window = {**window, "reference_only_columns": unmatched}
     if not columns:
         raise MonitoringError(
             f"the reference and the current data share no feature column (reference has {list(reference.columns)!r})"

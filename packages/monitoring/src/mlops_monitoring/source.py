@@ -120,6 +120,8 @@ def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, al
         raise MonitoringError(
             f"cannot resolve {name!r}@{alias!r} in the registry ({exc.message}); pass --reference PATH instead"
         ) from None
+    if not version.run_id:
+        raise MonitoringError(f"{name!r} v{version.version} was registered without a run; pass --reference PATH")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = client.download_artifacts(version.run_id, PROFILE_ARTIFACT, tmp)
