@@ -91,8 +91,8 @@ def _race(uri: str, root: Path, workers: int, rounds: int) -> None:
 
 
 def test_racing_processes_on_sqlite(tmp_path: Path) -> None:
-    _race(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, workers=3, rounds=4)
+    _race(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path, workers=3, rounds=3)
 
 
 def test_racing_processes_on_mlflow_server_postgres(mlflow_server_pg: str, tmp_path: Path) -> None:
-    _race(mlflow_server_pg, tmp_path, workers=3, rounds=4)
+    _race(mlflow_server_pg, tmp_path, workers=3, rounds=3)
