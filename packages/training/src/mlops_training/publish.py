@@ -88,6 +88,7 @@ def publish(config: PlatformConfig, root: Path, run_name: str, task: Task, outco
                 "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
         if "feature_service" in features:
             tags["mlops.feature_service"] = str(features["feature_service"])
+            tags["mlops.data_version"] = str(features.get("data_version", ""))
 
         def do_export(run_id: str) -> Path:
             return export_model(folder, outcome, task, {**lineage, "run_id": run_id})

@@ -42,6 +42,8 @@ class TabularData:
     data_hash: str
     frame_path: Path
     """Parquet of the training rows (raw columns), for the reference profile."""
+    data_version: str = ""
+    """``mlops_features.data_version``: SHA-256 of the validated data area the training set came from."""
 
 
 def frame_hash(df: pd.DataFrame) -> str:
@@ -71,7 +73,7 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
         TrainingError: ``mlops_features`` is not installed or the training set is empty / has no label.
     """
     try:
-        from mlops_features import encode, fit_encoder, training_set
+        from mlops_features import data_version, encode, fit_encoder, training_set
     except ImportError as exc:
         raise TrainingError(
             f"the fraud model needs mlops_features (training_set, fit_encoder, encode): {exc}; "
@@ -91,7 +93,8 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
     for name, arr in arrays.items():
         np.save(cache / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
     train.to_parquet(cache / "train.parquet", index=False)
-    meta = {"feature_service": features.feature_service, "data_hash": frame_hash(df), "rows": len(df),
+    meta = {"feature_service": features.feature_service, "data_hash": frame_hash(df),
+            "data_version": data_version(data, root), "rows": len(df),
             "train_rows": len(train), "val_rows": len(val), "encoder": encoder}
     (cache / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str), encoding="utf-8")
     log.info("training set: %d rows (%d train / %d val), hash %s", len(df), len(train), len(val), meta["data_hash"])
@@ -109,4 +112,5 @@ def load_tabular(cache: Path) -> TabularData:
     except FileNotFoundError as exc:
         raise TrainingError(f"prepared data under {str(cache)!r} is incomplete: {exc.filename!r} is missing") from None
     return TabularData(**arrays, encoder=meta["encoder"], feature_service=meta["feature_service"],
-                       data_hash=meta["data_hash"], frame_path=cache / "train.parquet")
+                       data_hash=meta["data_hash"], frame_path=cache / "train.parquet",
+                       data_version=meta.get("data_version", ""))

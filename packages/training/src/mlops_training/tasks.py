@@ -142,4 +142,5 @@ class TabularTask:
         return {"val_loss": loss, **classification_metrics(self.data.val_y, scores)}
 
     def features_meta(self) -> dict[str, Any]:
-        return {"feature_service": self.data.feature_service, "encoder": self.data.encoder}
+        return {"feature_service": self.data.feature_service, "encoder": self.data.encoder,
+                "data_version": self.data.data_version}
