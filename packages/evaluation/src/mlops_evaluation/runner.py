@@ -140,7 +140,7 @@ def evaluate(
     features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
     gates: Sequence[str] = GATES, reproduce_fn: Reproduce | None = None, log_to_run: bool = True,
 ) -> EvaluationReport:
-    """Evaluate registry version ``candidate`` of ``model`` against the current champion (or a baseline).
+    """Evaluate registry version ``candidate`` (or ``latest``) of ``model`` against the champion (or a baseline).
 
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
@@ -157,6 +157,13 @@ def evaluate(
     client = MlflowClient()
     name = registered_model_name(tracking, model)
     current = aliases(tracking, root, model)
+    if str(candidate) == "latest":
+        from mlops_core.lifecycle import versions
+
+        listed = versions(tracking, root, model)
+        if not listed:
+            raise EvaluationError(f"{name!r} has no versions; train one first (`mlops train run`)")
+        candidate = listed[0]["version"]
     champion_version = current.get("champion")
     with tempfile.TemporaryDirectory() as tmp:
         cand = load_version(client, name, str(candidate), Path(tmp) / "candidate")

@@ -15,7 +15,7 @@ app = typer.Typer(help="Evaluation gates: quality vs champion, reproducibility, 
 
 @app.command("run")
 def run(
-    candidate: Annotated[str, typer.Option("--candidate", "-c", help="Registry version to evaluate.")],
+    candidate: Annotated[str, typer.Option("--candidate", "-c", help="Registry version to evaluate, or latest.")],
     report_dir: Annotated[Path | None, typer.Option(
         "--report-dir", help="Where evaluation.json + evaluation.md go; default <reports_dir>/evaluation/<model>-v<N>.")
     ] = None,
