@@ -71,6 +71,7 @@ class FraudModel(kserve.Model):
         max_batch: int = 64,
     ) -> None:
         super().__init__(name)
+        self.ready: bool = False
         self._loader = loader
         self._lookup = lookup
         self._encode = encode
@@ -126,6 +127,10 @@ class FraudModel(kserve.Model):
 
     def start(self) -> None:
         """KServe calls this at registration; readiness comes from :meth:`load` only."""
+
+    def close(self) -> None:
+        """Finish the batch in flight and stop the batch thread (server shutdown)."""
+        self._batcher.close()
 
     @property
     def stable_version(self) -> str:

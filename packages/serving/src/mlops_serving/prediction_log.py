@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,9 +147,9 @@ def log_rows(
     model_name: str,
     model_version: str,
     variant: str,
-    rows: list[Mapping[str, Any]],
-    features: list[Mapping[str, Any]],
-    scores: list[float],
+    rows: Sequence[Mapping[str, Any]],
+    features: Sequence[Mapping[str, Any]],
+    scores: Sequence[float],
     degraded: bool,
     latency_ms: float,
 ) -> list[dict[str, Any]]:

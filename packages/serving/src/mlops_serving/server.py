@@ -204,6 +204,7 @@ def build_app(
         else:
             await asyncio.get_running_loop().run_in_executor(None, model.load)
         yield
+        model.close()
         if prediction_log is not None:
             prediction_log.stop()
 
