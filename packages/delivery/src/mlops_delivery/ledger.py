@@ -40,9 +40,9 @@ def require_gates_passed(tracking: TrackingConfig, root: Path, model: str, versi
     Raises:
         PromotionRefusedError: the ledger has no gated move of this version to ``staging``.
     """
-    from mlops_core import lifecycle  # the registry client is only needed here
+    from mlops_core.lifecycle import history  # the registry client is only needed here
 
-    entries = lifecycle.history(tracking, root, model)
+    entries = history(tracking, root, model)
     evidence = gate_evidence(entries, version)
     if evidence is None:
         seen = sorted({f"v{e.version}→{e.to_alias}" for e in entries})
@@ -72,15 +72,15 @@ def resolve_version(tracking: TrackingConfig, root: Path, model: str, alias: str
     Raises:
         PromotionRefusedError: the alias is not set, or the model has no version yet.
     """
-    from mlops_core import lifecycle
+    from mlops_core.lifecycle import aliases, versions
 
     if alias is not None:
-        current = lifecycle.aliases(tracking, root, model)
+        current = aliases(tracking, root, model)
         if alias not in current:
             raise PromotionRefusedError(f"no version of {model} holds the registry alias {alias!r} "
                                         f"(aliases: {dict(sorted(current.items())) or 'none'})")
         return int(current[alias])
-    known = lifecycle.versions(tracking, root, model)
+    known = versions(tracking, root, model)
     if not known:
         raise PromotionRefusedError(f"{model} has no registered version yet; run `mlops train run` first")
     return max(int(v["version"]) for v in known)
