@@ -1,0 +1,133 @@
+"""Online feature latency (SQLite, Redis, batch of 100) and materialization throughput of the fraud_v1 service.
+
+Builds a store from the default sample data (60,000 transactions) in a temp folder, then times
+``OnlineFeatures.get`` (one Feast ``get_online_features`` call on the FeatureService, what serving does):
+single entity on SQLite and on Redis (>= 2,000 calls each after a warm-up) and batches of 100 entities on
+Redis. Materialization is timed on a synthetic table of ``--mat-rows`` distinct users (one row each, so
+every row is written). Redis is ``$MLOPS_BENCH_REDIS_URL`` or 127.0.0.1:6379/0 under a throw-away Feast
+project that is torn down afterwards. Prints one JSON object on its last line.
+
+Targets on the reference machine: Redis single-entity p99 <= 2 ms; materialization >= 50,000 rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mlops_config import DataConfig, FeaturesConfig
+from mlops_features import OnlineFeatures, apply_repo, materialize, open_store, prepare_local_data
+from mlops_features.aggregates import USER_FEATURES
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples) * 1000
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 4), "p99_ms": round(float(np.percentile(ms, 99)), 4),
+            "mean_ms": round(float(ms.mean()), 4), "calls": len(samples)}
+
+
+def _time_calls(online: OnlineFeatures, batches: list[list[dict[str, str]]], warmup: int) -> dict[str, float]:
+    for rows in batches[:warmup]:
+        online.get(rows)
+    samples = []
+    for rows in batches[warmup:]:
+        t0 = time.perf_counter()
+        online.get(rows)
+        samples.append(time.perf_counter() - t0)
+    return _percentiles(samples)
+
+
+def _entity_rows(root: Path, features: FeaturesConfig, n: int, size: int, seed: int) -> list[list[dict[str, str]]]:
+    users = pd.read_parquet(root / features.source_dir / "user_transactions.parquet", columns=["user_id"])
+    merchants = pd.read_parquet(root / features.source_dir / "merchant_risk.parquet", columns=["merchant_id"])
+    rng = np.random.default_rng(seed)
+    u = rng.choice(users["user_id"].unique(), size=(n, size))
+    m = rng.choice(merchants["merchant_id"].unique(), size=(n, size))
+    pairs = zip(u, m, strict=True)
+    return [[{"user_id": a, "merchant_id": b} for a, b in zip(ur, mr, strict=True)] for ur, mr in pairs]
+
+
+def _materialize_rate(features: FeaturesConfig, root: Path, rows: int) -> float:
+    """Rows/s writing ``rows`` distinct users (one row each) into the online store."""
+    src = root / features.source_dir
+    src.mkdir(parents=True, exist_ok=True)
+    ts = pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows) % 86_400, unit="s")
+    table = pd.DataFrame({"user_id": [f"B{i:08d}" for i in range(rows)], "event_timestamp": ts, "created": ts})
+    rng = np.random.default_rng(0)
+    for name in USER_FEATURES:
+        table[name] = rng.integers(0, 50, rows) if "count" in name or "distinct" in name else rng.random(rows) * 100
+    table.to_parquet(src / "user_transactions.parquet", index=False)
+    table.iloc[:0][["event_timestamp", "created"]].assign(
+        merchant_id=pd.Series([], dtype=str), merchant_fraud_rate_7d=pd.Series([], dtype=float),
+        merchant_txn_count_1d=pd.Series([], dtype="int64"), merchant_amount_mean_7d=pd.Series([], dtype=float),
+    ).to_parquet(src / "merchant_risk.parquet", index=False)
+    apply_repo(features, root)
+    t0 = time.perf_counter()
+    materialize(features, root)
+    return rows / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3_000, help="Timed single-entity calls per store (>= 2000).")
+    parser.add_argument("--batch-calls", type=int, default=500, help="Timed calls of 100 entities on Redis.")
+    parser.add_argument("--mat-rows", type=int, default=200_000, help="Distinct rows for the materialization run.")
+    args = parser.parse_args()
+    redis_url = os.environ.get("MLOPS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    repo = str(REPO_ROOT / "feature_repo")
+    project = f"bench_{uuid.uuid4().hex[:8]}"
+    result: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-features-") as tmp:
+        root = Path(tmp)
+        sqlite = FeaturesConfig(repo_path=repo)
+        t0 = time.perf_counter()
+        prepared = prepare_local_data(DataConfig(), sqlite, root)
+        result["prepare_local_data_s"] = round(time.perf_counter() - t0, 2)
+        result["prepare_steps_s"] = {k: round(v, 2) for k, v in prepared.seconds.items()}
+        singles = _entity_rows(root, sqlite, args.calls + 200, 1, seed=1)
+        result["sqlite"] = _time_calls(OnlineFeatures(sqlite, root), singles, warmup=200)
+
+        redis_cfg = FeaturesConfig(repo_path=repo, online_store="redis", redis_url=redis_url, feast_project=project,
+                                   registry=".mlops/feast/registry-redis.db")
+        try:
+            apply_repo(redis_cfg, root)
+            t0 = time.perf_counter()
+            materialize(redis_cfg, root)
+            result["redis_materialize_sample_s"] = round(time.perf_counter() - t0, 2)
+            online = OnlineFeatures(redis_cfg, root)
+            result["redis"] = _time_calls(online, singles, warmup=200)
+            batches = _entity_rows(root, redis_cfg, args.batch_calls + 20, 100, seed=2)
+            result["redis_batch100"] = _time_calls(online, batches, warmup=20)
+        finally:
+            open_store(redis_cfg, root).teardown()
+
+        mat_root = root / "mat"
+        mat_sqlite = FeaturesConfig(repo_path=repo)
+        result["materialize_rows_per_s"] = round(_materialize_rate(mat_sqlite, mat_root, args.mat_rows))
+        mat_redis = FeaturesConfig(repo_path=repo, online_store="redis", redis_url=redis_url,
+                                   feast_project=f"{project}_m", registry=".mlops/feast/registry-redis.db")
+        try:
+            result["materialize_redis_rows_per_s"] = round(_materialize_rate(mat_redis, mat_root, args.mat_rows))
+        finally:
+            open_store(mat_redis, mat_root).teardown()
+        result["materialize_rows"] = args.mat_rows
+    result["targets"] = {"redis_p99_ms_max": 2.0, "materialize_rows_per_s_min": 50_000}
+    result["meets_targets"] = bool(result["redis"]["p99_ms"] <= 2.0  # type: ignore[index]
+                                   and result["materialize_rows_per_s"] >= 50_000)  # type: ignore[operator]
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
