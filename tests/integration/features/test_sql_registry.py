@@ -1,0 +1,38 @@
+"""The staging/production shape: Feast's SQL registry on a real PostgreSQL (own schema) with Redis online."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from mlops_config import DataConfig, FeaturesConfig
+from mlops_features import OnlineFeatures, open_store, prepare_local_data, training_set
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_apply_materialize_and_read_through_a_sql_registry(
+    postgres_url: str, postgres_schema: str, redis_url: str, tmp_path: Path
+) -> None:
+    registry = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    registry += f"?options=-csearch_path%3D{postgres_schema}"
+    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), registry_type="sql", registry=registry,
+                              online_store="redis", redis_url=redis_url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
+    data = DataConfig(rows=600, days=2, users=40, merchants=10)
+    try:
+        prepare_local_data(data, features, tmp_path, seed=8)
+        with psycopg2.connect(postgres_url) as conn, conn.cursor() as cur:
+            cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (postgres_schema,))
+            tables = {r[0] for r in cur.fetchall()}
+        assert {"feature_views", "entities", "feature_services"} <= tables
+        df = training_set(features, data, tmp_path)
+        assert len(df) == 600
+        got = OnlineFeatures(features, tmp_path).get([{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
+        assert got[0]["unknown_user"] is False
+    finally:
+        open_store(features, tmp_path).teardown()
