@@ -70,7 +70,9 @@ def quality_gate(
             gated = m["rows"] >= section.min_slice_rows
             table[column][value] = {"rows": int(m["rows"]), "positives": int(m["positives"]),
                                     "candidate_f1": m["f1"], "reference_f1": ref_s[column][value]["f1"],
-                                    "delta": delta, "gated": gated}
+                                    "delta": delta, "gated": gated,
+                                    "candidate_metrics": {k: m[k] for k in ("precision", "recall", "pr_auc",
+                                                                            "roc_auc")}}
             if gated and -delta > section.max_slice_regression:
                 regressions.append(f"{column}={value} F1 {_fmt(delta)}")
     unit = "absolute F1" if section.improvement_mode == "absolute" else "relative to the reference's F1"

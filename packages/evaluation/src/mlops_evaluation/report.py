@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +44,20 @@ class EvaluationReport:
         return 0 if self.passed else 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "registered_model": self.registered_model, "passed": self.passed,
+        """Plain JSON (NaN and ±inf, e.g. ROC-AUC of a one-class slice, become ``null``)."""
+        return _finite({"model": self.model, "registered_model": self.registered_model, "passed": self.passed,
                 "candidate": self.candidate, "champion": self.champion, "holdout": self.holdout,
-                "gates": [g.as_dict() for g in self.gates], "created": self.created, "settings": self.settings}
+                "gates": [g.as_dict() for g in self.gates], "created": self.created, "settings": self.settings})
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _row(metrics: dict[str, Any] | None) -> str:
@@ -83,7 +95,8 @@ def write_report(report: EvaluationReport, folder: Path) -> dict[str, str]:
     """Write ``evaluation.json`` and ``evaluation.md`` into ``folder``; return their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     js, md = folder / JSON_NAME, folder / MD_NAME
-    js.write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    js.write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n",
+                  encoding="utf-8")
     md.write_text(to_markdown(report), encoding="utf-8")
     report.paths = {"json": str(js), "markdown": str(md)}
     return report.paths
