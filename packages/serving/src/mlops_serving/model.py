@@ -123,6 +123,7 @@ class FraudModel(kserve.Model):
                 self._metrics.model_info.labels(self.name, ref.version, variant.name, ref.alias or "").set(1)
             self.reason = ""
             self.ready = True
+            _freeze_heap()
             return True
 
     def start(self) -> None:
@@ -272,4 +273,16 @@ def single_threaded_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def _freeze_heap() -> None:
+    """Move everything loaded so far (feast, torch, kserve, the model) out of the cyclic GC's reach.
+
+    Full collections walk every tracked object; with these libraries loaded that is tens of milliseconds on
+    the request path. Objects created per request are still collected as usual.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
 

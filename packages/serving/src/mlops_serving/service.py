@@ -70,12 +70,12 @@ def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str
     return load
 
 
-def folder_loader(model: str, folder: Path, canary_folder: Path | None = None
+def folder_loader(model: str, folder: Path, canary_folder: Path | None = None, *, version: str | None = None
                   ) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
-    """A loader for exported folders on disk (no registry); the version is the folder's name."""
+    """A loader for exported folders on disk (no registry); the version label is ``version`` or the folder's name."""
 
     def load() -> tuple[LoadedModel, LoadedModel | None]:
-        stable = load_model(ModelRef(model, folder.name, folder))
+        stable = load_model(ModelRef(model, version or folder.name, folder))
         canary = load_model(ModelRef(model, canary_folder.name, canary_folder)) if canary_folder else None
         return stable, canary
 
@@ -91,6 +91,7 @@ def serve(
     *,
     state_dir: str = ".mlops",
     model_dir: Path | None = None,
+    model_version: str | None = None,
     report: Callable[[str], None] | None = None,
 ) -> None:
     """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
@@ -103,6 +104,7 @@ def serve(
         model: Model config name (registered as ``<prefix><model>``).
         state_dir: Local state folder (downloaded versions are cached under ``serving/models``).
         model_dir: Serve this exported folder instead of the registry's version.
+        model_version: Version label of ``model_dir`` in metrics and the log (default: the folder's name).
         report: Called with one line once the versions are resolved (the CLI prints it).
     """
     import mlops_features
@@ -116,7 +118,7 @@ def serve(
                     serving.canary_alias)
     cache = root / state_dir / "serving" / "models"
     if model_dir is not None:
-        loader = folder_loader(model, model_dir)
+        loader = folder_loader(model, model_dir, version=model_version)
     else:
         loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
     source = mlops_features.OnlineFeatures(features, root)

@@ -27,6 +27,10 @@ def serve(
     model_dir: Annotated[Path | None, typer.Option(
         "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry.")
     ] = None,
+    model_version: Annotated[str | None, typer.Option(
+        "--model-version", envvar="MLOPS_MODEL_VERSION",
+        help="Version label of --model-dir in metrics and the prediction log (default: the folder's name).")
+    ] = None,
 ) -> None:
     """Resolve the alias to an immutable version, load it, and answer /v1 and /v2 until stopped."""
     from mlops_serving.service import serve as run
@@ -34,7 +38,7 @@ def serve(
     flags = {"alias": alias, "canary_alias": canary_alias, "canary_percent": canary_percent, "host": host,
              "port": port}
     overrides = [*(sets or []), *(f"serving.{k}={v}" for k, v in flags.items() if v is not None)]
-    loaded = load(profile, model, overrides)
+    loaded = load(profile, model, overrides, check_secrets=False)  # the sections used check their own secrets
     cfg = loaded.config
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
-        model_dir=model_dir, report=lambda line: typer.echo(line, err=True))
+        model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True))
