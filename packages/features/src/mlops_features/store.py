@@ -138,7 +138,7 @@ def apply_repo(features: FeaturesConfig, root: str | Path) -> dict[str, list[str
     objects = feast_objects(features, root)
     store = open_store(features, root)
     store.apply(objects)
-    kinds = {"entities": Entity, "feature_views": FeatureView, "feature_services": FeatureService}
+    kinds: dict[str, type[Any]] = {"entities": Entity, "feature_views": FeatureView, "feature_services": FeatureService}
     return {k: sorted(o.name for o in objects if isinstance(o, cls)) for k, cls in kinds.items()}
 
 
