@@ -58,6 +58,13 @@ class DeliveryConfig(Section):
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
     """Author of promotion commits."""
 
+    git_remote: str = "origin"
+    """Remote that ``--push`` pushes promotion commits (or, in pull-request mode, their branches) to."""
+
+    github_token_var: str = "GITHUB_TOKEN"
+    """Name of the env var holding the token that opens promotion pull requests (secret; never a value here).
+    Not an ``*_env`` key on purpose: only a pull-request push needs it, so it is checked then, not at load."""
+
     @field_validator("canary_steps")
     @classmethod
     def _steps_increase(cls, v: tuple[int, ...]) -> tuple[int, ...]:

@@ -40,13 +40,29 @@ def commit_file(root: Path, path: Path, message: str, author: str) -> str:
     return sha
 
 
-def push_head(root: Path, remote: str = "origin") -> bool:
-    """Push the current branch to ``remote`` (a rejected push, e.g. a concurrent promotion, is an error)."""
+def current_branch(root: Path) -> str:
+    """The checked-out branch (an error on a detached HEAD: promotions must land on a branch)."""
     branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
     if branch == "HEAD":
-        raise GitError(f"cannot push from a detached HEAD in {str(root)!r}; check out the branch to promote on")
+        raise GitError(f"{str(root)!r} is on a detached HEAD; check out the branch to promote on")
+    return branch
+
+
+def push_head(root: Path, remote: str = "origin") -> bool:
+    """Push the current branch to ``remote`` (a rejected push, e.g. a concurrent promotion, is an error)."""
+    branch = current_branch(root)
     _git(root, "push", "--quiet", remote, f"HEAD:refs/heads/{branch}")
     return True
+
+
+def switch_branch(root: Path, branch: str, *, create: bool = False) -> None:
+    """Check out ``branch`` (``create``: a new branch at HEAD)."""
+    _git(root, "switch", "--quiet", *(["-c"] if create else []), branch)
+
+
+def push_branch(root: Path, branch: str, remote: str = "origin") -> None:
+    """Push ``branch`` to ``remote`` under the same name."""
+    _git(root, "push", "--quiet", remote, f"refs/heads/{branch}:refs/heads/{branch}")
 
 
 def head_commit(root: Path) -> str:

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import difflib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_delivery.errors import PromotionRefusedError
-from mlops_delivery.git import commit_file, push_head
+from mlops_delivery.git import commit_file, current_branch, push_branch, push_head, switch_branch
 from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, Placement, manifest_path, storage_uri
+from mlops_delivery.pull_request import open_pull_request, pull_request_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ class ManifestChange:
     message: str
     commit: str | None = None
     pushed: bool = False
+    branch: str | None = None
+    """Branch holding the commit in pull-request mode (``None``: committed on the current branch)."""
+    pull_request: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,7 +57,7 @@ class ManifestChange:
             "model": self.model, "env": self.env, "path": str(self.path), "action": self.action,
             "changed": self.changed, "before": self.before.to_dict(), "after": self.after.to_dict(),
             "diff": self.diff, "message": self.message, "commit": self.commit, "pushed": self.pushed,
-            "evidence": self.evidence,
+            "branch": self.branch, "pull_request": self.pull_request, "evidence": self.evidence,
         }
 
 
@@ -215,14 +219,38 @@ def plan_rollback(delivery: DeliveryConfig, root: Path, model: str, env: str) ->
 
 def apply_change(change: ManifestChange, delivery: DeliveryConfig, root: Path, *, commit: bool = False,
                  push: bool = False) -> ManifestChange:
-    """Write a planned change to disk and, when asked, commit (and push) that one file."""
+    """Write a planned change to disk and, when asked, commit (and push) that one file.
+
+    With ``delivery.commit_mode == "pull_request"`` the commit goes to a branch of its own
+    (``gitops/<model>-<env>-v<version>``), which ``push`` pushes and opens a pull request for; the current
+    branch is checked out again afterwards, unchanged.
+    """
     if not change.changed:
         logger.info("%s: already in place, nothing written", change.action)
         return change
-    change.path.write_text(change.evidence["new_text"], encoding="utf-8")
-    sha = commit_file(root, change.path, change.message, delivery.git_author) if commit else None
-    pushed = push_head(root) if (commit and push) else False
-    return ManifestChange(**{**change.__dict__, "commit": sha, "pushed": pushed})
+    if not commit or delivery.commit_mode == "commit":
+        change.path.write_text(change.evidence["new_text"], encoding="utf-8")
+        sha = commit_file(root, change.path, change.message, delivery.git_author) if commit else None
+        pushed = push_head(root, delivery.git_remote) if (commit and push) else False
+        return replace(change, commit=sha, pushed=pushed)
+    if push:
+        pull_request_endpoint(delivery.github_token_var)  # a missing token fails before any git change
+    base = current_branch(root)
+    after = change.after
+    branch = f"gitops/{change.model}-{change.env}-v{after.canary_version or after.stable_version}" + (
+        f"-{after.canary_percent}pct" if after.canary_version else "")
+    switch_branch(root, branch, create=True)
+    try:
+        change.path.write_text(change.evidence["new_text"], encoding="utf-8")
+        sha = commit_file(root, change.path, change.message, delivery.git_author)
+    finally:
+        switch_branch(root, base)
+    link = None
+    if push:
+        push_branch(root, branch, delivery.git_remote)
+        link = open_pull_request(head=branch, base=base, title=change.message, body=f"```diff\n{change.diff}```",
+                                 token_env=delivery.github_token_var)
+    return replace(change, commit=sha, pushed=push, branch=branch, pull_request=link)
 
 
 def promote_version(
@@ -247,14 +275,14 @@ def promote_version(
     gate = require_gates_passed(tracking, root, model, version)
     change = plan_promotion(delivery, root, model, version, to, percent=percent)
     change = apply_change(change, delivery, root, commit=commit, push=push)
-    return ManifestChange(**{**change.__dict__, "evidence": {"gates": gate}})
+    return replace(change, evidence={"gates": gate})
 
 
 def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,
                  push: bool = False) -> ManifestChange:
     """Plan, write and optionally commit the revert of the last promotion in ``env``."""
     change = apply_change(plan_rollback(delivery, root, model, env), delivery, root, commit=commit, push=push)
-    return ManifestChange(**{**change.__dict__, "evidence": {}})
+    return replace(change, evidence={})
 
 
 def _diff(old: str, new: str, name: Path) -> str:

@@ -28,7 +28,10 @@ def _print_change(change: ManifestChange, as_json: bool) -> None:
         return
     typer.echo(change.diff, nl=False)
     where = f"committed {change.commit[:12]}" if change.commit else f"wrote {change.path}"
-    console.print(f"{change.action}: {where}{' and pushed' if change.pushed else ''}")
+    where += f" on branch {change.branch}" if change.branch else ""
+    where += " and pushed" if change.pushed else ""
+    where += f"; pull request {change.pull_request}" if change.pull_request else ""
+    console.print(f"{change.action}: {where}")
 
 
 @app.command("promote")
