@@ -199,11 +199,12 @@ def run_training(training: TrainingConfig, task: Task, dist_info: Dist, run_dir:
         ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history})
     ckpt.wait()
     manifest_path = latest_checkpoint(run_dir)
+    peak = peak_memory_bytes(dist_info.device)  # before the export gathers a full copy on rank 0
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if state_bytes["total"] == 0:
         optimizer.zero_grad(set_to_none=True)
         state_bytes = model_state_bytes(model, optimizer)
-    mine = {"peak_bytes": float(peak_memory_bytes(dist_info.device)),
+    mine = {"peak_bytes": float(peak),
             "model_state_bytes": float(state_bytes["total"]),
             "step_seconds_mean": float(sum(step_times) / len(step_times)) if step_times else 0.0}
     per_rank: list[Any] = [None] * ws
