@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +27,7 @@ def run(
     max_restarts: Annotated[int | None, typer.Option("--max-restarts", min=0, help="torchrun --max-restarts.")] = None,
     run_name: Annotated[str | None, typer.Option("--run-name", help="Resume this run's checkpoints.")] = None,
     no_track: Annotated[bool, typer.Option("--no-track", help="Export only; no MLflow run or version.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the result JSON to this file.")] = None,
 ) -> None:
     """Check the config (doctor), train under torchrun, export, log to MLflow and register a version."""
     from mlops_training import train_model
@@ -34,6 +36,9 @@ def run(
     extra = [f"training.{k}={v}" for k, v in flags.items() if v is not None]
     loaded = load(profile, model, [*(sets or []), *extra])
     result = train_model(loaded.config, loaded.root, run_name=run_name, track=not no_track)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
     if as_json:
         print_json(result.to_json())
         return
