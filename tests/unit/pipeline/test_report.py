@@ -19,7 +19,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 def _sample_sections() -> list[Section]:
     return [
         Section("training", "Training", plots=[
-            plots.line_chart("loss", {"train": ([1, 2, 3], [0.9, 0.5, 0.3])}, title="loss", xlabel="step", ylabel="loss"),
+            plots.line_chart("loss", {"train": ([1, 2, 3], [0.9, 0.5, 0.3])}, title="loss", xlabel="step",
+                             ylabel="loss"),
         ]),
         Section("gates", "Gates", table={"header": ["gate", "passed"], "rows": [["quality", "yes"]]}, plots=[
             plots.interval_chart("f1-delta", [("F1", 0.05, 0.02, 0.08)], title="ΔF1", xlabel="Δ", threshold=0.02),

@@ -16,6 +16,7 @@ from mlops_cli.commands import evaluate as evaluate_cmd
 from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
 from mlops_cli.commands import monitor as monitor_cmd
+from mlops_cli.commands import pipeline as pipeline_cmd
 from mlops_cli.commands import registry as registry_cmd
 from mlops_cli.commands import serve as serve_cmd
 from mlops_cli.commands import train as train_cmd
@@ -63,6 +64,7 @@ app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(train_cmd.app, name="train")
 app.add_typer(evaluate_cmd.app, name="evaluate")
 app.add_typer(registry_cmd.app, name="registry")
+app.add_typer(pipeline_cmd.app, name="pipeline")
 
 
 def main() -> None:

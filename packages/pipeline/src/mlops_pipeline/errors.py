@@ -1,0 +1,9 @@
+"""Errors of the pipeline."""
+
+from __future__ import annotations
+
+from mlops_core.errors import PlatformError
+
+
+class PipelineError(PlatformError):
+    """A pipeline step could not do its job (the message says which and why)."""

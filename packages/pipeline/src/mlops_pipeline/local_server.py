@@ -1,0 +1,115 @@
+"""Start `mlops serve` as a real subprocess for the demo, wait until ready, send bounded traffic, stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mlops_pipeline.errors import PipelineError
+
+REQUEST_FIELDS = ("user_id", "merchant_id", "amount", "currency", "category", "country", "device", "channel",
+                  "transaction_id")
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    model: str
+    log_path: Path
+
+    def metrics_text(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=10).text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def run_server(root: Path, model: str, log_path: Path, args: Sequence[str] = (), *,
+               ready_timeout_s: float = 120.0) -> Iterator[RunningServer]:
+    """`mlops serve` on a free loopback port; stopped with SIGTERM (so the prediction log flushes)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
+           *args]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(proc, url, model, log_path, ready_timeout_s)
+            yield RunningServer(url, model, log_path)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, model: str, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text()[-1500:]
+            raise PipelineError(f"`mlops serve` exited with {proc.returncode} before it was ready:\n{tail}")
+        try:
+            if httpx.get(f"{url}/v2/models/{model}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise PipelineError(f"`mlops serve` was not ready within {timeout_s:.0f} s; see {log_path}")
+
+
+def send_traffic(server: RunningServer, rows: list[dict[str, Any]], *, batch: int = 1,
+                 concurrency: int = 4) -> dict[str, Any]:
+    """POST ``rows`` as V1 requests (``batch`` instances each); bounded by the row count. Returns tallies."""
+    endpoint = f"{server.url}/v1/models/{server.model}:predict"
+    chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
+    statuses: dict[int, int] = {}
+    degraded = 0
+    latencies: list[float] = []
+    with httpx.Client(timeout=30) as client:
+
+        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float]:
+            started = time.perf_counter()
+            resp = client.post(endpoint, content=json.dumps({"instances": chunk}),
+                               headers={"content-type": "application/json"})
+            ok_degraded = resp.status_code == 200 and bool(resp.json().get("degraded"))
+            return resp.status_code, ok_degraded, (time.perf_counter() - started) * 1000
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            for status, was_degraded, ms in pool.map(one, chunks):
+                statuses[status] = statuses.get(status, 0) + 1
+                degraded += was_degraded
+                latencies.append(ms)
+    return {"requests": len(chunks), "instances": len(rows), "statuses": statuses, "degraded": degraded,
+            "latency_ms": latencies}
+
+
+def request_rows(frame: Any, n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` request instances sampled from a transactions frame (request fields only)."""
+    sample = frame.sample(n=min(n, len(frame)), random_state=seed)
+    out = []
+    for rec in sample[list(REQUEST_FIELDS)].to_dict("records"):
+        rec["amount"] = float(rec["amount"])
+        out.append({k: (str(v) if k != "amount" else v) for k, v in rec.items()})
+    return out

@@ -1,0 +1,97 @@
+"""`mlops pipeline run`: the whole loop on one machine, a summary table and an HTML report."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mlops_config import LoadedConfig
+from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.report import render_report
+from mlops_pipeline.runner import Step, StepResult, run_steps
+from mlops_pipeline.sections import build_sections
+from mlops_pipeline.steps import step_canary, step_data, step_drift, step_features, step_gates, step_train
+
+STEPS = [
+    Step("data", "Generate + validate data (one corrupted batch)", step_data),
+    Step("features", "Feast apply + materialize", step_features),
+    Step("train", "Train with FSDP (2 CPU processes), register", step_train),
+    Step("gates", "Evaluation gates, promote to staging", step_gates),
+    Step("canary", "Serve stable + canary, analyse, promote to champion", step_canary),
+    Step("drift", "Drifted day → monitor → rollback", step_drift),
+]
+
+
+@dataclass
+class PipelineResult:
+    steps: list[StepResult]
+    report: Path
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status == "ok" for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "seconds": round(self.seconds, 2), "report": str(self.report),
+                "steps": [{"name": s.name, "title": s.title, "status": s.status, "seconds": round(s.seconds, 2),
+                           "outputs": s.outputs, "error": s.error} for s in self.steps]}
+
+
+def summarize(step: StepResult) -> str:
+    """One line a person reads: what the step did, with its figures."""
+    o = step.outputs
+    if step.status != "ok":
+        return step.error or step.status
+    if step.name == "data":
+        return (f"{o['input_rows']} rows in {o['batches']} batches: {o['accepted_rows']} accepted, "
+                f"{o['quarantined_rows']} quarantined; rejected whole: {', '.join(o['rejected_batches']) or 'none'}")
+    if step.name == "features":
+        cached = "cached" if not o["dvc"]["ran"] else "built"
+        return f"{o['feature_service']}: {o['features']} features, online store {cached}"
+    if step.name == "train":
+        f1 = o["metrics"].get("val_f1")
+        first = f"first champion v{o['first_champion']['version']}; " if "first_champion" in o else ""
+        cached = " (DVC cache: not retrained)" if not o["dvc"]["ran"] else ""
+        return f"{first}candidate v{o['version']}, val F1 {f1:.3f}{cached}" if f1 is not None else f"v{o['version']}"
+    if step.name == "gates":
+        passed = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in o["gates"].items())
+        ref = f"champion v{o['champion']}" if o["champion"] else "trivial baseline"
+        return f"v{o['candidate']} vs {ref}: {passed} → staging"
+    if step.name == "canary":
+        return (f"v{o['canary']} at {o['percent']}% vs v{o['stable']}: {o['requests']} requests → {o['decision']}; "
+                f"champion v{o['champion_now']}, fallback v{o['fallback_now']}")
+    if step.name == "drift":
+        return (f"{o['level']} on {', '.join(o['drifted_features'][:4]) or 'nothing'}; champion v{o['champion_before']}"
+                f" → v{o['champion_after']} (rollback {'recorded' if o['rolled_back'] else 'NOT done'})")
+    return json.dumps(o, default=str)[:120]
+
+
+def run_pipeline(loaded: LoadedConfig, *, fast: bool = False, show: bool = True,
+                 console: Console | None = None) -> PipelineResult:
+    """Run every step, print the summary table, write ``reports/latest/index.html``."""
+    console = console or Console(stderr=True)
+    ctx = PipelineContext(loaded=loaded, fast=fast)
+    started = time.perf_counter()
+    results = run_steps(STEPS, ctx, console=console, show=show)
+    out_dir = loaded.root / loaded.config.project.reports_dir / "latest"
+    summaries = {s.name: summarize(s) for s in results}
+    report = render_report(out_dir, steps=results, sections=build_sections(ctx), profile=loaded.config.project.profile,
+                           model=loaded.config.project.model, summaries=summaries)
+    result = PipelineResult(results, report, time.perf_counter() - started)
+    if show:
+        table = Table(title="mlops pipeline run")
+        for col in ("#", "step", "status", "s", "what happened"):
+            table.add_column(col, overflow="fold")
+        for i, s in enumerate(results, 1):
+            style = {"ok": "green", "failed": "red"}.get(s.status, "yellow")
+            table.add_row(str(i), s.title, f"[{style}]{s.status}", f"{s.seconds:.1f}", summaries[s.name])
+        console.print(table)
+        console.print(f"report: {report}")
+    return result

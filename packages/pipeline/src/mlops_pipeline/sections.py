@@ -1,0 +1,145 @@
+"""Turn what the steps found into the report's sections (tables + inline SVG plots)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from mlops_pipeline import plots
+from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.report import Section
+
+log = logging.getLogger(__name__)
+
+
+def _metric_series(ctx: PipelineContext, run_id: str, key: str) -> tuple[list[float], list[float]]:
+    from mlflow.tracking import MlflowClient
+
+    from mlops_core import configure_tracking
+
+    configure_tracking(ctx.cfg.tracking, ctx.root)
+    points = sorted(MlflowClient().get_metric_history(run_id, key), key=lambda m: m.step)
+    return [float(m.step) for m in points], [float(m.value) for m in points]
+
+
+def training_section(ctx: PipelineContext) -> Section | None:
+    train = ctx.facts.get("train")
+    if not train:
+        return None
+    run_id = train["run_id"]
+    loss = _metric_series(ctx, run_id, "train_loss")
+    series = {"train loss": loss}
+    val = _metric_series(ctx, run_id, "val_loss")
+    if val[0]:
+        series["validation loss"] = val
+    rate = _metric_series(ctx, run_id, "samples_per_second")
+    metrics = train.get("metrics", {})
+    rows = [[k, f"{v:.4f}"] for k, v in sorted(metrics.items())]
+    return Section("training", "Training (FSDP, 2 CPU processes)",
+                   text=f"run {run_id}, version v{train['model_version']}, weights {train['weights_sha256'][:16]}…",
+                   table={"header": ["validation metric", "value"], "rows": rows},
+                   plots=[plots.line_chart("training-loss", series, title="loss", xlabel="step", ylabel="loss"),
+                          plots.line_chart("training-throughput", {"samples/s": rate}, title="throughput",
+                                           xlabel="step", ylabel="samples/s")])
+
+
+def gates_section(ctx: PipelineContext) -> Section | None:
+    report = ctx.facts.get("gates")
+    if report is None:
+        return None
+    rows = [[g.name, "pass" if g.passed else "FAIL", g.reason] for g in report.gates]
+    figures: list[str] = []
+    by_name = {g.name: g for g in report.gates}
+    quality = by_name.get("quality")
+    if quality is not None:
+        ev = quality.evidence
+        ci = ev.get("ci") or ev.get("bootstrap") or {}
+        delta = ev.get("delta", ev.get("f1_delta"))
+        low, high = ci.get("low", ci.get("lower")), ci.get("high", ci.get("upper"))
+        if None not in (delta, low, high):
+            figures.append(plots.interval_chart(
+                "gate-f1-delta", [("F1 candidate − reference", float(delta), float(low), float(high))],
+                title="quality gate: F1 difference with its bootstrap CI", xlabel="ΔF1",
+                threshold=ev.get("required", ev.get("threshold"))))
+    latency = by_name.get("latency")
+    if latency is not None:
+        samples = latency.evidence.get("samples_ms") or {}
+        if samples:
+            figures.append(plots.distribution_chart("gate-latency", samples, title="latency gate (interleaved)",
+                                                    xlabel="ms per request"))
+    return Section("gates", "Evaluation gates", text=f"candidate v{report.candidate['version']} vs "
+                   + (f"champion v{report.champion['version']}" if report.champion else "trivial baseline"),
+                   table={"header": ["gate", "verdict", "reason"], "rows": rows}, plots=figures)
+
+
+def canary_section(ctx: PipelineContext) -> Section | None:
+    canary = ctx.facts.get("canary")
+    if not canary:
+        return None
+    a = canary["analysis"]
+    ms = {v: (a[v]["p99_s"] or 0.0) * 1000 for v in ("stable", "canary")}
+    err = {v: a[v]["error_rate"] or 0.0 for v in ("stable", "canary")}
+    reqs = {v: a[v]["requests"] for v in ("stable", "canary")}
+    scores = {f"v{k} ({'canary' if k == canary['canary'] else 'stable'})": v for k, v in canary["scores"].items()}
+    return Section("canary", f"Canary analysis: {a['decision']}",
+                   text=f"stable v{canary['stable']} vs canary v{canary['canary']} at {canary['percent']}%; "
+                   f"prediction PSI {a['prediction_psi']}",
+                   table={"header": ["check"], "rows": [[r] for r in a["reasons"]]},
+                   plots=[plots.grouped_bar_chart("canary-compare", {"requests": reqs, "p99 ms": ms,
+                                                                     "error rate": err}, title="stable vs canary"),
+                          plots.distribution_chart("canary-scores", scores, title="prediction scores",
+                                                   xlabel="score")])
+
+
+def drift_section(ctx: PipelineContext) -> Section | None:
+    drift = ctx.facts.get("drift")
+    if not drift:
+        return None
+    cols = drift["columns"]
+    psi = {name: float(c.get("psi") or 0.0) for name, c in cols.items()}
+    rows = [[name, c.get("method"), _fmt(c.get("statistic")), _fmt(c.get("p_value")), _fmt(c.get("psi")),
+             "yes" if c.get("drifted") else ""] for name, c in sorted(cols.items(), key=lambda kv: -psi[kv[0]])]
+    m = ctx.cfg.monitoring
+    return Section("drift", f"Drift: {drift['level']}", text="; ".join(drift.get("reasons", [])),
+                   table={"header": ["column", "method", "statistic", "p-value", "PSI", "drifted"], "rows": rows},
+                   plots=[plots.bar_chart("drift-psi", dict(sorted(psi.items(), key=lambda kv: -kv[1])),
+                                          title="PSI per feature vs the training reference", ylabel="PSI",
+                                          thresholds={"warning": m.psi_warning, "critical": m.psi_critical})])
+
+
+def ledger_section(ctx: PipelineContext) -> Section | None:
+    from mlops_core.lifecycle import history
+
+    entries = [e.as_dict() for e in history(ctx.cfg.tracking, ctx.root, ctx.model)]
+    if not entries:
+        return None
+    t0 = datetime.fromisoformat(entries[0]["ts"])
+    events = [((datetime.fromisoformat(e["ts"]) - t0).total_seconds(), e["to_alias"] or e["action"],
+               f"{e['action']} v{e['version']}") for e in entries]
+    rows = [[e["seq"], e["ts"], e["action"], f"v{e['version']}", e.get("from_alias") or "", e["to_alias"],
+             e["actor"], e["reason"]] for e in entries]
+    return Section("ledger", "Promotion ledger",
+                   table={"header": ["#", "when (UTC)", "action", "version", "from", "to", "who", "why"],
+                          "rows": rows},
+                   plots=[plots.timeline_chart("ledger-timeline", events, title="alias moves")])
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def build_sections(ctx: PipelineContext) -> list[Section]:
+    """Every section whose step ran; a section that cannot be built is logged and left out."""
+    out = []
+    for build in (training_section, gates_section, canary_section, drift_section, ledger_section):
+        try:
+            section = build(ctx)
+        except Exception:  # the report must still be written when one section's inputs are odd
+            log.warning("report section %s could not be built", build.__name__, exc_info=True)
+            continue
+        if section is not None:
+            out.append(section)
+    return out

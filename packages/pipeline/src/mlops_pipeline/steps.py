@@ -1,0 +1,276 @@
+"""The demo's steps, in order. Each takes the :class:`PipelineContext` and returns its figures.
+
+Steps 1–3 run through DVC (`dvc repro <stage>`), so a second run with nothing changed reuses DVC's cache
+and does not retrain; a changed training key in ``configs/`` re-runs the ``train`` stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.errors import PipelineError
+from mlops_pipeline.local_server import request_rows, run_server, send_traffic
+
+log = logging.getLogger(__name__)
+TRAIN_RESULT = Path("reports/train.json")
+
+
+def _dvc(ctx: PipelineContext, stage: str) -> dict[str, Any]:
+    """`dvc repro <stage>`; returns which stages ran and which were cached."""
+    dvc = Path(sys.executable).with_name("dvc")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    proc = subprocess.run([str(dvc), "repro", stage], cwd=ctx.root, env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise PipelineError(f"`dvc repro {stage}` failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    out = proc.stdout
+    ran = [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")]
+    cached = [line.split("'")[1] for line in out.splitlines()
+              if line.startswith("Stage '") and ("didn't change" in line or "is cached" in line)]
+    return {"ran": ran, "cached": cached}
+
+
+# --- 1. data ------------------------------------------------------------------------------------------------
+
+
+def corrupt_batch(clean: pd.DataFrame, out: Path, seed: int) -> dict[str, int]:
+    """Write a batch with deliberate row-level faults; returns how many rows carry each fault."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    df = clean.sample(n=min(2_000, len(clean)), random_state=seed).reset_index(drop=True).copy()
+    df["transaction_id"] = df["transaction_id"].astype(str) + "-replayed"
+    idx = rng.permutation(len(df))
+    faults = {"null user_id": idx[:40], "negative amount": idx[40:80], "unknown category": idx[80:120],
+              "future timestamp": idx[120:160]}
+    df["user_id"] = df["user_id"].astype(object)
+    df.loc[faults["null user_id"], "user_id"] = None
+    df.loc[faults["negative amount"], "amount"] = -df.loc[faults["negative amount"], "amount"].abs() - 1
+    df.loc[faults["unknown category"], "category"] = "crypto_casino"
+    df.loc[faults["future timestamp"], "event_timestamp"] = pd.Timestamp("2099-01-01", tz="UTC")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(out, index=False)
+    return {name: len(rows) for name, rows in faults.items()}
+
+
+def step_data(ctx: PipelineContext) -> dict[str, Any]:
+    """Generate three days, validate them (DVC), then validate a deliberately corrupted and a truncated batch."""
+    from mlops_features import validate_batches
+
+    dvc = _dvc(ctx, "validate")
+    cfg = ctx.cfg
+    raw = sorted((ctx.root / cfg.data.raw_dir).glob("*.parquet"))
+    reports = [json.loads(p.read_text()) for p in sorted((ctx.root / cfg.data.quarantine_dir).glob("*.report.json"))]
+    incoming = ctx.work_dir / "incoming"
+    faults = corrupt_batch(pd.read_parquet(raw[0]), incoming / "corrupted_batch.parquet", cfg.project.seed)
+    truncated = incoming / "truncated_batch.parquet"
+    truncated.write_bytes(raw[0].read_bytes()[: raw[0].stat().st_size // 3])
+    side = cfg.data.model_copy(update={"validated_dir": str(ctx.work_dir / "incoming_validated"),
+                                       "quarantine_dir": str(ctx.work_dir / "quarantine")})
+    bad = validate_batches([incoming / "corrupted_batch.parquet", truncated], side, ctx.root).to_dict()
+    batches = [*reports, *bad["batches"]]
+    ctx.facts["validation"] = {"batches": batches, "injected_faults": faults}
+    quarantined = sum(b["quarantined_rows"] for b in batches)
+    rejected = [b["batch"] for b in batches if b["batch_rejected"]]
+    return {
+        "dvc": dvc,
+        "batches": len(batches),
+        "input_rows": sum(b["input_rows"] for b in batches),
+        "accepted_rows": sum(b["accepted_rows"] for b in batches),
+        "quarantined_rows": quarantined,
+        "rejected_batches": rejected,
+        "reasons": sorted({r for b in batches for r in b.get("reasons", [])} | set(_row_reasons(batches))),
+    }
+
+
+def _row_reasons(batches: list[dict[str, Any]]) -> list[str]:
+    return [f"{name}: {count} rows" for b in batches for name, count in (b.get("row_failures") or {}).items()]
+
+
+# --- 2. features --------------------------------------------------------------------------------------------
+
+
+def step_features(ctx: PipelineContext) -> dict[str, Any]:
+    """`feast apply` + materialize to the local online store (the DVC ``features`` stage)."""
+    dvc = _dvc(ctx, "features")
+    from mlops_features import OnlineFeatures
+
+    store = OnlineFeatures(ctx.cfg.features, ctx.root)
+    probe = pd.read_parquet(ctx.root / ctx.cfg.data.validated_dir).iloc[-1]
+    row = store.get([{"user_id": str(probe["user_id"]), "merchant_id": str(probe["merchant_id"])}])[0]
+    return {"dvc": dvc, "feature_service": ctx.cfg.features.feature_service, "features": len(store.names),
+            "probe_known_entity": not row.get("_unknown_entity", True)}
+
+
+# --- 3. training --------------------------------------------------------------------------------------------
+
+
+def _evaluation_section(ctx: PipelineContext) -> Any:
+    ev = ctx.cfg.evaluation
+    if ctx.fast:  # fewer resamples and timed requests: the same gates, coarser evidence
+        ev = ev.model_copy(update={"bootstrap_samples": 300, "latency_requests": 150, "latency_warmup": 20})
+    return ev
+
+
+def _aliases(ctx: PipelineContext) -> dict[str, str]:
+    from mlops_core.lifecycle import aliases
+
+    try:
+        return aliases(ctx.cfg.tracking, ctx.root, ctx.model)
+    except Exception as exc:  # no registered model yet on a fresh machine
+        log.debug("no aliases yet: %s", exc)
+        return {}
+
+
+def _promote(ctx: PipelineContext, version: str, to: str, reason: str, gate_report: Any = None) -> dict[str, Any]:
+    from mlops_core.lifecycle import promote
+
+    entry = promote(ctx.cfg.tracking, ctx.root, ctx.model, version, to, reason=reason, actor=ctx.actor,
+                    gate_report=gate_report)
+    return entry.as_dict()
+
+
+def _evaluate(ctx: PipelineContext, version: str, label: str) -> Any:
+    from mlops_evaluation import evaluate
+
+    cfg = ctx.cfg
+    return evaluate(model=ctx.model, candidate=version, evaluation=_evaluation_section(ctx), tracking=cfg.tracking,
+                    features=cfg.features, data=cfg.data, root=ctx.root,
+                    report_dir=ctx.root / cfg.project.reports_dir / "latest" / f"gates-{label}-v{version}",
+                    seed=cfg.project.seed)
+
+
+def step_train(ctx: PipelineContext) -> dict[str, Any]:
+    """Train the fraud model with FSDP on 2 CPU processes (DVC ``train`` stage) and register the version.
+
+    On a registry with no champion yet, a short first training is put through the gates and the stages first,
+    so the canary and the rollback later have a stable version to compare with and fall back to.
+    """
+    from mlops_training import train_model
+
+    out: dict[str, Any] = {}
+    if "champion" not in _aliases(ctx):
+        steps = max(10, ctx.cfg.training.max_steps // 10)
+        cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
+        first = train_model(cfg, ctx.root, run_name=f"{ctx.model}-first-champion")
+        version = str(first.model_version)
+        _promote(ctx, version, "candidate", "first version of a new registry")
+        report = _evaluate(ctx, version, "first")
+        if not report.passed:
+            failed = [g.name for g in report.gates if not g.passed]
+            raise PipelineError(f"the first champion v{version} failed gates {failed}; see {report.paths}")
+        for alias in ("staging", "canary", "champion"):
+            _promote(ctx, version, alias, "bootstrap: first champion of an empty registry")
+        out["first_champion"] = {"version": version, "steps": steps, "weights_sha256": first.weights_sha256}
+    dvc = _dvc(ctx, "train")
+    result = json.loads((ctx.root / TRAIN_RESULT).read_text())
+    ctx.facts["train"] = result
+    ctx.facts["candidate_version"] = str(result["model_version"])
+    return {**out, "dvc": dvc, "version": str(result["model_version"]), "run_id": result["run_id"],
+            "metrics": result.get("metrics", {}), "weights_sha256": result["weights_sha256"],
+            "samples_per_second": (result.get("system") or {}).get("samples_per_second")}
+
+
+# --- 4. gates -----------------------------------------------------------------------------------------------
+
+
+def step_gates(ctx: PipelineContext) -> dict[str, Any]:
+    """Evaluate the candidate against the champion (the gates); on pass, promote it to ``staging``."""
+    version = ctx.facts["candidate_version"]
+    current = _aliases(ctx)
+    if current.get("champion") == version:
+        raise PipelineError(f"v{version} is already champion: nothing to gate (change a training key to retrain)")
+    _promote(ctx, version, "candidate", "registered by training")
+    report = _evaluate(ctx, version, "candidate")
+    ctx.facts["gates"] = report
+    gates = {g.name: g.passed for g in report.gates}
+    if not report.passed:
+        failed = [f"{g.name}: {g.reason}" for g in report.gates if not g.passed]
+        raise PipelineError(f"candidate v{version} blocked by the gates: " + "; ".join(failed))
+    _promote(ctx, version, "staging", "all gates passed")
+    return {"candidate": version, "champion": (report.champion or {}).get("version"), "gates": gates,
+            "report": report.paths}
+
+
+# --- 5. canary ----------------------------------------------------------------------------------------------
+
+
+def _traffic_rows(ctx: PipelineContext, frame: pd.DataFrame, n: int, seed: int) -> list[dict[str, Any]]:
+    return request_rows(frame, n, seed)
+
+
+def step_canary(ctx: PipelineContext) -> dict[str, Any]:
+    """Serve champion (stable) + candidate (canary) with a split, send traffic, analyse, promote to champion."""
+    from mlops_delivery.canary import analyze_canary
+    from mlops_serving import read_prediction_log
+
+    version = ctx.facts["candidate_version"]
+    stable = _aliases(ctx)["champion"]
+    _promote(ctx, version, "canary", "staged; canary starts")
+    percent = 50
+    log_dir = ctx.work_dir / "canary_log"
+    args = ["--alias", "champion", "--canary-alias", "canary", "--canary-percent", str(percent),
+            "--set", f"serving.prediction_log_dir={log_dir}"]
+    frame = pd.read_parquet(ctx.root / ctx.cfg.data.validated_dir)
+    n = 400 if ctx.fast else 1_000
+    with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
+        traffic = send_traffic(server, _traffic_rows(ctx, frame, n, ctx.cfg.project.seed))
+        metrics = server.metrics_text()
+    served = read_prediction_log(log_dir, ctx.model)
+    analysis = analyze_canary(ctx.cfg.delivery, metrics, metrics, served, stable_version=int(stable),
+                              canary_version=int(version), model=ctx.model)
+    ctx.facts["canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "percent": percent,
+                           "stable": stable, "canary": version,
+                           "scores": {v: served.loc[served["model_version"].astype(str) == v, "score"].tolist()
+                                      for v in (stable, version)}}
+    if analysis.decision != "promote":
+        raise PipelineError(f"canary v{version} not promoted ({analysis.decision}): " + "; ".join(analysis.reasons))
+    entry = _promote(ctx, version, "champion", "canary analysis: promote")
+    return {"stable": stable, "canary": version, "percent": percent, "requests": traffic["requests"],
+            "statuses": traffic["statuses"], "decision": analysis.decision,
+            "champion_now": entry["aliases_after"].get("champion"),
+            "fallback_now": entry["aliases_after"].get("fallback")}
+
+
+# --- 6. drift -----------------------------------------------------------------------------------------------
+
+
+def step_drift(ctx: PipelineContext) -> dict[str, Any]:
+    """A drifted day goes through the champion; `monitor run` says CRITICAL and rolls back to the fallback."""
+    from mlops_features import generate_transactions
+    from mlops_monitoring.monitor import run_monitor
+
+    cfg = ctx.cfg
+    raw = pd.read_parquet(ctx.root / cfg.data.validated_dir, columns=["event_timestamp"])
+    next_day = (pd.to_datetime(raw["event_timestamp"]).max() + pd.Timedelta(days=1)).date().isoformat()
+    drift_dir = ctx.work_dir / "drifted"
+    paths = generate_transactions(drift_dir, rows=max(2_000, cfg.data.rows // cfg.data.days), days=1,
+                                  seed=cfg.project.seed + 1, drift="covariate", start_date=next_day,
+                                  users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
+    drifted = pd.read_parquet(paths[0])
+    log_dir = ctx.work_dir / "drift_log"
+    champion_before = _aliases(ctx).get("champion")
+    n = 600 if ctx.fast else 1_500
+    with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-drift.log",
+                    ["--alias", "champion", "--set", f"serving.prediction_log_dir={log_dir}"]) as server:
+        traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
+    serving = cfg.serving.model_copy(update={"prediction_log_dir": str(log_dir)})
+    result = run_monitor(cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h",
+                         html=not ctx.fast)
+    after = _aliases(ctx)
+    ctx.facts["drift"] = result.to_dict()
+    rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)
+    return {"level": result.level, "champion_before": champion_before, "champion_after": after.get("champion"),
+            "rolled_back": rolled_back, "instances": traffic["instances"],
+            "drifted_features": [n for n, c in result.report.columns.items() if c.drifted],
+            "outputs": result.outputs}
