@@ -105,7 +105,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     client.create_registered_model("fraud")
     version = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run_id=run.info.run_id)
     client.set_registered_model_alias("fraud", "champion", version.version)
-    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "rows": df.head(40), "folder": folder,
+    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "df": df, "rows": df.head(40), "folder": folder,
            "encoder": encoder, "version": str(version.version)}
     redis.stop()
 
@@ -115,6 +115,11 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
 
     from mlops_features import OnlineFeatures, encode
     from mlops_serving import read_prediction_log
+    from mlops_serving.encoding import RecordEncoder
+
+    # the serving fast path of the encoder equals the features package's encode on every real training row
+    df = world["df"]
+    np.testing.assert_array_equal(RecordEncoder(world["encoder"])(df.to_dict("records")), encode(df, world["encoder"]))
 
     root, port = world["root"], kit.free_port()
     cmd = [str(Path(sys.executable).with_name("mlops")), "serve", "--model", "fraud", "--alias", "champion",
