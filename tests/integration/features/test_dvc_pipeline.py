@@ -1,4 +1,6 @@
-"""`dvc repro` of dvc.yaml on a clean copy: runs all stages, then does nothing, then re-runs on a changed param.
+"""`dvc repro features` on a clean copy: runs its stages, then does nothing, then re-runs on a changed param.
+
+Later stages (train, ...) belong to other packages and are not reproduced here.
 
 The copy holds what the stages read (configs/, feature_repo/, the features package's sources, dvc.yaml)
 with a small ``data.rows``; the venv is linked in. The local remote under .mlops/ takes a push and a pull.
@@ -46,14 +48,14 @@ def clean_copy(tmp_path: Path, repo_root: Path) -> Path:
 
 def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(clean_copy: Path) -> None:
     repo = clean_copy
-    out = _dvc(repo, "repro")
+    out = _dvc(repo, "repro", "features")
     for stage in ("generate", "validate", "features"):
         assert f"Running stage '{stage}'" in out
     assert len(list((repo / "data/validated").glob("*.parquet"))) == 3
     assert (repo / "data/features/user_transactions.parquet").is_file()
     assert (repo / ".mlops/feast/online.db").is_file()
 
-    out = _dvc(repo, "repro")
+    out = _dvc(repo, "repro", "features")
     assert "Running stage" not in out
     assert "Data and pipelines are up to date" in out
 
@@ -66,7 +68,7 @@ def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(clean_co
 
     base = repo / "configs/base.yaml"
     base.write_text(base.read_text().replace("  days: 3", "  days: 2"))
-    out = _dvc(repo, "repro")
+    out = _dvc(repo, "repro", "features")
     for stage in ("generate", "validate", "features"):
         assert f"Running stage '{stage}'" in out
     assert len(list((repo / "data/raw").glob("*.parquet"))) == 2
