@@ -42,7 +42,7 @@ def _rows(tmp: Path, seed: int, drift: str, n: int) -> pd.DataFrame:
     return df.assign(score=_score(df))
 
 
-def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str) -> None:
+def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str, *, degraded: bool = False) -> None:
     """Write rows as a prediction-log part (contract columns), spread over the 50 minutes before ``ts_end``."""
     folder = log_dir / "fraud"
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,7 @@ def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str) -> None
     frame = rows.drop(columns=["is_fraud", "event_timestamp", "created"]).assign(
         request_id=[f"r{i}" for i in range(len(rows))],
         ts=[ts_end - timedelta(seconds=float(s)) for s in offsets],
-        model_name="fraud", model_version="2", variant="stable", degraded=False, latency_ms=3.0,
+        model_name="fraud", model_version="2", variant="stable", degraded=degraded, latency_ms=3.0,
     )
     frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
     frame.to_parquet(folder / f"part-{part}.parquet", index=False)
@@ -128,10 +128,12 @@ def test_clean_window_no_alert_outputs_written(tmp_path: Path, sections: dict, r
     (root / "profile.json").write_text(json.dumps(profile))
     _log(root / "log", _rows(tmp_path, 2, "none", 3000), NOW, "clean")
     _log(root / "log", _rows(tmp_path, 3, "covariate", 3000), NOW - timedelta(hours=3), "old")  # outside 1h
+    _log(root / "log", _rows(tmp_path, 4, "covariate", 400), NOW, "degraded", degraded=True)  # store outage
     result = run_monitor(**sections, root=root, model="fraud", window="1h", reference=root / "profile.json",
                          html=True, now=NOW)
     assert result.level in ("OK", "INFO"), result.reasons
-    assert result.report.n_current == 3000  # the old drifted part is outside the window
+    assert result.report.n_current == 3000  # the old part is outside the window, degraded rows are left out
+    assert result.report.window["degraded_rows_excluded"] == 400
     assert webhook[1] == []
     assert [a.action for a in result.actions] in ([], ["log"])
     doc = json.loads(Path(result.outputs["json"]).read_text())

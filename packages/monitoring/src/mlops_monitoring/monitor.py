@@ -139,10 +139,17 @@ def run_monitor(
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
     """
     now = now or datetime.now(UTC)
+    info: dict[str, Any]
     if current is not None:
         frame, info = read_table(current, "current batch"), {"source": str(current)}
     else:
         frame, info = load_window(root / serving.prediction_log_dir, model, window or monitoring.window, now=now)
+    if "degraded" in frame.columns and frame["degraded"].any():
+        # answered with default features while the online store was down: a serving incident, not drift
+        info["degraded_rows_excluded"] = int(frame["degraded"].sum())
+        log.warning("%d degraded predictions (default features) are left out of the comparison",
+                    info["degraded_rows_excluded"])
+        frame = frame[~frame["degraded"].astype(bool)].reset_index(drop=True)
     if len(frame) < monitoring.min_rows:
         raise MonitoringError(
             f"{info.get('source')!r} holds {len(frame)} rows in the window {info.get('window', 'given')!r}; "
