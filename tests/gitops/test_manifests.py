@@ -16,7 +16,8 @@ from mlops_config import DeliveryConfig
 from mlops_delivery import plan_promotion
 from mlops_delivery.promotion import apply_change
 
-K8S_VERSION = "1.33.0"
+# An older supported minor and the newest the validator knows: manifests must work on both.
+K8S_VERSIONS = ("1.33.0", kubernetes_validate.latest_version())
 CUSTOM = {
     ("serving.kserve.io/v1beta1", "InferenceService"): ("model", "V1beta1InferenceService"),
     ("serving.kserve.io/v1alpha1", "ServingRuntime"): ("model", "V1alpha1ServingRuntime"),
@@ -53,18 +54,28 @@ def test_every_target_renders_the_expected_kinds(rendered: dict[str, list[dict[s
     assert kinds["argocd"] == ["AppProject", "Application", "ConfigMap"]
 
 
-def test_core_kinds_validate_strictly_against_kubernetes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_core_kinds_validate_strictly_against_kubernetes(rendered: dict[str, list[dict[str, Any]]],
+                                                         k8s_version: str) -> None:
     errors, checked = [], 0
     for _, doc in all_docs(rendered):
         if (doc["apiVersion"], doc["kind"]) in CUSTOM:
             continue
         try:
-            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            kubernetes_validate.validate(doc, k8s_version, strict=True)
             checked += 1
         except kubernetes_validate.ValidationError as exc:
             errors.append(f"{doc_id(doc)}: {exc.message} at {'/'.join(map(str, exc.path))}")
     assert not errors, "\n".join(errors)
     assert checked >= 25
+
+
+def test_strict_validation_catches_a_misspelt_core_field(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    deployment = yaml.safe_load(yaml.safe_dump(next(d for d in rendered["platform"] if d["kind"] == "Deployment")))
+    kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
+    deployment["spec"]["replica"] = deployment["spec"].pop("replicas")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
 
 
 def test_custom_resources_validate_against_their_schemas(rendered: dict[str, list[dict[str, Any]]],
