@@ -65,6 +65,12 @@ class _Receiver(BaseHTTPRequestHandler):
         self.send_response(204)
         self.end_headers()
 
+    def do_PUT(self) -> None:  # Pushgateway's API: PUT /metrics/job/<job>/<label>/<value>
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append({"path": self.path, "method": "PUT", "body": body.decode()})
+        self.send_response(202)
+        self.end_headers()
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -89,7 +95,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, d
 
 
 @pytest.fixture
-def sections(tmp_path: Path, webhook: tuple[str, list[dict]]) -> dict:
+def sections(tmp_path: Path, webhook: tuple[str, list[dict]], monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     return {
         "monitoring": MonitoringConfig(webhook_url=webhook[0], webhook_token_env="MLOPS_TEST_WEBHOOK_TOKEN"),
         "serving": ServingConfig(prediction_log_dir="log"),
@@ -190,6 +197,7 @@ def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections:
 
 
 def test_delayed_labels_give_realized_quality(tmp_path: Path, sections: dict, reference: tuple) -> None:
+    # webhook_url is unset below, so its token env var is not needed
     train, _ = reference
     rows = _rows(tmp_path, 6, "none", 3000)
     rows.drop(columns=["is_fraud"]).to_parquet(tmp_path / "cur.parquet")
@@ -209,8 +217,13 @@ def test_delayed_labels_give_realized_quality(tmp_path: Path, sections: dict, re
     assert next(a for a in result.actions if a.action == "rollback").detail.startswith("skipped: dry run")
 
 
-def test_too_few_rows_is_refused(tmp_path: Path, sections: dict, reference: tuple) -> None:
+def test_too_few_rows_and_a_missing_token_are_refused(tmp_path: Path, sections: dict,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _log(tmp_path / "log", _rows(tmp_path, 8, "none", 300).iloc[:50], NOW, "few")
+    monkeypatch.delenv("MLOPS_TEST_WEBHOOK_TOKEN")
+    with pytest.raises(MonitoringError, match="'MLOPS_TEST_WEBHOOK_TOKEN' is not set"):
+        run_monitor(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"), now=NOW)
+    monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     with pytest.raises(MonitoringError, match="holds 50 rows"):
         run_monitor(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"), now=NOW)
 
@@ -233,3 +246,19 @@ def test_cli_json_and_error_exit(tmp_path: Path, config_dir: Path, reference: tu
                         env=env)
     assert bad.exit_code == 2
     assert "window 'soon' is not a duration" in bad.stderr
+
+
+def test_metrics_are_pushed_to_a_pushgateway(tmp_path: Path, sections: dict, reference: tuple,
+                                             webhook: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
+    train, _ = reference
+    train.to_parquet(tmp_path / "ref.parquet")
+    _rows(tmp_path, 10, "none", 2000).to_parquet(tmp_path / "cur.parquet")
+    base = webhook[0].rsplit("/", 1)[0]
+    cfg = sections["monitoring"].model_copy(update={"pushgateway_url": base})
+    result = run_monitor(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
+                         current=tmp_path / "cur.parquet", reference=tmp_path / "ref.parquet", html=False, now=NOW)
+    pushed = [r for r in webhook[1] if r.get("method") == "PUT"]
+    assert [r["path"] for r in pushed] == ["/metrics/job/mlops-drift/model/fraud"]
+    assert metric_values(pushed[0]["body"]) == metric_values(Path(result.outputs["metrics"]).read_text())
+    assert next(a for a in result.actions if a.action == "pushgateway").ok

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -139,6 +140,9 @@ def run_monitor(
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
     """
     now = now or datetime.now(UTC)
+    token_env = monitoring.webhook_token_env
+    if monitoring.webhook_url and token_env and not os.environ.get(token_env):  # fail now, not when alerting
+        raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
     info: dict[str, Any]
     if current is not None:
         frame, info = read_table(current, "current batch"), {"source": str(current)}
