@@ -1,6 +1,6 @@
 """`mlops data` and `mlops features` as a user runs them on the local profile, from a clean copy of the repo.
 
-generate → validate (one corrupted batch) → features build (ingest, apply, materialize) → get, in real
+generate → validate (one corrupted batch) → features apply → materialize (ingests first) → get, in real
 subprocesses with real exit codes; everything lands under the temp repo, never the developer's .mlops/.
 """
 
@@ -28,7 +28,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def test_generate_validate_build_get(config_dir: Path, repo_root: Path) -> None:
+def test_generate_validate_apply_materialize_get(config_dir: Path, repo_root: Path) -> None:
     repo = config_dir.parent
     shutil.copytree(repo_root / "feature_repo", repo / "feature_repo")
     small = ["--set", "data.users=200", "--set", "data.merchants=30"]
@@ -50,11 +50,14 @@ def test_generate_validate_build_get(config_dir: Path, repo_root: Path) -> None:
         assert set(b) >= {"input_rows", "accepted_rows", "quarantined_rows", "batch_rejected", "reasons"}
     assert (repo / "data/quarantine/batches" / batches[1].name).is_file()
 
-    res = run(["features", "build", "--json", *small], cwd=repo)
+    res = run(["features", "apply", "--json"], cwd=repo)
     assert res.returncode == 0, res.stderr
-    built = json.loads(res.stdout)
-    assert built["ingested_rows"]["user_transactions"] == good_rows
-    assert built["applied"]["feature_services"] == ["fraud_v1"]
+    assert json.loads(res.stdout)["feature_services"] == ["fraud_v1"]
+    res = run(["features", "materialize", "--json"], cwd=repo)
+    assert res.returncode == 0, res.stderr
+    done = json.loads(res.stdout)
+    assert done["ingested_rows"]["user_transactions"] == good_rows
+    assert sorted(done["views"]) == ["merchant_risk", "user_transactions"]
     assert (repo / ".mlops/feast/online.db").is_file() and (repo / ".mlops/feast/registry.db").is_file()
 
     users = pd.read_parquet(repo / "data/features/user_transactions.parquet")

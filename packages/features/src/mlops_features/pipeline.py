@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,30 @@ def data_version(data: DataConfig, root: str | Path) -> str:
     if not folder.is_dir() or not any(folder.glob("*.parquet")):
         raise DataError(f"no validated data in {str(folder)!r} to version: run `mlops data validate` first")
     return hash_files(sorted(folder.glob("*.parquet")))
+
+
+def refresh_online(
+    features: FeaturesConfig,
+    data: DataConfig,
+    root: str | Path,
+    *,
+    incremental: bool = False,
+    end: datetime | None = None,
+    ingest_first: bool = True,
+) -> dict[str, Any]:
+    """``mlops features materialize``: recompute the feature tables, then load the online store.
+
+    Args:
+        features: The ``features`` section.
+        data: The ``data`` section (where the validated area is).
+        root: Repo root the sections' paths are relative to.
+        incremental: See :func:`mlops_features.materialize`.
+        end: See :func:`mlops_features.materialize`.
+        ingest_first: Recompute the feature tables from the validated area before loading (default).
+    """
+    root = Path(root)
+    rows = ingest(root / data.validated_dir, root / features.source_dir) if ingest_first else None
+    return {**materialize(features, root, incremental=incremental, end=end), "ingested_rows": rows}
 
 
 def build_features(features: FeaturesConfig, data: DataConfig, root: str | Path) -> dict[str, Any]:

@@ -42,12 +42,16 @@ def materialize(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
     incremental: Annotated[bool, typer.Option("--incremental", help="Only since the last materialization.")] = False,
     end: Annotated[datetime | None, typer.Option("--end", help="Window end (UTC); default now.")] = None,
+    ingest_first: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Recompute the feature tables from "
+                                               "the validated area first.")] = True,
 ) -> None:
-    """Load the latest feature values into the online store."""
-    from mlops_features import materialize as run_materialize
+    """Compute the feature tables from validated data, then load the latest values into the online store."""
+    from mlops_features.pipeline import refresh_online
 
     loaded = load(profile, model, sets)
-    done = run_materialize(loaded.config.features, loaded.root, incremental=incremental, end=_utc(end))
+    cfg = loaded.config
+    done = refresh_online(cfg.features, cfg.data, loaded.root, incremental=incremental, end=_utc(end),
+                          ingest_first=ingest_first)
     if as_json:
         print_json(done)
         return
