@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlops_config import DataConfig
+from mlops_features.errors import DataError
 from mlops_features.schema import ALLOWED_VALUES, LABEL, NOT_NULL, RAW_SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class _SuiteRunner:
             name = f"{cfg.type}({cols})"
             raised = r.exception_info.get("raised_exception") if isinstance(r.exception_info, dict) else False
             if raised or "unexpected_index_list" not in r.result:
-                raise RuntimeError(f"expectation {name} could not be evaluated: {r.exception_info}")
+                raise DataError(f"expectation {name} could not be evaluated on this batch: {r.exception_info}")
             out[name] = list(r.result["unexpected_index_list"])
         return out
 
