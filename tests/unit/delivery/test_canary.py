@@ -6,7 +6,12 @@ from the code under test.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,3 +168,27 @@ def test_missing_log_rows_hold_and_bad_inputs_are_named(tmp_path: Path) -> None:
     with pytest.raises(MetricsError, match="prediction log lacks column 'score'"):
         analyze_canary(CFG, exposition(ok=1), exposition(ok=1), pd.DataFrame({"model_version": ["1"]}),
                        stable_version=1, canary_version=2)
+
+
+def test_cli_answers_with_exit_codes_and_reads_versions_from_git(tmp_path: Path, repo_root: Path,
+                                                                 scores: tuple[np.ndarray, np.ndarray]) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root / "configs", root / "configs")
+    shutil.copytree(repo_root / "infra", root / "infra")
+    prod = root / "infra/overlays/production/model-fraud.yaml"  # production: v1 stable, v2 canary at 10%
+    prod.write_text(prod.read_text().replace(
+        'stable-version: "1"  # serves all traffic not sent to the canary\n',
+        'stable-version: "1"  # serves all traffic not sent to the canary\n    mlops.platform/canary-version: "2"\n',
+    ).replace("  predictor:\n", "  predictor:\n    canaryTrafficPercent: 10\n"))
+    stable_scores, canary_scores = scores
+    log_frame(root / ".mlops" / "prediction_log", stable_scores, np.clip(canary_scores + 0.3, 0, 1))
+    (root / "stable.prom").write_text(exposition(ok=1000))
+    (root / "canary.prom").write_text(exposition(ok=200, version="2"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
+    proc = subprocess.run([sys.executable, "-m", "mlops_cli", "canary", "analyze", "--stable-metrics", "stable.prom",
+                           "--canary-metrics", "canary.prom", "--exit-code", "--json"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 4, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["decision"] == "rollback" and (doc["stable"]["version"], doc["canary"]["version"]) == (1, 2)
+    assert doc["canary"]["logged_predictions"] == 2000
