@@ -69,7 +69,10 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
                      source: str, model: str | None = None) -> VariantEvidence:
     """Error rate and p99 latency from one predictor's exposition, plus its logged prediction count."""
     samples = parse_samples(metrics_text, source=source)
-    labels = {"model": model} if model else None
+    labels = {"model": model} if model else {}
+    if any(s.labels.get("version") == str(version) for s in samples):
+        # one exposition serving both variants (the local canary): keep only this version's series
+        labels["version"] = str(version)
     names = {s.name for s in samples}
     for metric, suffix in ((delivery.requests_metric.removesuffix("_total"), ("", "_total")),
                            (delivery.latency_metric, ("_bucket",))):
