@@ -10,6 +10,13 @@ from mlops_config._base import Section
 
 
 class ServingConfig(Section):
+    role: Literal["all", "transformer", "predictor"] = "all"
+    """``all``: transformer + predictor in one process (local). On Kubernetes the InferenceService runs a
+    ``transformer`` (features + encoding, calls ``predictor_host``) and a ``predictor`` (the model only)."""
+
+    predictor_host: str | None = None
+    """``host[:port]`` of the predictor (role ``transformer``); KServe passes it as ``--predictor_host``."""
+
     host: str = "127.0.0.1"
     """Address the local server binds to."""
 

@@ -55,3 +55,9 @@ class ModelLoadError(ServingError):
     """A model version could not be resolved, downloaded or loaded; the server stays up, not ready."""
 
     http_status = 503
+
+
+class PredictorUnavailableError(ServingError):
+    """The transformer cannot reach its predictor, or the predictor refused an encoded batch."""
+
+    http_status = 503

@@ -28,13 +28,13 @@ from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError,
 from mlops_serving.lookup import FeatureLookup, feature_defaults
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.predictor import LoadedModel
+from mlops_serving.predictor import ServedModel
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
 log = logging.getLogger(__name__)
 
 Encode = Callable[[Any, dict[str, Any]], np.ndarray]
-Loader = Callable[[], tuple[LoadedModel, LoadedModel | None]]
+Loader = Callable[[], tuple[ServedModel, ServedModel | None]]
 
 
 @dataclass
@@ -48,7 +48,7 @@ class _Batch:
 @dataclass
 class _Scored:
     batch: _Batch
-    variant: Variant[LoadedModel]
+    variant: Variant[ServedModel]
     scores: np.ndarray
     degraded: bool
     unknown: list[bool]
@@ -79,7 +79,7 @@ class FraudModel(kserve.Model):
         self._log = prediction_log
         self._max_instances = max_instances
         self._canary_percent = canary_percent
-        self.router: CanaryRouter[LoadedModel] | None = None
+        self.router: CanaryRouter[ServedModel] | None = None
         self.reason = "loading"
         self._load_lock = threading.Lock()
         self._encoders: dict[str, RecordsEncode] = {}
@@ -88,28 +88,26 @@ class FraudModel(kserve.Model):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def load(self) -> bool:
-        """Load the versions once; a failure leaves the model not ready with :attr:`reason`, never raises."""
+        """Load the versions; a failure leaves the model not ready with :attr:`reason`, never raises.
+
+        Called again (by the server's load thread, with back-off) until it succeeds: a registry or predictor
+        that comes up later is picked up without a restart.
+        """
         with self._load_lock:
-            if self.ready or self.reason != "loading":
-                return self.ready
+            if self.ready:
+                return True
             try:
                 stable, canary = self._loader()
+                self._check_feature_service(stable, canary)
             except ModelLoadError as exc:
+                if self.reason != str(exc):
+                    log.error("model %s failed to load: %s", self.name, exc)
                 self.reason = str(exc)
-                log.error("model %s failed to load: %s", self.name, exc)
                 return False
             except Exception as exc:  # an unforeseen loader failure must not crash the server either
                 self.reason = f"{type(exc).__name__}: {exc}"
                 log.exception("model %s failed to load", self.name)
                 return False
-            service = getattr(self._lookup.source, "service_name", None)
-            for loaded in (stable, canary):
-                if loaded is not None and service and loaded.feature_service and loaded.feature_service != service:
-                    self.reason = (f"version {loaded.ref.version} was trained on FeatureService "
-                                   f"{loaded.feature_service!r} but the transformer reads {service!r}; "
-                                   f"set features.feature_service={loaded.feature_service}")
-                    log.error("model %s not served: %s", self.name, self.reason)
-                    return False
             defaults = feature_defaults(stable.encoder)
             if canary is not None:
                 defaults.update(feature_defaults(canary.encoder))
@@ -125,6 +123,14 @@ class FraudModel(kserve.Model):
             self.ready = True
             _freeze_heap()
             return True
+
+    def _check_feature_service(self, stable: ServedModel, canary: ServedModel | None) -> None:
+        service = getattr(self._lookup.source, "service_name", None)
+        for loaded in (stable, canary):
+            if loaded is not None and service and loaded.feature_service and loaded.feature_service != service:
+                raise ModelLoadError(
+                    f"version {loaded.ref.version} was trained on FeatureService {loaded.feature_service!r} but "
+                    f"the transformer reads {service!r}; set features.feature_service={loaded.feature_service}")
 
     def start(self) -> None:
         """KServe calls this at registration; readiness comes from :meth:`load` only."""
@@ -221,7 +227,7 @@ class FraudModel(kserve.Model):
             results.append(_Scored(batch, variant, scores[i], found.degraded, unknown))
         return results
 
-    def _observe(self, variant: Variant[LoadedModel], batch: _Batch, scores: np.ndarray, lookup_s: float,
+    def _observe(self, variant: Variant[ServedModel], batch: _Batch, scores: np.ndarray, lookup_s: float,
                  predict_s: float, request_s: float, degraded: bool, n_unknown: int) -> None:
         m = self._metrics
         labels = (self.name, variant.target.ref.version, variant.name)

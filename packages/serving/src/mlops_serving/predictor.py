@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -35,6 +35,20 @@ class ModelRef:
     """``registry`` (resolved from MLflow) or ``folder`` (served from a local exported folder)."""
 
 
+class ServedModel(Protocol):
+    """What the transformer needs of a model: its version, encoder, FeatureService and a scorer.
+
+    :class:`LoadedModel` scores in process; :class:`mlops_serving.remote.RemoteModel` asks a predictor.
+    """
+
+    ref: ModelRef
+    encoder: dict[str, Any]
+    feature_service: str | None
+    weights_sha256: str
+
+    def score(self, x: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass
 class LoadedModel:
     """An exported MLP ready to score encoded rows (float32, ``input_dim`` wide)."""
@@ -46,6 +60,10 @@ class LoadedModel:
     feature_service: str | None
     input_dim: int
     weights_sha256: str = field(default="")
+
+    def export_meta(self) -> dict[str, Any]:
+        """``model.json`` plus the served version: what a transformer in front of this predictor encodes for."""
+        return {**self.meta, "served_version": self.ref.version, "served_name": self.ref.name}
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """Probability of fraud per row of ``x`` (shape ``[n, input_dim]``)."""

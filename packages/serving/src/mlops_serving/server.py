@@ -36,7 +36,7 @@ from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 from mlops_serving.errors import FeatureStoreUnavailableError, ServingError
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import FraudModel, single_threaded_torch
+from mlops_serving.model import single_threaded_torch
 from mlops_serving.prediction_log import PredictionLogWriter
 from mlops_serving.v2 import decode_infer_body
 
@@ -46,15 +46,19 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
                    Awaitable[None]]
 JSON_TYPES = ("application/json", "application/cloudevents+json")
+META_ROUTE = "/mlops/models/{model_name}/meta"
+"""A predictor's model.json (version, encoder, FeatureService): what its transformer encodes for."""
 READY_CACHE_S = 1.0
 
 
-class ServingDataPlane(DataPlane):
-    """KServe's DataPlane whose server readiness also needs the model loaded and the feature store reachable."""
+class StoreReadiness:
+    """Transformer readiness: the model loaded and the online store reachable (pinged at most once a second).
 
-    def __init__(self, registry: ModelRepository, model: FraudModel, lookup: FeatureLookup,
-                 outage: str) -> None:
-        super().__init__(model_registry=registry)
+    After the store has answered once, an outage keeps the server ready under the ``degraded`` policy (it still
+    answers, flagged) and makes it not ready under ``unavailable``.
+    """
+
+    def __init__(self, model: Any, lookup: FeatureLookup, outage: str) -> None:
         self._model = model
         self._lookup = lookup
         self._outage = outage
@@ -62,8 +66,7 @@ class ServingDataPlane(DataPlane):
         self._checked_at = 0.0
         self._cached: tuple[bool, str] = (False, "starting")
 
-    def readiness(self) -> tuple[bool, str]:
-        """``(ready, reason)``; the store is pinged at most once per second."""
+    def __call__(self) -> tuple[bool, str]:
         if not self._model.ready:
             return False, f"model {self._model.name!r} not ready: {self._model.reason}"
         now = time.monotonic()
@@ -81,6 +84,29 @@ class ServingDataPlane(DataPlane):
         else:
             self._cached = (False, f"online feature store unreachable: {self._lookup.last_error}")
         return self._cached
+
+    def status(self) -> dict[str, Any]:
+        return {"feature_store": {"down": self._lookup.down, "last_error": self._lookup.last_error or None,
+                                  "policy": self._outage}}
+
+
+def model_readiness(model: Any) -> Callable[[], tuple[bool, str]]:
+    """Predictor readiness: the model loaded."""
+
+    def check() -> tuple[bool, str]:
+        if model.ready:
+            return True, ""
+        return False, f"model {model.name!r} not ready: {model.reason}"
+
+    return check
+
+
+class ServingDataPlane(DataPlane):
+    """KServe's DataPlane whose server readiness is ours (model loaded, and for the transformer the store)."""
+
+    def __init__(self, registry: ModelRepository, readiness: Callable[[], tuple[bool, str]]) -> None:
+        super().__init__(model_registry=registry)
+        self.readiness = readiness
 
     async def ready(self) -> bool:
         return self.readiness()[0]
@@ -176,19 +202,20 @@ async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:
 
 
 def build_app(
-    model: FraudModel,
-    lookup: FeatureLookup,
+    model: Any,
     metrics: ServingMetrics,
     *,
+    readiness: Callable[[], tuple[bool, str]],
     max_payload_bytes: int,
-    outage: str,
     prediction_log: PredictionLogWriter | None = None,
     load_in_background: bool = True,
 ) -> FastAPI:
-    """The server's ASGI app; loading the model starts with the app (in a thread, so liveness answers)."""
+    """The server's ASGI app for a :class:`FraudModel` (transformer + predictor, or transformer) or a
+    :class:`~mlops_serving.predictor_model.PredictorModel`; loading starts with the app, in a thread, so
+    liveness answers at once."""
     registry = ModelRepository()
     registry.update(model)
-    dataplane = ServingDataPlane(registry, model, lookup, outage)
+    dataplane = ServingDataPlane(registry, readiness)
     extension = ModelRepositoryExtension(model_registry=registry)
 
     def count_error(kind: str, status: int) -> None:
@@ -199,11 +226,13 @@ def build_app(
         single_threaded_torch()  # this is the thread that runs the forward passes
         if prediction_log is not None:
             prediction_log.start()
+        stop = threading.Event()
         if load_in_background:
-            threading.Thread(target=model.load, name="model-load", daemon=True).start()
+            threading.Thread(target=_load_until_ready, args=(model, stop), name="model-load", daemon=True).start()
         else:
             await asyncio.get_running_loop().run_in_executor(None, model.load)
         yield
+        stop.set()
         model.close()
         if prediction_log is not None:
             prediction_log.stop()
@@ -222,8 +251,15 @@ def build_app(
 
     async def status() -> dict[str, Any]:
         ok, reason = dataplane.readiness()
-        return {"ready": ok, "reason": reason or None, "model": model.describe(),
-                "feature_store": {"down": lookup.down, "last_error": lookup.last_error or None, "policy": outage}}
+        extra = readiness.status() if hasattr(readiness, "status") else {}
+        return {"ready": ok, "reason": reason or None, "model": model.describe(), **extra}
+
+    async def exported_meta(model_name: str) -> Response:
+        if model_name != model.name:
+            raise ModelNotFound(model_name)
+        if not model.ready:
+            raise ModelNotReady(model_name, model.reason)
+        return _json(model.export_meta())
 
     async def metrics_endpoint() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -247,6 +283,8 @@ def build_app(
     app.add_api_route("/v2/health/ready", ready, methods=["GET"])
     app.add_api_route("/status", status, methods=["GET"])
     app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
+    if hasattr(model, "export_meta"):
+        app.add_api_route(META_ROUTE, exported_meta, methods=["GET"])
     async def predict_v1(model_name: str, request: Request) -> Response:
         if not await dataplane.model_ready(model_name, True):
             raise ModelNotReady(model_name, model.reason)
@@ -286,6 +324,14 @@ def build_app(
     app.add_exception_handler(RequestValidationError, plain(400, "malformed request: "))
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, on_error=count_error)
     return app
+
+
+def _load_until_ready(model: Any, stop: threading.Event) -> None:
+    """Try ``model.load()`` until it succeeds or the server stops; back-off 1 s doubling to 30 s."""
+    wait = 1.0
+    while not stop.is_set() and not model.load():
+        stop.wait(wait)
+        wait = min(30.0, wait * 2)
 
 
 def run_app(app: FastAPI, host: str, port: int) -> None:

@@ -18,8 +18,9 @@ from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.model import Encode, FraudModel
 from mlops_serving.prediction_log import PredictionLogWriter
-from mlops_serving.predictor import LoadedModel, ModelRef, load_model
+from mlops_serving.predictor import LoadedModel, ModelRef, ServedModel, load_model
 from mlops_serving.registry import resolve_alias
+from mlops_serving.remote import remote_loader
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def create_app(
     serving: ServingConfig,
     *,
     model_name: str,
-    loader: Callable[[], tuple[LoadedModel, LoadedModel | None]],
+    loader: Callable[[], tuple[ServedModel, ServedModel | None]],
     source: FeatureSource,
     encode: Encode,
     log_dir: Path,
@@ -35,7 +36,7 @@ def create_app(
 ) -> Any:
     """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it)."""
     from mlops_serving.schema import ENTITY_KEYS
-    from mlops_serving.server import build_app
+    from mlops_serving.server import StoreReadiness, build_app
 
     metrics = ServingMetrics()
     writer = PredictionLogWriter(
@@ -48,8 +49,8 @@ def create_app(
     model = FraudModel(model_name, loader=loader, lookup=lookup, encode=encode, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0)
-    return build_app(model, lookup, metrics, max_payload_bytes=serving.max_payload_bytes,
-                     outage=serving.redis_outage, prediction_log=writer)
+    return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
+                     max_payload_bytes=serving.max_payload_bytes, prediction_log=writer)
 
 
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
@@ -110,6 +111,10 @@ def serve(
     import mlops_features
     from mlops_serving.server import run_app
 
+    if serving.role == "predictor":
+        _serve_predictor(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,
+                         model_version=model_version, report=report)
+        return
     if serving.workers != 1:
         raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
                            "(scale out with replicas of the InferenceService)")
@@ -117,7 +122,12 @@ def serve(
         log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
                     serving.canary_alias)
     cache = root / state_dir / "serving" / "models"
-    if model_dir is not None:
+    loader: Callable[[], tuple[ServedModel, ServedModel | None]]
+    if serving.role == "transformer":
+        if not serving.predictor_host:
+            raise ServingError("serving.role=transformer needs serving.predictor_host (KServe: --predictor_host)")
+        loader = remote_loader(serving.predictor_host, model)
+    elif model_dir is not None:
         loader = folder_loader(model, model_dir, version=model_version)
     else:
         loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
@@ -128,3 +138,31 @@ def serve(
         report(f"listening on http://{serving.host}:{serving.port} (V1 /v1/models/{model}:predict, "
                f"V2 /v2/models/{model}/infer, /metrics)")
     run_app(app, serving.host, serving.port)
+
+
+def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Callable[[], LoadedModel]) -> Any:
+    """The predictor-only app: encoded rows in, scores out (role ``predictor``)."""
+    from mlops_serving.predictor_model import PredictorModel
+    from mlops_serving.server import build_app, model_readiness
+
+    metrics = ServingMetrics()
+    model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.max_instances)
+    return build_app(model, metrics, readiness=model_readiness(model), max_payload_bytes=serving.max_payload_bytes)
+
+
+def _serve_predictor(serving: ServingConfig, tracking: TrackingConfig, root: Path, model: str, *, state_dir: str,
+                     model_dir: Path | None, model_version: str | None,
+                     report: Callable[[str], None] | None) -> None:
+    from mlops_serving.server import run_app
+
+    if model_dir is not None:
+        ref = ModelRef(model, model_version or model_dir.name, model_dir)
+        app = create_predictor_app(serving, model_name=model, loader=lambda: load_model(ref))
+    else:
+        cache = root / state_dir / "serving" / "models"
+        stable = registry_loader(tracking, root, model, serving.alias, None, cache, report)
+        app = create_predictor_app(serving, model_name=model, loader=lambda: stable()[0])
+    if report is not None:
+        report(f"predictor listening on http://{serving.host}:{serving.port} (V2 /v2/models/{model}/infer)")
+    run_app(app, serving.host, serving.port)
+

@@ -31,14 +31,30 @@ def serve(
         "--model-version", envvar="MLOPS_MODEL_VERSION",
         help="Version label of --model-dir in metrics and the prediction log (default: the folder's name).")
     ] = None,
+    role: Annotated[str | None, typer.Option(
+        "--role", help="all (local), transformer or predictor (the two halves of an InferenceService).")] = None,
+    predictor_host: Annotated[str | None, typer.Option(
+        "--predictor-host", "--predictor_host", help="host:port of the predictor (role transformer).")] = None,
+    kserve_model_name: Annotated[str | None, typer.Option(
+        "--model_name", hidden=True, help="Set by KServe; must name the served model.")] = None,
+    kserve_http_port: Annotated[int | None, typer.Option("--http_port", hidden=True, help="Set by KServe.")] = None,
+    kserve_protocol: Annotated[str | None, typer.Option(
+        "--predictor_protocol", "--protocol", hidden=True, help="Set by KServe; only v2 is spoken to the predictor.")
+    ] = None,
 ) -> None:
     """Resolve the alias to an immutable version, load it, and answer /v1 and /v2 until stopped."""
+    from mlops_serving.errors import ServingError
     from mlops_serving.service import serve as run
 
+    if kserve_protocol not in (None, "v2"):
+        raise ServingError(f"--predictor_protocol {kserve_protocol!r} is not supported; the transformer speaks v2")
     flags = {"alias": alias, "canary_alias": canary_alias, "canary_percent": canary_percent, "host": host,
-             "port": port}
+             "port": port if port is not None else kserve_http_port, "role": role, "predictor_host": predictor_host}
     overrides = [*(sets or []), *(f"serving.{k}={v}" for k, v in flags.items() if v is not None)]
     loaded = load(profile, model, overrides, check_secrets=False)  # the sections used check their own secrets
     cfg = loaded.config
+    if kserve_model_name is not None and kserve_model_name != cfg.project.model:
+        raise ServingError(f"--model_name {kserve_model_name!r} differs from the model config {cfg.project.model!r}; "
+                           "name the InferenceService after the model")
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
         model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True))
