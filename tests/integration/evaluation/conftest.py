@@ -37,6 +37,8 @@ class World:
     train_y: np.ndarray
     encoder: dict[str, Any]
     pipeline_result: Any
+    sets: list[str]
+    holdout: Any  # newest rows by event time, computed here independently of mlops_evaluation
 
 
 def fit_mlp(x: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], *, steps: int, seed: int, lr: float = 0.01
@@ -108,4 +110,5 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     big = (1536, 1536, 1536)
     versions["slow"] = register(loaded, root, fit_mlp(x[:512], y[:512], big, steps=1, seed=3), big, encoder,
                                 "larger-model")
-    return World(loaded, root, versions, x, y, encoder, result)
+    holdout = df.iloc[int(len(df) * (1 - cfg.evaluation.holdout_fraction)):]
+    return World(loaded, root, versions, x, y, encoder, result, SETS, holdout)

@@ -18,20 +18,18 @@ import pytest
 from mlops_core import lifecycle
 from mlops_core.ledger import report_hash
 
-from .conftest import SETS, World
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MLOPS = str(Path(sys.executable).with_name("mlops"))
 
 
-def _mlops(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+def _mlops(world: Any, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MLOPS_CONFIG_DIR": str(world.root / "configs")}
-    sets = [a for s in SETS for a in ("--set", s)]
+    sets = [a for s in world.sets for a in ("--set", s)]
     return subprocess.run([MLOPS, *args, *sets], capture_output=True, text=True, env=env, cwd=world.root,
                           timeout=400, check=False)
 
 
-def _make_champion(world: World) -> None:
+def _make_champion(world: Any) -> None:
     cfg = world.loaded.config
     if lifecycle.aliases(cfg.tracking, world.root, "fraud").get("champion") == world.versions["champion"]:
         return
@@ -40,24 +38,22 @@ def _make_champion(world: World) -> None:
                           actor="test", required_gates={})
 
 
-def _holdout_f1(world: World, version: str) -> float:
+def _holdout_f1(world: Any, version: str) -> float:
     """F1 on the holdout recomputed independently: exported weights → torch → sklearn."""
     import mlflow
     import torch
     from sklearn.metrics import f1_score
 
     from mlops_core.exported import build_tabular_mlp, load_exported
-    from mlops_features import encode, training_set
+    from mlops_features import encode
 
-    cfg = world.loaded.config
     run_id = mlflow.tracking.MlflowClient().get_model_version("fraud", version).run_id
     folder = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="model",
                                                  dst_path=str(world.root / f"check-{version}"))
     tensors, meta = load_exported(folder)
     net = build_tabular_mlp(meta["architecture"])
     net.load_state_dict(tensors)
-    df = training_set(cfg.features, cfg.data, world.root).sort_values(["event_timestamp", "transaction_id"])
-    hold = df.iloc[int(len(df) * (1 - cfg.evaluation.holdout_fraction)):]
+    hold = world.holdout
     with torch.no_grad():
         p = torch.sigmoid(net(torch.from_numpy(encode(hold, meta["features"]["encoder"])))).squeeze(-1).numpy()
     return float(f1_score(hold["is_fraud"].to_numpy(), (p >= 0.5).astype(int)))
@@ -67,7 +63,7 @@ def _gates(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {g["name"]: g for g in doc["gates"]}
 
 
-def test_better_candidate_passes_every_gate_and_is_promoted(world: World, tmp_path: Path) -> None:
+def test_better_candidate_passes_every_gate_and_is_promoted(world: Any, tmp_path: Path) -> None:
     _make_champion(world)
     version = world.versions["better"]
     proc = _mlops(world, "evaluate", "run", "--candidate", version, "--json", "--report-dir", str(tmp_path))
@@ -95,7 +91,7 @@ def test_better_candidate_passes_every_gate_and_is_promoted(world: World, tmp_pa
     assert entry["data_hash"] == world.pipeline_result.data_hash
 
 
-def test_candidate_trained_on_shuffled_labels_is_blocked(world: World, tmp_path: Path) -> None:
+def test_candidate_trained_on_shuffled_labels_is_blocked(world: Any, tmp_path: Path) -> None:
     _make_champion(world)
     version = world.versions["shuffled"]
     proc = _mlops(world, "evaluate", "run", "--candidate", version, "--gate", "quality", "--gate", "contract",
@@ -111,7 +107,7 @@ def test_candidate_trained_on_shuffled_labels_is_blocked(world: World, tmp_path:
     assert blocked.returncode == 1 and "blocked" in blocked.stderr and "quality" in blocked.stderr
 
 
-def test_nondeterministic_rerun_is_caught_by_reproducibility(world: World) -> None:
+def test_nondeterministic_rerun_is_caught_by_reproducibility(world: Any) -> None:
     from mlflow.tracking import MlflowClient
 
     from mlops_evaluation.runner import check_reproducibility
@@ -132,7 +128,7 @@ def test_nondeterministic_rerun_is_caught_by_reproducibility(world: World) -> No
     assert gate.evidence["reruns"][0]["weights_sha256"] != world.pipeline_result.weights_sha256
 
 
-def test_larger_model_is_caught_by_latency(world: World, tmp_path: Path) -> None:
+def test_larger_model_is_caught_by_latency(world: Any, tmp_path: Path) -> None:
     from mlops_evaluation import evaluate
 
     _make_champion(world)

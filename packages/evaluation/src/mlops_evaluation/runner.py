@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_core.errors import PlatformError
 from mlops_core.ledger import now_iso
 from mlops_core.tracking import configure_tracking, registered_model_name
 from mlops_evaluation.errors import EvaluationError
@@ -71,6 +73,17 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
                               f"v{candidate.version} has no recorded config.json on run {candidate.run_id!r} to "
                               f"re-run ({type(exc).__name__}); train it with `mlops train run`", {})
     steps = int(lineage.get("steps") or recorded.get("training", {}).get("max_steps", 0))
+    try:
+        return _rerun_and_compare(candidate, recorded, lineage, steps, root, section, rerun)
+    except (PlatformError, ValidationError) as exc:  # the recorded run cannot be re-run: a verdict, not a crash
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return GateResult("reproducibility", False,
+                          f"v{candidate.version}'s recorded training could not be re-run: {type(exc).__name__}: "
+                          f"{first}", {"error": str(exc)[:2000], "steps": steps})
+
+
+def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dict[str, Any], steps: int,
+                       root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
     if steps and steps <= section.repro_steps:

@@ -24,15 +24,21 @@ def run(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Evaluate CANDIDATE against the champion (or a trivial baseline); exit 0 when every gate passes, else 1."""
-    from mlops_evaluation import GATES, evaluate
+    from mlops_core.errors import PlatformError
+    from mlops_evaluation import GATES, EvaluationError, evaluate
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
     default_dir = loaded.resolve_path(cfg.project.reports_dir) / "evaluation" / f"{cfg.project.model}-v{candidate}"
     out = report_dir or default_dir
-    report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation, tracking=cfg.tracking,
-                      features=cfg.features, data=cfg.data, root=loaded.root, report_dir=out, seed=cfg.project.seed,
-                      gates=tuple(gate) if gate else GATES)
+    try:
+        report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation,
+                          tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=loaded.root,
+                          report_dir=out, seed=cfg.project.seed, gates=tuple(gate) if gate else GATES)
+    except PlatformError:
+        raise
+    except Exception as exc:  # exit 1 means "blocked by a gate"; anything unforeseen must exit 2, not 1
+        raise EvaluationError(f"evaluation of v{candidate} stopped: {type(exc).__name__}: {exc}") from exc
     if as_json:
         print_json({**report.to_dict(), "paths": report.paths})
     else:
