@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from mlops_config import DeliveryConfig
 from mlops_delivery.canary import variant_evidence
 
