@@ -12,6 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mlops_config import DataConfig
 from mlops_features import generate_transactions, validate_batches
@@ -197,3 +199,28 @@ def test_revalidating_is_idempotent_and_ids_accepted_elsewhere_are_quarantined(
     again = validate_batches([resent], DATA, tmp_path, now=NOW).batches[0]
     assert (again.accepted_rows, again.quarantined_rows) == (0, 25)
     assert again.row_failures == {"unique_across_batches(transaction_id)": 25}
+
+
+CORRUPTIONS = {
+    "user_id": None, "amount": -1.0, "category": "weapons", "currency": "XYZ", "event_timestamp": FUTURE,
+    "device": "fax",
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.tuples(st.integers(0, 399), st.sampled_from(sorted(CORRUPTIONS))), min_size=0, max_size=30))
+def test_any_mix_of_bad_rows_loses_nothing(tmp_path_factory: pytest.TempPathFactory, good: pd.DataFrame,
+                                           picks: list[tuple[int, str]]) -> None:
+    root = tmp_path_factory.mktemp("mix")
+    df = good.copy()
+    for row, column in picks:
+        df.loc[row, column] = CORRUPTIONS[column]
+    path = _write(df, root / "raw" / "mix.parquet")
+    result = validate_batches([path], DATA, root, now=NOW).batches[0]
+    bad = {good.loc[row, "transaction_id"] for row, _ in picks}
+    assert result.accepted_rows + result.quarantined_rows == result.input_rows == len(good)
+    assert result.quarantined_rows == len(bad)
+    if bad:
+        assert set(pd.read_parquet(root / "data/quarantine/mix.rows.parquet")["transaction_id"]) == bad
+    assert set(pd.read_parquet(root / "data/validated/mix.parquet")["transaction_id"]) == set(
+        good["transaction_id"]) - bad

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mlops_config import FeaturesConfig, load_config
 from mlops_features import FeatureStoreError, render_feature_store_yaml
@@ -57,5 +56,5 @@ def test_local_paths_are_absolute_under_the_root(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["http://x:6379", "redis://", "127.0.0.1:6379"])
 def test_bad_redis_url_is_named(url: str) -> None:
-    with pytest.raises(FeatureStoreError, match="features.redis_url="):
+    with pytest.raises(FeatureStoreError, match=r"features\.redis_url="):
         redis_connection_string(FeaturesConfig(online_store="redis", redis_url=url))
