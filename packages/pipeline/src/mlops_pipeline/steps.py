@@ -160,7 +160,7 @@ def step_train(ctx: PipelineContext) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     if "champion" not in _aliases(ctx):
-        steps = max(10, ctx.cfg.training.max_steps // 10)
+        steps = max(10, ctx.cfg.training.max_steps // 6)  # an earlier, shorter-trained generation
         cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
         first = train_model(cfg, ctx.root, run_name=f"{ctx.model}-first-champion")
         version = str(first.model_version)
