@@ -79,3 +79,7 @@ def test_bad_input_exits_2_with_one_line(config_dir: Path) -> None:
     res = run(["data", "validate"], cwd=config_dir.parent)
     assert res.returncode == 2
     assert "run `mlops data generate` first" in res.stderr
+    res = run(["features", "get", "-e", "user_id=U1", "-e", "merchant_id=M1", "-e", "card=4111"], cwd=config_dir.parent)
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("error: --entity 'card=4111': unknown key 'card'; "
+                                  "expected one of ['user_id', 'merchant_id']")

@@ -11,10 +11,12 @@ from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
 from mlops_features.online import UNKNOWN_FLAGS, OnlineFeatures
 from mlops_features.pipeline import PreparedData, data_version, prepare_local_data
 from mlops_features.sample import DRIFT_MODES, generate_transactions
+from mlops_features.schema import ENTITY_KEYS
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
 
 __all__ = [
     "DRIFT_MODES",
+    "ENTITY_KEYS",
     "MERCHANT_FEATURES",
     "UNKNOWN_FLAGS",
     "USER_FEATURES",

@@ -74,13 +74,15 @@ def get(
     as_json: JsonOpt = False,
 ) -> None:
     """Read one entity row of the FeatureService from the online store."""
-    from mlops_features import DataError, OnlineFeatures
+    from mlops_features import ENTITY_KEYS, DataError, OnlineFeatures
 
     row = {}
     for item in entity:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise DataError(f"--entity {item!r} is invalid: expected key=value, e.g. user_id=U000001")
+        if key.strip() not in ENTITY_KEYS:
+            raise DataError(f"--entity {item!r}: unknown key {key.strip()!r}; expected one of {list(ENTITY_KEYS)}")
         row[key.strip()] = value.strip()
     loaded = load(profile, model, sets)
     result = OnlineFeatures(loaded.config.features, loaded.root).get([row])[0]
