@@ -104,7 +104,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
             # while down, requests do not wait on Redis (refused or timed out once, then skipped until retry_s)
             for _ in range(20):
                 assert client.post(V1, json={"instances": [row]}).json()["degraded"] is True
-            assert time.perf_counter() - started < 5
+            assert time.perf_counter() - started < 10  # 21 requests; a dead Redis is not waited on each time
             ready = client.get("/v2/health/ready")
             assert until(lambda: "unreachable" in (client.get("/v2/health/ready").json()["reason"] or ""))
             assert ready.status_code == 200  # degraded mode stays in rotation

@@ -71,7 +71,7 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
             httpx.get(f"{p_url}/metrics").text
 
         p_srv.should_exit = True
-        time.sleep(1.0)
+        assert until(lambda: not _up(predictor_port), 20)
         down = httpx.post(f"{t_srv.url}{V1}", json={"instances": rows[:1]})
         assert down.status_code == 503 and "predictor" in down.json()["error"]
     finally:

@@ -45,6 +45,20 @@ class _Batch:
     started: float = field(default_factory=time.perf_counter)
 
 
+@dataclass(frozen=True)
+class _Series:
+    """The labelled metric children of one (variant, protocol)."""
+
+    lookup: Any
+    predict: Any
+    request: Any
+    requests: Any
+    predictions: Any
+    score: Any
+    degraded: Any
+    unknown: Any
+
+
 @dataclass
 class _Scored:
     batch: _Batch
@@ -83,6 +97,7 @@ class FraudModel(kserve.Model):
         self.reason = "loading"
         self._load_lock = threading.Lock()
         self._encoders: dict[str, RecordsEncode] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
         self._batcher: MicroBatcher[_Batch, _Scored] = MicroBatcher(
             self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
 
@@ -229,20 +244,25 @@ class FraudModel(kserve.Model):
 
     def _observe(self, variant: Variant[ServedModel], batch: _Batch, scores: np.ndarray, lookup_s: float,
                  predict_s: float, request_s: float, degraded: bool, n_unknown: int) -> None:
-        m = self._metrics
-        labels = (self.name, variant.target.ref.version, variant.name)
-        m.feature_lookup.labels(*labels).observe(lookup_s)
-        m.predict.labels(*labels).observe(predict_s)
-        m.request_latency.labels(*labels).observe(request_s)
-        m.requests.labels(*labels, batch.protocol).inc()
-        m.predictions.labels(*labels).inc(len(scores))
-        score_hist = m.score.labels(*labels)
+        series = self._series.get((variant.name, batch.protocol))
+        if series is None:  # resolve the labelled children once per variant and protocol, not per request
+            m = self._metrics
+            labels = (self.name, variant.target.ref.version, variant.name)
+            series = self._series[(variant.name, batch.protocol)] = _Series(
+                m.feature_lookup.labels(*labels), m.predict.labels(*labels), m.request_latency.labels(*labels),
+                m.requests.labels(*labels, batch.protocol), m.predictions.labels(*labels), m.score.labels(*labels),
+                m.degraded.labels(*labels), m.unknown_entities.labels(*labels))
+        series.lookup.observe(lookup_s)
+        series.predict.observe(predict_s)
+        series.request.observe(request_s)
+        series.requests.inc()
+        series.predictions.inc(len(scores))
         for s in scores:
-            score_hist.observe(float(s))
+            series.score.observe(float(s))
         if degraded:
-            m.degraded.labels(*labels).inc(len(scores))
+            series.degraded.inc(len(scores))
         if n_unknown:
-            m.unknown_entities.labels(*labels).inc(n_unknown)
+            series.unknown.inc(n_unknown)
 
     async def postprocess(self, result: Any, headers: dict[str, str] | None = None,
                           response_headers: dict[str, str] | None = None) -> Any:
