@@ -9,15 +9,17 @@ from mlops_features.encoding import encode, fit_encoder
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
 from mlops_features.online import UNKNOWN_FLAGS, OnlineFeatures
-from mlops_features.pipeline import PreparedData, data_version, prepare_local_data
+from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
 from mlops_features.sample import DRIFT_MODES, generate_transactions
-from mlops_features.schema import ENTITY_KEYS
+from mlops_features.schema import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
 
 __all__ = [
     "DRIFT_MODES",
     "ENTITY_KEYS",
+    "LABEL",
     "MERCHANT_FEATURES",
+    "REQUEST_FIELDS",
     "UNKNOWN_FLAGS",
     "USER_FEATURES",
     "BatchResult",
@@ -29,6 +31,7 @@ __all__ = [
     "PreparedData",
     "ValidationSummary",
     "apply_repo",
+    "build_features",
     "data_version",
     "encode",
     "fit_encoder",
@@ -39,6 +42,7 @@ __all__ = [
     "open_store",
     "prepare_local_data",
     "read_validated",
+    "refresh_online",
     "render_feature_store_yaml",
     "training_set",
     "validate_batches",

@@ -46,7 +46,7 @@ def materialize(
                                                "the validated area first.")] = True,
 ) -> None:
     """Compute the feature tables from validated data, then load the latest values into the online store."""
-    from mlops_features.pipeline import refresh_online
+    from mlops_features import refresh_online
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
@@ -61,7 +61,7 @@ def materialize(
 @app.command("build")
 def build(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Ingest + apply + materialize: the ``features`` stage of dvc.yaml."""
-    from mlops_features.pipeline import build_features
+    from mlops_features import build_features
 
     loaded = load(profile, model, sets)
     result = build_features(loaded.config.features, loaded.config.data, loaded.root)
