@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FLUSH_S = 0.5
 
