@@ -132,6 +132,11 @@ def _aliases(ctx: PipelineContext) -> dict[str, str]:
         return {}
 
 
+def _held(ctx: PipelineContext, version: str) -> set[str]:
+    """Aliases ``version`` holds now."""
+    return {alias for alias, v in _aliases(ctx).items() if str(v) == str(version)}
+
+
 def _promote(ctx: PipelineContext, version: str, to: str, reason: str, gate_report: Any = None) -> dict[str, Any]:
     from mlops_core.lifecycle import promote
 
@@ -187,17 +192,19 @@ def step_train(ctx: PipelineContext) -> dict[str, Any]:
 def step_gates(ctx: PipelineContext) -> dict[str, Any]:
     """Evaluate the candidate against the champion (the gates); on pass, promote it to ``staging``."""
     version = ctx.facts["candidate_version"]
-    current = _aliases(ctx)
-    if current.get("champion") == version:
+    held = _held(ctx, version)
+    if "champion" in held:
         raise PipelineError(f"v{version} is already champion: nothing to gate (change a training key to retrain)")
-    _promote(ctx, version, "candidate", "registered by training")
+    if not held:
+        _promote(ctx, version, "candidate", "registered by training")
     report = _evaluate(ctx, version, "candidate")
     ctx.facts["gates"] = report
     gates = {g.name: g.passed for g in report.gates}
     if not report.passed:
         failed = [f"{g.name}: {g.reason}" for g in report.gates if not g.passed]
         raise PipelineError(f"candidate v{version} blocked by the gates: " + "; ".join(failed))
-    _promote(ctx, version, "staging", "all gates passed")
+    if not held & {"staging", "canary"}:  # a re-run resumes where an earlier one stopped
+        _promote(ctx, version, "staging", "all gates passed")
     return {"candidate": version, "champion": (report.champion or {}).get("version"), "gates": gates,
             "report": report.paths}
 
@@ -216,13 +223,15 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
 
     version = ctx.facts["candidate_version"]
     stable = _aliases(ctx)["champion"]
-    _promote(ctx, version, "canary", "staged; canary starts")
+    if "canary" not in _held(ctx, version):
+        _promote(ctx, version, "canary", "staged; canary starts")
     percent = 50
     log_dir = ctx.work_dir / "canary_log"
     args = ["--alias", "champion", "--canary-alias", "canary", "--canary-percent", str(percent),
             "--set", f"serving.prediction_log_dir={log_dir}"]
     frame = pd.read_parquet(ctx.root / ctx.cfg.data.validated_dir)
-    n = 400 if ctx.fast else 1_000
+    # PSI of two samples of n from one distribution is ≈ (bins − 1)·(2/n): ~1,000 per side keeps that noise ≈ 0.02
+    n = 2_000 if ctx.fast else 3_000
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
         traffic = send_traffic(server, _traffic_rows(ctx, frame, n, ctx.cfg.project.seed))
         metrics = server.metrics_text()
