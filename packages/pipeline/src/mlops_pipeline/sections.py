@@ -54,20 +54,28 @@ def gates_section(ctx: PipelineContext) -> Section | None:
     quality = by_name.get("quality")
     if quality is not None:
         ev = quality.evidence
-        ci = ev.get("ci") or ev.get("bootstrap") or {}
-        delta = ev.get("delta", ev.get("f1_delta"))
-        low, high = ci.get("low", ci.get("lower")), ci.get("high", ci.get("upper"))
-        if None not in (delta, low, high):
+        boot = ev.get("bootstrap") or {}
+        if {"estimate", "lower", "upper"} <= set(boot):
             figures.append(plots.interval_chart(
-                "gate-f1-delta", [("F1 candidate − reference", float(delta), float(low), float(high))],
-                title="quality gate: F1 difference with its bootstrap CI", xlabel="ΔF1",
-                threshold=ev.get("required", ev.get("threshold"))))
+                "gate-f1-delta", [(f"F1 candidate − {ev.get('reference', 'reference')}", boot["estimate"],
+                                   boot["lower"], boot["upper"])],
+                title=f"quality gate: ΔF1 with its {boot.get('confidence', 0.95):.0%} paired-bootstrap CI",
+                xlabel=f"ΔF1 ({boot.get('mode', 'absolute')})", threshold=ev.get("min_improvement")))
+        cand, ref = ev.get("candidate") or {}, ev.get("reference_metrics") or {}
+        for metric in ("f1", "precision", "recall", "pr_auc", "roc_auc"):
+            if metric in cand:
+                rows.append([f"  {metric}", f"{cand[metric]:.4f}",
+                             f"reference {ref[metric]:.4f}" if metric in ref else "no reference"])
     latency = by_name.get("latency")
     if latency is not None:
-        samples = latency.evidence.get("samples_ms") or {}
-        if samples:
-            figures.append(plots.distribution_chart("gate-latency", samples, title="latency gate (interleaved)",
-                                                    xlabel="ms per request"))
+        ev = latency.evidence
+        sides = {"champion": ev.get("champion"), "candidate": ev.get("candidate"),
+                 "champion again (A/A)": ev.get("champion_control")}
+        sides = {k: v for k, v in sides.items() if v}
+        if sides:
+            groups = {f"{q} ms": {k: float(v[q]) for k, v in sides.items()} for q in ("p50", "p95", "p99")}
+            figures.append(plots.grouped_bar_chart("gate-latency", groups,
+                                                   title="latency gate: interleaved A B A, warm-up discarded"))
     return Section("gates", "Evaluation gates", text=f"candidate v{report.candidate['version']} vs "
                    + (f"champion v{report.champion['version']}" if report.champion else "trivial baseline"),
                    table={"header": ["gate", "verdict", "reason"], "rows": rows}, plots=figures)

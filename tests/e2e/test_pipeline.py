@@ -1,0 +1,121 @@
+"""`mlops pipeline run --fast` end to end in a copy of the repo, asserting the outcome of every step."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+FRAUD_RATE = 0.03
+TRIVIAL_F1 = 2 * FRAUD_RATE / (1 + FRAUD_RATE)  # "everything is fraud": precision = rate, recall = 1
+
+
+def _copy_repo(src: Path, dst: Path) -> None:
+    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for rel in files:
+        if (src / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, dst / rel)
+    (dst / ".venv").symlink_to(Path(sys.executable).resolve().parents[1] if not (src / ".venv").exists()
+                               else (src / ".venv").resolve())
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid",
+                                                 "commit", "-qm", "snapshot"]):
+        subprocess.run(["git", "-C", str(dst), *cmd], check=True, capture_output=True)
+
+
+def _mlops(repo: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
+    return subprocess.run([sys.executable, "-m", "mlops_cli", *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+    repo = tmp_path_factory.mktemp("demo") / "repo"
+    _copy_repo(repo_root, repo)
+    res = _mlops(repo, "pipeline", "run", "--fast", "--json")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return repo, json.loads(res.stdout)
+
+
+def _step(doc: dict, name: str) -> dict:
+    step = next(s for s in doc["steps"] if s["name"] == name)
+    assert step["status"] == "ok", step
+    return step["outputs"]
+
+
+def test_data_step_quarantines_the_corrupted_batches(demo: tuple[Path, dict]) -> None:
+    _, doc = demo
+    data = _step(doc, "data")
+    # the demo injects 4 faults × 40 rows into one batch and truncates another (see steps.corrupt_batch)
+    assert data["quarantined_rows"] == 160
+    assert data["rejected_batches"] == ["truncated_batch"]
+    assert data["input_rows"] == data["accepted_rows"] + data["quarantined_rows"]
+    assert data["batches"] == 5
+
+
+def test_features_and_training(demo: tuple[Path, dict]) -> None:
+    _, doc = demo
+    assert _step(doc, "features")["probe_known_entity"] is True
+    train = _step(doc, "train")
+    assert train["first_champion"]["version"] == "1"
+    assert train["version"] == "2"
+    assert train["metrics"]["val_f1"] > 3 * TRIVIAL_F1
+    assert train["dvc"]["ran"] == ["train"]
+
+
+def test_gates_canary_and_rollback(demo: tuple[Path, dict]) -> None:
+    _, doc = demo
+    gates = _step(doc, "gates")
+    assert gates["gates"] == {"quality": True, "reproducibility": True, "latency": True, "contract": True}
+    assert gates["champion"] == "1"
+    canary = _step(doc, "canary")
+    assert canary["decision"] == "promote"
+    assert (canary["champion_now"], canary["fallback_now"]) == ("2", "1")
+    assert canary["statuses"] == {"200": canary["requests"]}
+    drift = _step(doc, "drift")
+    assert drift["level"] == "CRITICAL"
+    assert "amount" in drift["drifted_features"]
+    assert drift["rolled_back"] is True
+    assert (drift["champion_before"], drift["champion_after"]) == ("2", "1")
+
+
+def test_ledger_records_the_whole_story(demo: tuple[Path, dict]) -> None:
+    repo, _ = demo
+    res = _mlops(repo, "registry", "history", "--model", "fraud", "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    entries = json.loads(res.stdout)
+    entries = entries.get("entries", entries) if isinstance(entries, dict) else entries
+    moves = [(e["action"], e["to_alias"], str(e["version"])) for e in entries]
+    assert moves[-1][0] == "rollback"
+    assert ("promote", "champion", "2") in moves
+    assert moves.index(("promote", "champion", "2")) < len(moves) - 1
+
+
+def test_report_has_every_plot(demo: tuple[Path, dict]) -> None:
+    repo, doc = demo
+    html = Path(doc["report"]).read_text()
+    plots = set(re.findall(r'data-plot="([a-z-]+)"', html))
+    assert plots == {"training-loss", "training-throughput", "gate-f1-delta", "gate-latency", "canary-compare",
+                     "canary-scores", "drift-psi", "ledger-timeline"}
+
+
+def test_second_run_is_cached_and_a_training_key_retrains(demo: tuple[Path, dict]) -> None:
+    repo, _ = demo
+    dvc = [str(Path(sys.executable).with_name("dvc"))]
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    res = subprocess.run([*dvc, "status", "train"], cwd=repo, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and "up to date" in res.stdout, res.stdout + res.stderr
+    fraud = repo / "configs" / "models" / "fraud.yaml"
+    fraud.write_text(fraud.read_text().replace("lr: 0.003", "lr: 0.002"))
+    res = subprocess.run([*dvc, "status", "train"], cwd=repo, env=env, capture_output=True, text=True, check=False)
+    assert "train:" in res.stdout and "modified" in res.stdout, res.stdout + res.stderr
