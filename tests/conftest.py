@@ -102,3 +102,36 @@ def config_dir(tmp_path: Path) -> Path:
     target = tmp_path / "repo" / "configs"
     shutil.copytree(REPO_ROOT / "configs", target)
     return target
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def render_in_chromium():
+    """Open a local HTML file in Debian's headless Chromium; return (plot ids with their boxes, problems seen).
+
+    Problems are console errors/warnings, page errors and any request that leaves the file itself.
+    """
+    import shutil
+
+    def render(path: Path) -> tuple[dict[str, dict[str, float] | None], list[str]]:
+        from playwright.sync_api import sync_playwright
+
+        chromium = shutil.which("chromium") or "/usr/bin/chromium"
+        assert Path(chromium).exists(), "Debian's chromium is missing: `make browser` installs it"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type in {"error", "warning"} else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("request", lambda r: problems.append(f"network: {r.url}") if r.url != path.as_uri() else None)
+            page.goto(path.as_uri())
+            ids = page.eval_on_selector_all("svg[data-plot]", "els => els.map(e => e.dataset.plot)")
+            boxes = {i: page.locator(f'svg[data-plot="{i}"]').bounding_box() for i in ids}
+            browser.close()
+        return boxes, problems
+
+    return render

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -101,11 +100,12 @@ def test_ledger_records_the_whole_story(demo: tuple[Path, dict]) -> None:
     assert moves.index(("promote", "champion", "2")) < len(moves) - 1
 
 
-def test_report_has_every_plot(demo: tuple[Path, dict]) -> None:
-    repo, doc = demo
-    html = Path(doc["report"]).read_text()
-    plots = set(re.findall(r'data-plot="([a-z-]+)"', html))
-    assert plots == {"training-loss", "training-throughput", "gate-f1-delta", "gate-latency", "canary-compare",
+def test_report_has_every_plot_and_renders_cleanly(demo: tuple[Path, dict], render_in_chromium) -> None:
+    _, doc = demo
+    boxes, problems = render_in_chromium(Path(doc["report"]))
+    assert problems == []
+    assert all(b is not None and b["width"] > 100 for b in boxes.values())
+    assert set(boxes) == {"training-loss", "training-throughput", "gate-f1-delta", "gate-latency", "canary-compare",
                      "canary-scores", "drift-psi", "ledger-timeline"}
 
 

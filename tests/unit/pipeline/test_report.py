@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from mlops_pipeline import plots
 from mlops_pipeline.report import Section, render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 
 
 def _sample_sections() -> list[Section]:
@@ -62,23 +57,10 @@ def test_report_is_self_contained_and_escaped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `make browser` installs it"
+def test_report_renders_in_headless_chromium(tmp_path: Path, render_in_chromium) -> None:
     path = render_report(tmp_path, steps=[StepResult("a", "A", "ok", 1.0)], sections=_sample_sections(),
                          profile="local", model="fraud")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(m.text) if m.type in {"error", "warning"} else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: problems.append(f"network: {r.url}") if not r.url.startswith("file:") else None)
-        page.goto(path.as_uri())
-        ids = page.eval_on_selector_all("svg[data-plot]", "els => els.map(e => e.dataset.plot)")
-        boxes = [page.locator(f'svg[data-plot="{i}"]').bounding_box() for i in ids]
-        browser.close()
-    assert sorted(ids) == sorted(["loss", "f1-delta", "latency", "canary", "psi", "ledger"])
-    assert all(b is not None and b["width"] > 100 and b["height"] > 50 for b in boxes)
+    boxes, problems = render_in_chromium(path)
+    assert sorted(boxes) == sorted(["loss", "f1-delta", "latency", "canary", "psi", "ledger"])
+    assert all(b is not None and b["width"] > 100 and b["height"] > 50 for b in boxes.values())
     assert problems == []
