@@ -30,7 +30,7 @@ $(STAMP): constraints.txt pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 	@touch $@
 
 demo: setup
-	$(BIN)/mlops config show
+	$(BIN)/mlops pipeline run
 
 lint: setup
 	$(BIN)/ruff check .
