@@ -53,6 +53,11 @@ def test_good_configs_pass() -> None:
     assert diagnose(hybrid, world_size=4, local_world_size=4, cuda=True).ok
 
 
+def test_cpu_offload_without_cuda_is_refused() -> None:
+    d = diagnose(_cfg(fsdp={"cpu_offload": True}), world_size=2, local_world_size=2, cuda=False)
+    assert any("cpu_offload needs CUDA devices" in p for p in d.problems)
+
+
 def test_nccl_without_cuda_is_refused_by_preflight() -> None:
     with pytest.raises(DoctorError, match="backend 'nccl' needs CUDA"):
         preflight(_cfg(backend="nccl"), world_size=2, local_world_size=2)

@@ -14,7 +14,6 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +84,13 @@ class Checkpointer:
         self.keep_last = keep_last
         self.async_save = async_save
         self.describe = dict(describe)
-        self._pending: tuple[Future[Any], Path, int] | None = None
+        self._pending: tuple[Any, Path, int] | None = None
+        self._pg: Any = None
+        if async_save:
+            import torch.distributed as dist
+
+            # The background writer must not share a communicator with training's collectives.
+            self._pg = dist.new_group(backend="gloo")
 
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
              trainer_state: Mapping[str, Any]) -> Path:
@@ -113,7 +118,7 @@ class Checkpointer:
         if self.dist.is_main:
             (path / TRAINER_STATE).write_text(json.dumps(dict(trainer_state), sort_keys=True), encoding="utf-8")
         if self.async_save:
-            future = dcp.async_save(state, checkpoint_id=str(path))
+            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self._pg)
             self._pending = (future, path, step)
         else:
             dcp.save(state, checkpoint_id=str(path))
@@ -168,7 +173,7 @@ class Checkpointer:
             raise CheckpointError(verdict[0])
         manifest: dict[str, Any] = verdict[0]
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         rng_file = path / f"rng_rank{self.dist.rank}.safetensors"

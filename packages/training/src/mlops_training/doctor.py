@@ -73,6 +73,11 @@ def diagnose(training: TrainingConfig, *, world_size: int, local_world_size: int
     if fsdp.hybrid_shard_group_size is not None and fsdp.sharding_strategy != "HYBRID_SHARD":
         d.warnings.append(f"hybrid_shard_group_size is ignored with sharding_strategy {fsdp.sharding_strategy!r}")
     if fsdp.cpu_offload:
+        if not cuda:
+            d.problems.append(
+                "cpu_offload needs CUDA devices (FSDP2's CPUOffloadPolicy copies parameters to the GPU to compute); "
+                "on this CPU-only machine the state is already in host memory: set cpu_offload false"
+            )
         if fsdp.parallelism == "ddp":
             d.problems.append("cpu_offload with parallelism 'ddp': DDP cannot offload; use parallelism 'fsdp'")
         if training.backend == "nccl" and training.max_grad_norm is not None:

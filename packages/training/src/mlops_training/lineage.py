@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ def metric_batches(history: Mapping[str, list[list[float]]], batch_size: int) ->
 def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: str, seed: int,
                config: Mapping[str, Any], data_hash: str, tags: Mapping[str, str],
                history: Mapping[str, list[list[float]]], system: Mapping[str, float],
-               per_rank: list[Mapping[str, float]], artifacts: Mapping[str, Any],
+               per_rank: Sequence[Mapping[str, float]], artifacts: Mapping[str, Any],
                export: Callable[[str], Path]) -> RecordedRun:
     """Log one finished training run and register its exported model (rank 0 only).
 

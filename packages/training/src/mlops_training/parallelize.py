@@ -18,7 +18,7 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlops_config import FSDPConfig
 from mlops_training.errors import TrainingError
@@ -84,7 +84,7 @@ def init_distributed(backend: str, *, cpu_offload: bool = False) -> Dist:
                 local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]), device=device, backend=chosen)
 
 
-def _attempt_store() -> dict[str, object]:
+def _attempt_store() -> dict[str, Any]:
     """Under torchrun, a store namespaced by restart attempt.
 
     After a restart the agent's store still holds the failed attempt's gloo addresses; without a per-attempt
@@ -175,10 +175,10 @@ def checkpoint_activations(units: list[torch.nn.Module]) -> None:
     for unit in units:
         inner = unit.forward
 
-        def forward(*args, _inner=inner, **kwargs):  # type: ignore[no-untyped-def]
+        def forward(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
             return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
-        unit.forward = forward  # type: ignore[method-assign]
+        unit.forward = forward
 
 
 def apply_parallelism(model: torch.nn.Module, fsdp: FSDPConfig, dist_info: Dist) -> torch.nn.Module:

@@ -10,6 +10,7 @@ import math
 import resource
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ class TrainOutcome:
     per_rank: list[dict[str, float]] = field(default_factory=list)
 
 
-def lr_lambda(warmup: int, total: int):  # type: ignore[no-untyped-def]
+def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     """Linear warm-up from ``1/(warmup+1)`` to 1 over ``warmup`` steps, then cosine decay to 0.1."""
 
     def fn(step: int) -> float:
@@ -216,7 +217,8 @@ def run_training(training: TrainingConfig, task: Task, dist_info: Dist, run_dir:
               f"{unit}_per_second": (task.samples_per_step * task.tokens_per_sample / mine["step_seconds_mean"]
                                      if mine["step_seconds_mean"] else 0.0)}
     manifest = json.loads((manifest_path / "manifest.json").read_text()) if manifest_path else None
-    return TrainOutcome(built=built, full_state=full if dist_info.is_main else {}, steps=step,
+    full_state: dict[str, Any] = dict(full) if dist_info.is_main else {}
+    return TrainOutcome(built=built, full_state=full_state, steps=step,
                         resumed_from_step=resumed_from, history=history, final_metrics=last_eval, system=system,
                         manifest=manifest, per_rank=per_rank)
 

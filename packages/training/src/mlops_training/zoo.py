@@ -53,8 +53,9 @@ def llama_config(preset: str) -> LlamaConfig:
 
     if preset not in PRESETS:
         raise TrainingError(f"unknown LLaMA preset {preset!r}; expected one of {sorted(PRESETS)}")
-    return LlamaConfig(**PRESETS[preset], rms_norm_eps=1e-5, tie_word_embeddings=False, use_cache=False,
-                       attention_dropout=0.0, attn_implementation="sdpa")
+    shape: dict[str, Any] = dict(PRESETS[preset])
+    return LlamaConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=False, use_cache=False,
+                       attention_dropout=0.0)
 
 
 def build_causal_lm(architecture: Mapping[str, Any], *, meta: bool = False) -> torch.nn.Module:
