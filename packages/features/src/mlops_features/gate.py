@@ -2,9 +2,10 @@
 
 For each raw batch:
 
-1. Batch checks (no GX needed): the file exists, is non-empty, is readable parquet, has exactly the raw
-   columns with compatible types, and a row count within bounds. A failure rejects the whole batch: the
-   file is copied to ``quarantine/batches/`` and every readable row counts as quarantined.
+1. Batch checks: the file exists, is non-empty and readable parquet; the GX suite :func:`build_batch_suite`
+   (exactly the raw columns, row count within bounds); Arrow types compatible with :data:`RAW_SCHEMA`.
+   A failure rejects the whole batch: the file is copied to ``quarantine/batches/`` and every readable
+   row counts as quarantined.
 2. Row checks (GX suite :func:`build_suite`): not-null keys and fields, amount range, allowed categories,
    label in {0, 1}, unique ``transaction_id``, no event time in the future, ``created >= event_timestamp``;
    plus ids already accepted from another batch. Passing rows go to ``validated/<batch>.parquet``, the rest
@@ -104,6 +105,19 @@ def build_suite(data: DataConfig, now: datetime) -> Any:
     return suite
 
 
+def build_batch_suite(data: DataConfig) -> Any:
+    """The batch-level GX suite: exactly the raw columns, a row count within bounds; needs an active GX context."""
+    import great_expectations as gx
+
+    e = gx.expectations
+    suite = gx.ExpectationSuite(name="raw_batch")
+    suite.add_expectation(e.ExpectTableColumnsToMatchSet(column_set=list(RAW_SCHEMA.names), exact_match=True))
+    suite.add_expectation(
+        e.ExpectTableRowCountToBeBetween(min_value=data.min_batch_rows, max_value=data.max_batch_rows)
+    )
+    return suite
+
+
 def validate_batches(
     paths: Iterable[str | Path], data: DataConfig, root: str | Path, *, now: datetime | None = None
 ) -> ValidationSummary:
@@ -123,7 +137,7 @@ def validate_batches(
     runner = _SuiteRunner(data, now)
     results = []
     for path in map(Path, paths):
-        result = _validate_one(path, data, runner, validated_dir, quarantine_dir)
+        result = _validate_one(path, runner, validated_dir, quarantine_dir)
         report = quarantine_dir / f"{_stem(path)}.report.json"
         result.report_path = str(report)
         report.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
@@ -144,8 +158,30 @@ class _SuiteRunner:
         context = gx.get_context(mode="ephemeral")  # suites need an active context
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self.suite = build_suite(data, now)
+        self.batch_suite = build_batch_suite(data)
+        self.bounds = (data.min_batch_rows, data.max_batch_rows)
         asset = context.data_sources.add_pandas("raw").add_dataframe_asset("transactions")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("whole")
+
+    def batch_problems(self, df: pd.DataFrame, name: str) -> list[str]:
+        """Reasons the batch suite rejects the whole batch (empty when it passes)."""
+        batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
+        problems = []
+        for r in batch.validate(self.batch_suite).results:
+            if r.success:
+                continue
+            if r.expectation_config.type == "expect_table_columns_to_match_set":
+                expected = RAW_SCHEMA.names
+                missing = [c for c in expected if c not in df.columns]
+                extra = [c for c in df.columns if c not in expected]
+                problems.append(f"schema mismatch in {name!r}: missing columns {missing!r}, unexpected {extra!r} "
+                                f"({r.expectation_config.type})")
+            elif r.expectation_config.type == "expect_table_row_count_to_be_between":
+                problems.append(f"row count {len(df)} of {name!r} outside [{self.bounds[0]}, {self.bounds[1]}] "
+                                f"(data.min_batch_rows / data.max_batch_rows)")
+            else:  # pragma: no cover - the suite holds only the two above
+                problems.append(f"{r.expectation_config.type} failed on {name!r}")
+        return sorted(problems)
 
     def failures(self, df: pd.DataFrame) -> dict[str, list[int]]:
         """Failed expectation id → positional indices of the failing rows."""
@@ -167,10 +203,14 @@ class _SuiteRunner:
 
 
 def _validate_one(
-    path: Path, data: DataConfig, runner: _SuiteRunner, validated_dir: Path, quarantine_dir: Path
+    path: Path, runner: _SuiteRunner, validated_dir: Path, quarantine_dir: Path
 ) -> BatchResult:
     name = _stem(path)
-    table, rows, problem = _read_batch(path, data)
+    table, rows, problem = _read_batch(path)
+    if table is not None:
+        problems = _batch_problems(table, runner, path.name)
+        if problems:
+            table, problem = None, "; ".join(problems)
     if problem is not None:
         kept = quarantine_dir / "batches" / path.name
         if path.exists():
@@ -180,7 +220,7 @@ def _validate_one(
         return BatchResult(batch=name, input_rows=rows, accepted_rows=0, quarantined_rows=rows, batch_rejected=True,
                            reasons=[problem], quarantine_path=str(kept) if path.exists() else None)
     assert table is not None
-    df = table.to_pandas().reset_index(drop=True)
+    df = table.select(RAW_SCHEMA.names).cast(RAW_SCHEMA).to_pandas().reset_index(drop=True)
     failures = runner.failures(df)
     dup_name, dup_rows = _accepted_elsewhere(df, validated_dir, name)
     if dup_rows:
@@ -211,8 +251,21 @@ def _validate_one(
     return result
 
 
-def _read_batch(path: Path, data: DataConfig) -> tuple[pa.Table | None, int, str | None]:
-    """The batch as a table conformed to RAW_SCHEMA, its row count, or a batch-level problem."""
+def _batch_problems(table: pa.Table, runner: _SuiteRunner, name: str) -> list[str]:
+    """Batch suite (columns, row count) first, then Arrow types, which GX cannot see in a pandas frame."""
+    problems = runner.batch_problems(table.to_pandas(), name)
+    if problems:
+        return problems
+    wrong = [
+        f"{f.name}: {table.schema.field(f.name).type} (expected {f.type})"
+        for f in RAW_SCHEMA
+        if not _compatible(table.schema.field(f.name).type, f.type)
+    ]
+    return [f"wrong column types in {name!r}: {'; '.join(wrong)}"] if wrong else []
+
+
+def _read_batch(path: Path) -> tuple[pa.Table | None, int, str | None]:
+    """The batch as an Arrow table and its row count, or a problem when the file cannot be read."""
     if not path.is_file():
         return None, 0, f"file {str(path)!r} does not exist"
     if path.stat().st_size == 0:
@@ -221,23 +274,7 @@ def _read_batch(path: Path, data: DataConfig) -> tuple[pa.Table | None, int, str
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         return None, _count_rows(path), f"unreadable parquet {path.name!r} (truncated or not parquet): {exc}"
-    rows = table.num_rows
-    expected = RAW_SCHEMA.names
-    missing = [c for c in expected if c not in table.column_names]
-    extra = [c for c in table.column_names if c not in expected]
-    if missing or extra:
-        return None, rows, f"schema mismatch in {path.name!r}: missing columns {missing!r}, unexpected {extra!r}"
-    wrong = [
-        f"{f.name}: {table.schema.field(f.name).type} (expected {f.type})"
-        for f in RAW_SCHEMA
-        if not _compatible(table.schema.field(f.name).type, f.type)
-    ]
-    if wrong:
-        return None, rows, f"wrong column types in {path.name!r}: {'; '.join(wrong)}"
-    if not data.min_batch_rows <= rows <= data.max_batch_rows:
-        return None, rows, (f"row count {rows} of {path.name!r} outside [{data.min_batch_rows}, "
-                            f"{data.max_batch_rows}] (data.min_batch_rows / data.max_batch_rows)")
-    return table.select(expected).cast(RAW_SCHEMA), rows, None
+    return table, table.num_rows, None
 
 
 def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
