@@ -264,10 +264,11 @@ def build_app(
     async def metrics_endpoint() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def infer_v2(model_name: str, request: Request) -> Response:
+    async def infer_v2(request: Request) -> Response:
+        model_name = request.path_params["model_name"]
         if not await dataplane.model_ready(model_name, True):
             raise ModelNotReady(model_name, model.reason)
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = dict(request.headers.items())  # Starlette gives lower-case names
         infer_request = decode_infer_body(await request.body(), headers, model_name)
         response, response_headers = await dataplane.infer(model_name, infer_request, headers)
         body, res_headers = dataplane.encode(model_name, response, headers, {})
@@ -285,10 +286,11 @@ def build_app(
     app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
     if hasattr(model, "export_meta"):
         app.add_api_route(META_ROUTE, exported_meta, methods=["GET"])
-    async def predict_v1(model_name: str, request: Request) -> Response:
+    async def predict_v1(request: Request) -> Response:
+        model_name = request.path_params["model_name"]
         if not await dataplane.model_ready(model_name, True):
             raise ModelNotReady(model_name, model.reason)
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = dict(request.headers.items())  # Starlette gives lower-case names
         body, attributes = dataplane.decode(await request.body(), headers)
         response, response_headers = await dataplane.infer(model_name, body, headers)
         payload, res_headers = dataplane.encode(model_name, response, headers, attributes)
@@ -297,8 +299,9 @@ def build_app(
         response_headers.pop("content-type", None)
         return _json(payload, headers=response_headers)
 
-    app.add_api_route("/v1/models/{model_name}:predict", predict_v1, methods=["POST"], response_model=None)
-    app.add_api_route("/v2/models/{model_name}/infer", infer_v2, methods=["POST"], response_model=None)
+    # plain Starlette routes: the hot path skips FastAPI's dependency solving (nothing to inject here)
+    app.add_route("/v1/models/{model_name}:predict", predict_v1, methods=["POST"])
+    app.add_route("/v2/models/{model_name}/infer", infer_v2, methods=["POST"])
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
 
