@@ -13,6 +13,8 @@ from mlops_cli.app import app
     (["--port", "0"], "port"),
     (["--set", "serving.workers=2"], "serving.workers=2"),
     (["--set", "serving.redis_outage=maybe"], "redis_outage"),
+    (["--canary-percent", "10"], "needs serving.canary_alias"),
+    (["--canary-alias", "canary", "--model-dir", "/tmp"], "cannot be used with --model-dir"),
 ])
 def test_serve_refuses_bad_settings(args: list[str], fragment: str) -> None:
     result = CliRunner().invoke(app, ["serve", *args])

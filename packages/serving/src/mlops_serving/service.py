@@ -111,6 +111,7 @@ def serve(
     import mlops_features
     from mlops_serving.server import run_app
 
+    _check_plan(serving, model_dir)
     if serving.role == "predictor":
         _serve_predictor(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,
                          model_version=model_version, report=report)
@@ -118,9 +119,6 @@ def serve(
     if serving.workers != 1:
         raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
                            "(scale out with replicas of the InferenceService)")
-    if serving.canary_alias and serving.canary_percent == 0:
-        log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
-                    serving.canary_alias)
     cache = root / state_dir / "serving" / "models"
     loader: Callable[[], tuple[ServedModel, ServedModel | None]]
     if serving.role == "transformer":
@@ -165,4 +163,18 @@ def _serve_predictor(serving: ServingConfig, tracking: TrackingConfig, root: Pat
     if report is not None:
         report(f"predictor listening on http://{serving.host}:{serving.port} (V2 /v2/models/{model}/infer)")
     run_app(app, serving.host, serving.port)
+
+
+def _check_plan(serving: ServingConfig, model_dir: Path | None) -> None:
+    """Refuse settings that would be silently ignored."""
+    if serving.canary_percent and not serving.canary_alias:
+        raise ServingError(f"serving.canary_percent={serving.canary_percent} needs serving.canary_alias "
+                           "(the version to send that share to)")
+    if serving.canary_alias and (model_dir is not None or serving.role != "all"):
+        where = "--model-dir" if model_dir is not None else f"role {serving.role!r}"
+        raise ServingError(f"serving.canary_alias={serving.canary_alias!r} cannot be used with {where}: the local "
+                           "canary needs both versions from the registry (on Kubernetes, KServe splits traffic)")
+    if serving.canary_alias and serving.canary_percent == 0:
+        log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
+                    serving.canary_alias)
 
