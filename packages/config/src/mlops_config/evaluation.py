@@ -65,5 +65,15 @@ class EvaluationConfig(Section):
     latency_batch_rows: int = Field(default=1, ge=1)
     """Rows per timed request in the latency run (1: one transaction per call, as serving sees it)."""
 
+    lm_windows: int = Field(default=32, ge=1)
+    """Language models: held-out corpus windows scored for perplexity (non-overlapping, from the start)."""
+
+    lm_seq_len: int = Field(default=128, ge=8)
+    """Language models: bytes per scored window."""
+
+    lm_corpus_max_bytes: int = Field(default=2_000_000, ge=4096)
+    """Language models: corpus size whose held-out tail is scored; keep equal to
+    ``training.causal_lm.corpus_max_bytes`` so the windows are text the model never trained on."""
+
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""

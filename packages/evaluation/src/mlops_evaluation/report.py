@@ -77,7 +77,13 @@ def to_markdown(report: EvaluationReport) -> str:
     lines += [f"| {g.name} | {'pass' if g.passed else '**FAIL**'} | {g.reason.replace('|', '/')} |"
               for g in report.gates]
     quality = next((g for g in report.gates if g.name == "quality"), None)
-    if quality is not None:
+    if quality is not None and quality.evidence.get("metric") == "perplexity":
+        ev = quality.evidence
+        lines += ["", "| model | perplexity | NLL (nats/byte) |", "| --- | --- | --- |",
+                  f"| candidate | {ev['candidate']['perplexity']:.3f} | {ev['candidate']['nll']:.4f} |",
+                  f"| {ev['reference']} | {ev['reference_metrics']['perplexity']:.3f} | "
+                  f"{ev['reference_metrics']['nll']:.4f} |"]
+    elif quality is not None:
         ev = quality.evidence
         rule = "| --- | --- | --- | --- | --- | --- |"
         lines += ["", "| model | F1 | precision | recall | PR-AUC | ROC-AUC |", rule,
@@ -115,7 +121,7 @@ def log_report(report: EvaluationReport, files: Sequence[Path]) -> None:
     quality = next((g for g in report.gates if g.name == "quality"), None)
     if quality is not None:
         for key, value in quality.evidence["candidate"].items():
-            if key in ("f1", "precision", "recall", "pr_auc", "roc_auc") and value == value:  # skip NaN
+            if key in ("f1", "precision", "recall", "pr_auc", "roc_auc", "perplexity") and value == value:  # no NaN
                 client.log_metric(run_id, f"holdout_{key}", float(value))
     client.set_tag(run_id, "mlops.evaluation.passed", str(report.passed).lower())
     client.set_tag(run_id, "mlops.evaluation.gates", ",".join(f"{g.name}={'pass' if g.passed else 'fail'}"

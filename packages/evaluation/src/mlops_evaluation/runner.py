@@ -148,6 +148,77 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     return gate
 
 
+def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig,
+                   features: FeaturesConfig, data: DataConfig, root: Path, seed: int,
+                   reproduce_fn: Reproduce | None) -> tuple[list[GateResult], dict[str, Any]]:
+    holdout = load_holdout(features, data, root, evaluation.holdout_fraction)
+    y = holdout.frame[LABEL].to_numpy().astype(np.int64)
+    results: list[GateResult] = []
+    for gate in gates:
+        log.info("gate %s: running", gate)
+        if gate == "quality":
+            missing = [c for c in evaluation.slice_columns if c not in holdout.frame.columns]
+            if missing:
+                raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
+                                      f"it has {sorted(holdout.frame.columns)!r}")
+            slices = {c: holdout.frame[c].astype(str).to_numpy() for c in evaluation.slice_columns}
+            results.append(quality_gate(y, cand.score(holdout.frame), champ.score(holdout.frame) if champ else None,
+                                        slices, evaluation,
+                                        reference_name=f"champion v{champ.version}" if champ else "champion",
+                                        seed=seed))
+        elif gate == "reproducibility":
+            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
+        elif gate == "latency":
+            results.append(check_latency(cand, champ, holdout, evaluation))
+        else:
+            results.append(contract_gate(cand.meta, feature_service=features.feature_service,
+                                         available=serving_inputs()))
+        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+    return results, holdout.describe()
+
+
+def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig, root: Path,
+              seed: int, reproduce_fn: Reproduce | None) -> tuple[list[GateResult], dict[str, Any]]:
+    import torch
+
+    from mlops_evaluation.lm import lm_contract_gate, lm_quality_gate, load_lm_holdout, window_nll
+
+    windows, described = load_lm_holdout(evaluation)
+    results: list[GateResult] = []
+    for gate in gates:
+        log.info("gate %s: running", gate)
+        if gate == "quality":
+            results.append(lm_quality_gate(window_nll(cand.module, windows),
+                                           window_nll(champ.module, windows) if champ else None, evaluation,
+                                           reference_name=f"champion v{champ.version}" if champ else "champion",
+                                           seed=seed))
+        elif gate == "reproducibility":
+            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
+        elif gate == "latency":
+            ref = champ or cand
+            requests = [torch.from_numpy(windows[i:i + 1, :-1].astype(np.int64)) for i in range(len(windows))]
+
+            def forward(module: torch.nn.Module) -> Callable[[Any], Any]:
+                def call(ids: Any) -> Any:
+                    with torch.inference_mode():
+                        return module(input_ids=ids).logits
+
+                return call
+
+            run = measure_interleaved(forward(ref.module), forward(cand.module), requests,
+                                      timed=min(evaluation.latency_requests, 100), warmup=evaluation.latency_warmup,
+                                      repeats=evaluation.latency_repeats)
+            result = latency_gate(run, evaluation.latency_tolerance, evaluation.latency_max_noise)
+            if champ is None:
+                result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
+                                    + result.reason, {**result.evidence, "champion": None})
+            results.append(result)
+        else:
+            results.append(lm_contract_gate(cand.meta))
+        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+    return results, described
+
+
 def evaluate(
     *, model: str, candidate: str, evaluation: EvaluationConfig, tracking: TrackingConfig,
     features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
@@ -182,30 +253,14 @@ def evaluate(
         cand = load_version(client, name, str(candidate), Path(tmp) / "candidate")
         champ = (load_version(client, name, champion_version, Path(tmp) / "champion")
                  if champion_version and champion_version != cand.version else None)
-        holdout = load_holdout(features, data, root, evaluation.holdout_fraction)
-        y = holdout.frame[LABEL].to_numpy().astype(np.int64)
-        results: list[GateResult] = []
-        for gate in gates:
-            log.info("gate %s: running", gate)
-            if gate == "quality":
-                slices = {c: holdout.frame[c].astype(str).to_numpy() for c in evaluation.slice_columns
-                          if c in holdout.frame.columns}
-                missing = [c for c in evaluation.slice_columns if c not in holdout.frame.columns]
-                if missing:
-                    raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
-                                          f"it has {sorted(holdout.frame.columns)!r}")
-                results.append(quality_gate(y, cand.score(holdout.frame),
-                                            champ.score(holdout.frame) if champ else None, slices, evaluation,
-                                            reference_name=f"champion v{champ.version}" if champ else "champion",
-                                            seed=seed))
-            elif gate == "reproducibility":
-                results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
-            elif gate == "latency":
-                results.append(check_latency(cand, champ, holdout, evaluation))
-            else:
-                results.append(contract_gate(cand.meta, feature_service=features.feature_service,
-                                             available=serving_inputs()))
-            log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        if champ is not None and champ.kind != cand.kind:
+            raise EvaluationError(f"candidate v{cand.version} is a {cand.kind!r} model but champion "
+                                  f"v{champ.version} is {champ.kind!r}; they cannot be compared")
+        if cand.kind == "causal_lm":
+            results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn)
+        else:
+            results, described = _tabular_gates(cand, champ, gates, evaluation, features, data, root, seed,
+                                                 reproduce_fn)
         report = EvaluationReport(
             model=model, registered_model=name,
             candidate={"version": cand.version, "run_id": cand.run_id,
@@ -213,7 +268,7 @@ def evaluate(
                        "feature_service": (cand.meta.get("features") or {}).get("feature_service")},
             champion=({"version": champ.version, "run_id": champ.run_id,
                        "weights_sha256": champ.meta.get("weights_sha256")} if champ else None),
-            holdout=holdout.describe(), gates=results, created=now_iso(),
+            holdout=described, gates=results, created=now_iso(),
             settings={**evaluation.model_dump(mode="json"), "seed": seed, "gates_run": list(gates),
                       "seconds": round(time.perf_counter() - started, 2)},
         )

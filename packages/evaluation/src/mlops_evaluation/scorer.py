@@ -31,6 +31,11 @@ class Scorer:
     module: torch.nn.Module
     folder: Path
 
+    @property
+    def kind(self) -> str:
+        """``tabular_mlp`` or ``causal_lm``."""
+        return str(self.meta.get("kind"))
+
     def encode(self, frame: pd.DataFrame) -> np.ndarray:
         """Rows → the model's float32 input, with the encoder the model was trained with."""
         from mlops_features import encode
@@ -76,9 +81,13 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Sc
         raise EvaluationError(f"cannot fetch artifact {MODEL_ARTIFACT!r} of run {mv.run_id!r} "
                               f"({name!r} v{version}): {exc}") from None
     tensors, meta = load_exported(folder)
+    if meta.get("kind") == "causal_lm":
+        from mlops_evaluation.lm import build_lm
+
+        return Scorer(str(version), mv.run_id, meta, build_lm(meta, tensors), folder)
     if meta.get("kind") != "tabular_mlp":
-        raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; this evaluation scores "
-                              "'tabular_mlp' models (language-model perplexity is reported by training)")
+        raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; expected 'tabular_mlp' or "
+                              "'causal_lm'")
     module = build_tabular_mlp(meta["architecture"])
     module.load_state_dict(tensors)
     module.eval()
