@@ -68,7 +68,10 @@ def _try_create(client: MlflowClient, name: str, token: str, ttl_s: float) -> bo
             return False
         # A transient failure (e.g. SQLite busy) may still have committed: check who holds it now.
         log.debug("creating lock %s failed (%s); checking the holder", name, exc)
-        current = _holder(client, name)
+        try:
+            current = _holder(client, name)
+        except MlflowException:  # still busy: not ours as far as we know; the caller retries
+            return False
         return bool(current and current.get("token") == token)
 
 
@@ -92,7 +95,14 @@ def registry_lock(
             holder = _holder(client, name)
         except MlflowException as exc:  # a busy backend: wait and try again
             log.debug("reading lock %s failed: %s", name, exc)
-            holder = {}
+            if time.monotonic() > deadline:
+                raise LockTimeoutError(
+                    f"lifecycle lock {name!r} could not be read for {timeout_s:.0f} s: {exc}"
+                ) from None
+            time.sleep(delay)
+            continue
+        if holder is not None and holder.get("token") == token:  # our create went through after all
+            break
         if holder is not None and float(holder.get("expires", 0) or 0) < time.time():
             log.warning("breaking expired lifecycle lock %s held by %s", name, holder)
             _release(client, name, holder.get("token"))
