@@ -1,20 +1,52 @@
 """KServe serving: transformer (Feast online features) + predictor (exported model), prediction log, canary.
 
-Public names only; heavy imports (kserve, torch, pandas) happen when a function is called.
+Public names only. ``read_prediction_log`` and the errors import cheaply (monitoring and delivery read the
+log); the server side (``serve``, ``create_app``, ...) pulls in kserve and torch, so it loads on first use.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from mlops_serving.errors import (
     BadRequestError,
     FeatureStoreUnavailableError,
     ModelLoadError,
+    PredictorUnavailableError,
     ServingError,
 )
 from mlops_serving.prediction_log import read_prediction_log
+
+_LAZY = {
+    "serve": "mlops_serving.service",
+    "create_app": "mlops_serving.service",
+    "create_predictor_app": "mlops_serving.service",
+    "folder_loader": "mlops_serving.service",
+    "registry_loader": "mlops_serving.service",
+    "remote_loader": "mlops_serving.remote",
+    "PredictionLogWriter": "mlops_serving.prediction_log",
+}
 
 __all__ = [
     "BadRequestError",
     "FeatureStoreUnavailableError",
     "ModelLoadError",
+    "PredictionLogWriter",
+    "PredictorUnavailableError",
     "ServingError",
+    "create_app",
+    "create_predictor_app",
+    "folder_loader",
     "read_prediction_log",
+    "registry_loader",
+    "remote_loader",
+    "serve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mlops_serving' has no attribute {name!r}")

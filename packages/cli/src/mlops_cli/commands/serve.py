@@ -43,8 +43,8 @@ def serve(
     ] = None,
 ) -> None:
     """Resolve the alias to an immutable version, load it, and answer /v1 and /v2 until stopped."""
-    from mlops_serving.errors import ServingError
-    from mlops_serving.service import serve as run
+    from mlops_serving import ServingError
+    from mlops_serving import serve as run
 
     if kserve_protocol not in (None, "v2"):
         raise ServingError(f"--predictor_protocol {kserve_protocol!r} is not supported; the transformer speaks v2")
