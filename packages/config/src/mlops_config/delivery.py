@@ -32,7 +32,11 @@ class DeliveryConfig(Section):
     """Canary error rate may exceed stable's by at most this (absolute)."""
 
     max_p99_ratio: float = Field(default=1.2, ge=1)
-    """Canary p99 latency may be at most this multiple of stable's."""
+    """Canary p99 latency may be at most this multiple of stable's (plus ``p99_slack_ms``)."""
+
+    p99_slack_ms: float = Field(default=2.0, ge=0)
+    """Absolute slack on top of the ratio: a p99 read from histogram buckets is only as exact as the bucket
+    width (2.5 ms around 5 ms), so the canary fails only when p99 > stable p99 × ratio + this."""
 
     max_prediction_psi: float = Field(default=0.2, ge=0)
     """PSI of canary vs stable prediction scores above which the canary is rolled back."""

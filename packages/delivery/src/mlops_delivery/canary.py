@@ -108,9 +108,11 @@ def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvi
         missing.append("no latency observations on one side: cannot compare p99")
     else:
         ratio = canary.p99_s / stable.p99_s if stable.p99_s > 0 else float("inf")
+        limit_s = stable.p99_s * delivery.max_p99_ratio + delivery.p99_slack_ms / 1000
         text = (f"p99 latency canary {canary.p99_s * 1000:.2f} ms vs stable {stable.p99_s * 1000:.2f} ms "
-                f"(x{ratio:.2f}, max x{delivery.max_p99_ratio})")
-        (failed if ratio > delivery.max_p99_ratio else passed).append(text)
+                f"(x{ratio:.2f}; limit x{delivery.max_p99_ratio} + {delivery.p99_slack_ms:g} ms "
+                f"= {limit_s * 1000:.2f} ms)")
+        (failed if canary.p99_s > limit_s else passed).append(text)
     if psi is None:
         missing.append("no logged predictions on one side: cannot compare score distributions")
     else:
@@ -165,6 +167,7 @@ def analyze_canary(
     decision, reasons = decide(delivery, stable, canary, psi)
     logger.info("canary v%s vs stable v%s: %s", canary_version, stable_version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
+                  "p99_slack_ms": delivery.p99_slack_ms,
                   "max_prediction_psi": delivery.max_prediction_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return CanaryAnalysis(decision=decision, reasons=reasons, stable=stable, canary=canary, prediction_psi=psi,
