@@ -168,6 +168,8 @@ def step_train(ctx: PipelineContext) -> dict[str, Any]:
         steps = max(10, ctx.cfg.training.max_steps // 6)  # an earlier, shorter-trained generation
         cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
         first = train_model(cfg, ctx.root, run_name=f"{ctx.model}-first-champion")
+        if first is None:
+            raise PipelineError("the first training returned no result (this process did not host rank 0)")
         version = str(first.model_version)
         _promote(ctx, version, "candidate", "first version of a new registry")
         report = _evaluate(ctx, version, "first")
