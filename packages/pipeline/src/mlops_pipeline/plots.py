@@ -97,7 +97,9 @@ def grouped_bar_chart(plot_id: str, groups: Mapping[str, Mapping[str, float]], *
     n = max(1, len(groups))
     fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 3.0), dpi=100, squeeze=False)
     for ax, (metric, variants) in zip(axes[0], groups.items(), strict=False):
-        ax.bar(list(variants), list(variants.values()), color=["tab:blue", "tab:orange", "tab:green"][: len(variants)])
+        ax.bar(range(len(variants)), list(variants.values()),
+               color=["tab:blue", "tab:orange", "tab:green"][: len(variants)])
+        ax.set_xticks(range(len(variants)), list(variants), rotation=30, ha="right", fontsize=8)
         ax.set_title(metric, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(title)

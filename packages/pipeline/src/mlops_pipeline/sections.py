@@ -92,7 +92,7 @@ def canary_section(ctx: PipelineContext) -> Section | None:
     scores = {f"v{k} ({'canary' if k == canary['canary'] else 'stable'})": v for k, v in canary["scores"].items()}
     return Section("canary", f"Canary analysis: {a['decision']}",
                    text=f"stable v{canary['stable']} vs canary v{canary['canary']} at {canary['percent']}%; "
-                   f"prediction PSI {a['prediction_psi']}",
+                   f"prediction PSI {_fmt(a['prediction_psi'])}",
                    table={"header": ["check"], "rows": [[r] for r in a["reasons"]]},
                    plots=[plots.grouped_bar_chart("canary-compare", {"requests": reqs, "p99 ms": ms,
                                                                      "error rate": err}, title="stable vs canary"),
