@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlops_config import TrainingConfig
-from mlops_training import DoctorError, diagnose, preflight
+from mlops_training import DoctorError, TrainingError, diagnose, preflight
 
 
 def _cfg(**training: object) -> TrainingConfig:
@@ -77,3 +77,24 @@ def test_cli_refuses_before_any_worker_starts(tmp_path: Path, repo_root: Path) -
     assert "GPT2Block" in proc.stderr and "LlamaDecoderLayer" in proc.stderr
     assert not ckpt.exists()  # the launcher had not even created the run folder
     assert time.perf_counter() - started < 60
+
+
+def test_torchrun_command_single_and_multi_node() -> None:
+    from mlops_training.launcher import torchrun_command
+
+    one = torchrun_command(nproc=2, nnodes=1, rdzv_endpoint=None, max_restarts=1, run_name="r", worker_args=["-x"])
+    assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--max-restarts=1", "--standalone",
+                       "-m", "mlops_training.worker", "-x"]
+    multi = torchrun_command(nproc=8, nnodes=2, rdzv_endpoint="head:29400", max_restarts=0, run_name="r",
+                             worker_args=[])
+    assert {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400", "--rdzv-id=r"} <= set(multi)
+    with pytest.raises(TrainingError, match=r"nnodes=2 needs training\.rdzv_endpoint"):
+        torchrun_command(nproc=8, nnodes=2, rdzv_endpoint=None, max_restarts=0, run_name="r", worker_args=[])
+
+
+def test_export_accelerate_cli_writes_the_file(tmp_path: Path, repo_root: Path) -> None:
+    out = tmp_path / "acc.yaml"
+    proc = subprocess.run([str(Path(sys.executable).parent / "mlops"), "train", "export-accelerate", "--model",
+                           "llm-tiny", "--out", str(out)], capture_output=True, text=True, cwd=repo_root, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "fsdp_version: 2" in out.read_text()

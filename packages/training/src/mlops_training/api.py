@@ -13,17 +13,22 @@ from mlops_training.launcher import TrainResult, launch
 
 
 def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = None, track: bool = True,
-                timeout_s: float | None = None) -> TrainResult:
+                timeout_s: float | None = None) -> TrainResult | None:
     """Train ``config`` under torchrun (doctor first), export, and (with ``track``) register a model version.
+
+    Returns ``None`` on a node of a multi-node job that did not host rank 0 (rank 0's node has the result).
 
     Raises:
         DoctorError, TrainingError, TrackingError.
     """
-    result = launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
-    if result is None:  # only a non-zero node of a multi-node job has no result
+    return launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
+
+
+def _single_node(result: TrainResult | None) -> TrainResult:
+    if result is None:
         from mlops_training.errors import TrainingError
 
-        raise TrainingError("this node did not host rank 0, so it has no training result")
+        raise TrainingError("training finished without a result on this node: rank 0 ran on another node")
     return result
 
 
@@ -35,7 +40,7 @@ def train_fraud(*, profile: str | None = None, overrides: Iterable[str] = (), co
         :class:`TrainResult` with ``run_id``, ``model_version``, ``export_dir``, ``weights_sha256``.
     """
     loaded = load_config(profile=profile, model="fraud", overrides=list(overrides), config_dir=config_dir)
-    return train_model(loaded.config, loaded.root, run_name=run_name, track=track)
+    return _single_node(train_model(loaded.config, loaded.root, run_name=run_name, track=track))
 
 
 def reproduce(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *, max_steps: int | None = None,
@@ -54,7 +59,7 @@ def reproduce(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *
     if max_steps is not None:
         config = config.model_copy(update={"training": config.training.model_copy(update={"max_steps": max_steps})})
     name = run_name or f"{config.project.model}-repro-{secrets.token_hex(3)}"
-    return train_model(config, root, run_name=name, track=False)
+    return _single_node(train_model(config, root, run_name=name, track=False))
 
 
 def reproduce_weights_hash(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *,

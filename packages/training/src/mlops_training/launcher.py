@@ -61,6 +61,17 @@ def new_run_name(model: str) -> str:
     return f"{model}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
+def default_run_name(config: PlatformConfig) -> str:
+    """A fresh name per launch on one node; on several nodes every node must derive the same name (it is
+    the rendezvous id and the checkpoint folder), so it comes from the config: set ``MLOPS_RUN_NAME`` (e.g.
+    the PyTorchJob's name) to tell two jobs with the same config apart."""
+    if config.training.nnodes == 1:
+        return new_run_name(config.project.model)
+    from mlops_training.worker import config_hash
+
+    return f"{config.project.model}-{config_hash(config)[:12]}"
+
+
 def torchrun_command(*, nproc: int, nnodes: int, rdzv_endpoint: str | None, max_restarts: int, run_name: str,
                      worker_args: list[str], node_rank: int | None = None) -> list[str]:
     """The ``torchrun`` command line (as ``python -m torch.distributed.run``, the venv's own torch)."""
@@ -90,7 +101,7 @@ def launch(config: PlatformConfig, root: Path, *, run_name: str | None = None, t
     """
     training = config.training
     preflight(training, world_size=training.nproc * training.nnodes, local_world_size=training.nproc)
-    name = run_name or new_run_name(config.project.model)
+    name = run_name or os.environ.get("MLOPS_RUN_NAME") or default_run_name(config)
     ckpt_root = Path(training.checkpoint.dir)
     run_dir = (ckpt_root if ckpt_root.is_absolute() else root / ckpt_root) / name
     run_dir.mkdir(parents=True, exist_ok=True)

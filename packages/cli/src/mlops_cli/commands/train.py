@@ -36,6 +36,9 @@ def run(
     extra = [f"training.{k}={v}" for k, v in flags.items() if v is not None]
     loaded = load(profile, model, [*(sets or []), *extra])
     result = train_model(loaded.config, loaded.root, run_name=run_name, track=not no_track)
+    if result is None:
+        console.print("this node's workers finished; rank 0's node holds the result")
+        return
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
