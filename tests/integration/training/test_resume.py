@@ -79,6 +79,8 @@ def test_sigkill_of_one_rank_then_restart_ends_bit_identical(tiny_lm, root: Path
     assert killed.resumed_from_step is not None and 8 <= killed.resumed_from_step < 40
     assert killed.steps == straight.steps == 40
     assert killed.weights_sha256 == straight.weights_sha256
+    # keep_last=2: older checkpoints were deleted once newer ones were complete.
+    assert sorted(p.name for p in straight.run_dir.glob("step_*")) == ["step_00000032", "step_00000040"]
     a, b = load_file(straight.export_dir / "model.safetensors"), load_file(killed.export_dir / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
