@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from mlops_config import LoadedConfig, PlatformConfig
 
 
@@ -16,6 +18,8 @@ class PipelineContext:
     actor: str = "mlops-pipeline"
     facts: dict[str, Any] = field(default_factory=dict)
     """Outputs of earlier steps that later steps (and the report) read, e.g. ``candidate_version``."""
+
+    _validated: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def cfg(self) -> PlatformConfig:
@@ -35,3 +39,9 @@ class PipelineContext:
         path = self.root / "data" / "pipeline"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def validated(self) -> pd.DataFrame:
+        """The validated area, read once (after the ``validate`` stage ran) and shared by the later steps."""
+        if self._validated is None:
+            self._validated = pd.read_parquet(self.root / self.cfg.data.validated_dir)
+        return self._validated

@@ -106,7 +106,7 @@ def step_features(ctx: PipelineContext) -> dict[str, Any]:
     from mlops_features import OnlineFeatures
 
     store = OnlineFeatures(ctx.cfg.features, ctx.root)
-    probe = pd.read_parquet(ctx.root / ctx.cfg.data.validated_dir).iloc[-1]
+    probe = ctx.validated().iloc[-1]
     row = store.get([{"user_id": str(probe["user_id"]), "merchant_id": str(probe["merchant_id"])}])[0]
     return {"dvc": dvc, "feature_service": ctx.cfg.features.feature_service, "features": len(store.names),
             "probe_known_entity": not row.get("_unknown_entity", True)}
@@ -123,11 +123,11 @@ def _evaluation_section(ctx: PipelineContext) -> Any:
 
 
 def _aliases(ctx: PipelineContext) -> dict[str, str]:
-    from mlops_core.lifecycle import aliases
+    from mlops_core.lifecycle import LifecycleError, aliases
 
     try:
         return aliases(ctx.cfg.tracking, ctx.root, ctx.model)
-    except Exception as exc:  # no registered model yet on a fresh machine
+    except LifecycleError as exc:  # no registered model yet on a fresh machine; anything else is a real fault
         log.debug("no aliases yet: %s", exc)
         return {}
 
@@ -214,10 +214,6 @@ def step_gates(ctx: PipelineContext) -> dict[str, Any]:
 # --- 5. canary ----------------------------------------------------------------------------------------------
 
 
-def _traffic_rows(ctx: PipelineContext, frame: pd.DataFrame, n: int, seed: int) -> list[dict[str, Any]]:
-    return request_rows(frame, n, seed)
-
-
 def step_canary(ctx: PipelineContext) -> dict[str, Any]:
     """Serve champion (stable) + candidate (canary) with a split, send traffic, analyse, promote to champion."""
     from mlops_delivery.canary import analyze_canary
@@ -231,11 +227,10 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
     log_dir = ctx.work_dir / "canary_log"
     args = ["--alias", "champion", "--canary-alias", "canary", "--canary-percent", str(percent),
             "--set", f"serving.prediction_log_dir={log_dir}"]
-    frame = pd.read_parquet(ctx.root / ctx.cfg.data.validated_dir)
     # PSI of two samples of n from one distribution is ≈ (bins − 1)·(2/n): ~1,000 per side keeps that noise ≈ 0.02
     n = 2_000 if ctx.fast else 3_000
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
-        traffic = send_traffic(server, _traffic_rows(ctx, frame, n, ctx.cfg.project.seed))
+        traffic = send_traffic(server, request_rows(ctx.validated(), n, ctx.cfg.project.seed))
         metrics = server.metrics_text()
     served = read_prediction_log(log_dir, ctx.model)
     analysis = analyze_canary(ctx.cfg.delivery, metrics, metrics, served, stable_version=int(stable),
@@ -262,8 +257,8 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     from mlops_monitoring.monitor import run_monitor
 
     cfg = ctx.cfg
-    raw = pd.read_parquet(ctx.root / cfg.data.validated_dir, columns=["event_timestamp"])
-    next_day = (pd.to_datetime(raw["event_timestamp"]).max() + pd.Timedelta(days=1)).date().isoformat()
+    last_seen = pd.to_datetime(ctx.validated()["event_timestamp"]).max()
+    next_day = (last_seen + pd.Timedelta(days=1)).date().isoformat()
     drift_dir = ctx.work_dir / "drifted"
     paths = generate_transactions(drift_dir, rows=max(2_000, cfg.data.rows // cfg.data.days), days=1,
                                   seed=cfg.project.seed + 1, drift="covariate", start_date=next_day,
