@@ -276,8 +276,7 @@ def _validation_error(exc: ValidationError, sources: Mapping[str, str]) -> Confi
         prefix = ".".join(loc[:n])
         hits = sorted(s for p, s in sources.items() if p == prefix or p.startswith(prefix + "."))
         if hits:
-            source = hits[-1] if prefix in sources else ", ".join(sorted(set(hits)))
-            source = sources.get(prefix, source)
+            source = sources.get(prefix) or ", ".join(sorted(set(hits)))
             break
     value = err.get("input")
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
