@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from mlops_config import PlatformConfig
 from mlops_training import TrainResult, launch
+from mlops_training import ShardPlan
 from mlops_training.planner import estimate, shape_for
 
 from .conftest import history
@@ -142,9 +143,10 @@ def test_planner_model_state_within_15_percent_of_what_ranks_hold(
 ) -> None:
     training = tiny_lm(*STEPS).training
     shape = shape_for(training)
-    for result, strategy, shard in ((straight, "FULL_SHARD", 2), (ddp, "DDP", 1)):
-        est = estimate(shape, strategy=strategy, param_dtype="float32", cpu_offload=False, ac=False, world_size=2,
-                       shard=shard, gpus_per_node=2, micro_batch=8, seq_len=64).model_state_bytes
+    for result, parallelism in ((straight, "fsdp"), (ddp, "ddp")):
+        fsdp = training.fsdp.model_copy(update={"parallelism": parallelism})
+        layout = ShardPlan.from_fsdp(fsdp, world_size=2, ranks_per_node=2)
+        est = estimate(shape, layout, micro_batch=8, seq_len=64).model_state_bytes
         measured = result.system["model_state_bytes_max_rank"]
         assert abs(est - measured) <= 0.15 * measured, (strategy, est, measured)
     # Sharding really halves what each rank holds.

@@ -8,8 +8,17 @@ import pytest
 from torch import nn
 
 from mlops_config import FSDPConfig, TrainingConfig
+from mlops_training import ShardPlan, plan_report
 from mlops_training.parallelize import wrap_units
-from mlops_training.planner import estimate, plan, plan_report, shape_for, sharded_numel
+from mlops_training.planner import estimate, plan, shape_for, sharded_numel
+
+
+def _plan(strategy: str, *, world: int, per_node: int, param_dtype: str = "float32", offload: bool = False,
+          ac: bool = False) -> ShardPlan:
+    fsdp = FSDPConfig.model_validate({"parallelism": "ddp"} if strategy == "DDP" else {
+        "sharding_strategy": strategy, "cpu_offload": offload, "activation_checkpointing": ac,
+        "mixed_precision": {"param_dtype": param_dtype}})
+    return ShardPlan.from_fsdp(fsdp, world_size=world, ranks_per_node=per_node)
 
 
 @pytest.mark.parametrize(
@@ -28,18 +37,17 @@ def test_sharded_numel_is_ceil_of_dim0_times_the_rest() -> None:
 
 def test_ddp_model_state_is_sixteen_bytes_per_parameter_plus_adam_steps() -> None:
     shape = shape_for(TrainingConfig(model="causal_lm"))
-    e = estimate(shape, strategy="DDP", param_dtype="float32", cpu_offload=False, ac=False, world_size=2, shard=1,
-                 gpus_per_node=2, micro_batch=1, seq_len=16)
+    e = estimate(shape, _plan("DDP", world=2, per_node=2), micro_batch=1, seq_len=16)
     assert e.model_state_bytes == 16 * shape.parameters + 4 * len(shape.param_shapes)
     assert e.per_gpu_bytes == e.params + e.grads + e.optimizer + e.gathered + e.activations
 
 
 def test_offload_moves_model_state_to_host_memory_of_the_node() -> None:
     shape = shape_for(TrainingConfig(model="causal_lm"))
-    on = estimate(shape, strategy="FULL_SHARD", param_dtype="bfloat16", cpu_offload=True, ac=True, world_size=8,
-                  shard=8, gpus_per_node=8, micro_batch=1, seq_len=16)
-    off = estimate(shape, strategy="FULL_SHARD", param_dtype="bfloat16", cpu_offload=False, ac=True, world_size=8,
-                   shard=8, gpus_per_node=8, micro_batch=1, seq_len=16)
+    on = estimate(shape, _plan("FULL_SHARD", world=8, per_node=8, param_dtype="bfloat16", offload=True, ac=True),
+                  micro_batch=1, seq_len=16)
+    off = estimate(shape, _plan("FULL_SHARD", world=8, per_node=8, param_dtype="bfloat16", ac=True),
+                   micro_batch=1, seq_len=16)
     assert on.model_state_bytes == 0
     assert on.host_bytes_per_node == 8 * off.model_state_bytes
 

@@ -3,17 +3,21 @@
 from mlops_training.accelerate_config import accelerate_config, write_accelerate_config
 from mlops_training.api import reproduce, reproduce_weights_hash, train_fraud, train_model
 from mlops_training.corpus import load_corpus
-from mlops_training.doctor import Diagnosis, diagnose, preflight
+from mlops_training.doctor import Diagnosis, diagnose, plan_report, preflight
 from mlops_training.errors import CheckpointError, DoctorError, TrainingError
 from mlops_training.launcher import TrainResult, launch
-from mlops_training.planner import plan, plan_report
+from mlops_training.planner import plan
+from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
 from mlops_training.zoo import PRESETS, build_causal_lm, build_model
 
 __all__ = [
     "PRESETS",
+    "STRATEGIES",
     "CheckpointError",
     "Diagnosis",
     "DoctorError",
+    "ShardPlan",
+    "ShardPlanError",
     "TrainResult",
     "TrainingError",
     "accelerate_config",

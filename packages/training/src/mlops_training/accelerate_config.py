@@ -10,15 +10,20 @@ from typing import Any
 import yaml
 
 from mlops_config import TrainingConfig
-from mlops_training.parallelize import shard_group_size
+from mlops_training.shard_plan import ShardPlan
 
 _MIXED = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def accelerate_config(training: TrainingConfig) -> tuple[dict[str, Any], list[str]]:
-    """The Accelerate ``ClusterConfig`` document for ``training`` and notes on what it cannot express."""
+    """The Accelerate ``ClusterConfig`` document for ``training`` and notes on what it cannot express.
+
+    Raises:
+        ShardPlanError: the hybrid shard group does not divide ``nproc × nnodes``.
+    """
     fsdp = training.fsdp
-    world = training.nproc * training.nnodes
+    plan = ShardPlan.resolve(training)
+    world = plan.world_size
     notes: list[str] = []
     doc: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
@@ -38,19 +43,16 @@ def accelerate_config(training: TrainingConfig) -> tuple[dict[str, Any], list[st
     if fsdp.mixed_precision.reduce_dtype != "float32":
         notes.append(f"reduce_dtype {fsdp.mixed_precision.reduce_dtype!r} has no Accelerate config key; "
                      "pass a MixedPrecisionPolicy to FullyShardedDataParallelPlugin in code")
-    if fsdp.parallelism == "ddp" or fsdp.sharding_strategy == "NO_SHARD":
+    if plan.fully_replicated:
         doc["distributed_type"] = "MULTI_GPU"
-        notes.append(f"{'parallelism ddp' if fsdp.parallelism == 'ddp' else 'NO_SHARD'} maps to Accelerate's DDP")
+        notes.append(f"{'parallelism ddp' if plan.ddp else plan.strategy} maps to Accelerate's DDP")
         return doc, notes
-    reshard = fsdp.reshard_after_forward
-    if reshard is None:
-        reshard = fsdp.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     policy = fsdp.wrap_policy
     fsdp_doc: dict[str, Any] = {
         "fsdp_version": 2,
-        "fsdp_reshard_after_forward": reshard,
-        "fsdp_offload_params": fsdp.cpu_offload,
-        "fsdp_activation_checkpointing": fsdp.activation_checkpointing,
+        "fsdp_reshard_after_forward": plan.reshard_after_forward,
+        "fsdp_offload_params": plan.cpu_offload,
+        "fsdp_activation_checkpointing": plan.activation_checkpointing,
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_cpu_ram_efficient_loading": True,
     }
@@ -64,10 +66,9 @@ def accelerate_config(training: TrainingConfig) -> tuple[dict[str, Any], list[st
         notes.append("FSDP2 under Accelerate uses its default prefetching; backward/forward_prefetch are not mapped")
     doc["distributed_type"] = "FSDP"
     doc["fsdp_config"] = fsdp_doc
-    if fsdp.sharding_strategy == "HYBRID_SHARD":
-        shard = shard_group_size(fsdp, world, training.nproc)
-        doc["parallelism_config"] = {"parallelism_config_dp_replicate_size": world // shard,
-                                     "parallelism_config_dp_shard_size": shard}
+    if plan.hybrid:
+        doc["parallelism_config"] = {"parallelism_config_dp_replicate_size": plan.dp_replicate,
+                                     "parallelism_config_dp_shard_size": plan.dp_shard}
     return doc, notes
 
 

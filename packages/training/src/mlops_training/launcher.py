@@ -67,7 +67,7 @@ def default_run_name(config: PlatformConfig) -> str:
     the PyTorchJob's name) to tell two jobs with the same config apart."""
     if config.training.nnodes == 1:
         return new_run_name(config.project.model)
-    from mlops_training.worker import config_hash
+    from mlops_training.lineage import config_hash
 
     return f"{config.project.model}-{config_hash(config)[:12]}"
 

@@ -8,6 +8,8 @@ exported model as artifact ``model/`` registered as a new version with no alias.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,11 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlops_config import TrackingConfig
+from mlops_config import PlatformConfig, TrackingConfig
 from mlops_core.errors import TrackingError
 from mlops_core.tracking import registered_model_name, start_run
 
 log = logging.getLogger(__name__)
+
+
+def config_hash(config: PlatformConfig) -> str:
+    """SHA-256 of the training section and seed: two runs with the same hash trained the same recipe."""
+    doc = {"seed": config.project.seed, "training": config.training.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,14 @@
-"""FSDP1 vocabulary → FSDP2: process group, device mesh, ``fully_shard`` units, prefetch, DDP baseline.
+"""FSDP2 from a resolved :class:`~mlops_training.shard_plan.ShardPlan`: process group, device mesh,
+``fully_shard`` units, prefetch, DDP baseline.
 
-| FSDP1 knob            | FSDP2 here                                                           |
-| --------------------- | -------------------------------------------------------------------- |
-| FULL_SHARD            | 1-D mesh over all ranks, ``reshard_after_forward=True``              |
-| SHARD_GRAD_OP         | 1-D mesh, ``reshard_after_forward=False``                            |
-| HYBRID_SHARD          | 2-D mesh (replicate × shard), shard group = ``hybrid_shard_group_size`` |
-| NO_SHARD              | 2-D mesh (replicate=world × shard=1): replicated, FSDP's reductions  |
-| mixed_precision       | ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``                  |
-| cpu_offload           | ``CPUOffloadPolicy()``                                               |
-| wrap_policy           | which submodules get their own ``fully_shard`` call                  |
-| backward/forward_prefetch | ``set_modules_to_backward_prefetch`` / ``..._forward_prefetch``  |
+| FSDP1 knob                | FSDP2 here                                                        |
+| ------------------------- | ----------------------------------------------------------------- |
+| sharding_strategy         | the plan's mesh and ``reshard_after_forward`` (see ``shard_plan``) |
+| mixed_precision           | ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``               |
+| cpu_offload               | ``CPUOffloadPolicy()``                                            |
+| wrap_policy               | which submodules get their own ``fully_shard`` call               |
+| backward/forward_prefetch | ``set_modules_to_backward_prefetch`` / ``..._forward_prefetch``   |
 """
-
 from __future__ import annotations
 
 import itertools
@@ -24,6 +21,7 @@ from mlops_config import FSDPConfig
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
+    from mlops_training.shard_plan import ShardPlan
     import torch
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -111,27 +109,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def shard_group_size(fsdp: FSDPConfig, world_size: int, local_world_size: int) -> int:
-    """Ranks that share one copy of the parameters under this strategy."""
-    if fsdp.parallelism == "ddp" or fsdp.sharding_strategy == "NO_SHARD":
-        return 1
-    if fsdp.sharding_strategy == "HYBRID_SHARD":
-        return fsdp.hybrid_shard_group_size or local_world_size
-    return world_size
-
-
-def resolve_mesh(fsdp: FSDPConfig, dist_info: Dist) -> DeviceMesh:
-    """The device mesh of the strategy: 1-D ``(shard,)`` or 2-D ``(replicate, shard)``."""
+def resolve_mesh(plan: ShardPlan, dist_info: Dist) -> DeviceMesh:
+    """The plan's device mesh: 1-D ``(shard,)`` or 2-D ``(replicate, shard)``."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    ws = dist_info.world_size
-    shard = shard_group_size(fsdp, ws, dist_info.local_world_size)
-    if ws % shard:
-        raise TrainingError(f"shard group size {shard!r} does not divide world size {ws!r}")
-    dev = dist_info.device.type
-    if fsdp.sharding_strategy in ("HYBRID_SHARD", "NO_SHARD"):
-        return init_device_mesh(dev, (ws // shard, shard), mesh_dim_names=("replicate", "shard"))
-    return init_device_mesh(dev, (ws,), mesh_dim_names=("shard",))
+    if plan.world_size != dist_info.world_size:
+        raise TrainingError(f"the shard plan is for {plan.world_size!r} ranks but this job has "
+                            f"{dist_info.world_size!r}; resolve it from the running world")
+    return init_device_mesh(dist_info.device.type, plan.mesh_shape, mesh_dim_names=plan.mesh_dim_names)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -181,8 +166,9 @@ def checkpoint_activations(units: list[torch.nn.Module]) -> None:
         unit.forward = forward
 
 
-def apply_parallelism(model: torch.nn.Module, fsdp: FSDPConfig, dist_info: Dist) -> torch.nn.Module:
-    """Shard (FSDP2) or replicate (DDP) ``model`` in place per the config; returns the module to train.
+def apply_parallelism(model: torch.nn.Module, plan: ShardPlan, fsdp: FSDPConfig, dist_info: Dist) -> torch.nn.Module:
+    """Shard (FSDP2) or replicate (DDP) ``model`` in place per ``plan`` (units and prefetch from ``fsdp``);
+    returns the module to train.
 
     Raises:
         TrainingError: a transformer wrap policy names classes the model does not contain.
@@ -195,10 +181,10 @@ def apply_parallelism(model: torch.nn.Module, fsdp: FSDPConfig, dist_info: Dist)
             f"wrap_policy.transformer_layer_cls {list(fsdp.wrap_policy.transformer_layer_cls)!r} matches no "
             f"submodule; the model contains {module_class_names(model)}"
         )
-    if fsdp.activation_checkpointing:
+    if plan.activation_checkpointing:
         checkpoint_activations(units)
     model.to(dist_info.device)
-    if fsdp.parallelism == "ddp":
+    if plan.ddp:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [dist_info.device.index] if dist_info.device.type == "cuda" else None
@@ -206,13 +192,10 @@ def apply_parallelism(model: torch.nn.Module, fsdp: FSDPConfig, dist_info: Dist)
         return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mesh = resolve_mesh(fsdp, dist_info)
-    mp = MixedPrecisionPolicy(param_dtype=_dtype(fsdp.mixed_precision.param_dtype),
-                              reduce_dtype=_dtype(fsdp.mixed_precision.reduce_dtype))
-    offload = CPUOffloadPolicy() if fsdp.cpu_offload else OffloadPolicy()
-    reshard = fsdp.reshard_after_forward
-    if reshard is None:
-        reshard = fsdp.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    mesh = resolve_mesh(plan, dist_info)
+    mp = MixedPrecisionPolicy(param_dtype=_dtype(plan.param_dtype), reduce_dtype=_dtype(plan.reduce_dtype))
+    offload = CPUOffloadPolicy() if plan.cpu_offload else OffloadPolicy()
+    reshard = plan.reshard_after_forward
     for unit in units:
         fully_shard(unit, mesh=mesh, mp_policy=mp, offload_policy=offload, reshard_after_forward=reshard)
     # The root (embeddings, head) is used again right after forward: keep it gathered.

@@ -22,7 +22,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlops_config import FSDPConfig, TrainingConfig
+from mlops_training.errors import TrainingError
 from mlops_training.parallelize import wrap_units
+from mlops_training.shard_plan import ShardPlan
 from mlops_training.zoo import PRESETS, build_model, count_parameters
 
 if TYPE_CHECKING:
@@ -33,7 +35,6 @@ HEADROOM = 0.90
 """Fraction of GPU memory a plan may use (CUDA context, allocator fragmentation, NCCL buffers)."""
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-STRATEGIES = ("DDP", "NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Estimate:
     host_bytes_per_node: int
     per_gpu_bytes: int
     fits: bool
+    preference: int
+    """The strategy's rank when several fit (``ShardPlan.preference``)."""
 
     @property
     def model_state_bytes(self) -> int:
@@ -100,25 +103,26 @@ def sharded_numel(shapes: list[tuple[int, ...]], shard: int) -> int:
     return total
 
 
-def estimate(shape: ModelShape, *, strategy: str, param_dtype: str, cpu_offload: bool, ac: bool,
-             world_size: int, shard: int, gpus_per_node: int, micro_batch: int, seq_len: int,
-             reduce_dtype: str = "float32", prefetch: bool = True, gpu_memory_bytes: int | None = None) -> Estimate:
-    """Per-GPU bytes of one combination (see the module docstring for the model)."""
-    pb = _BYTES[param_dtype]
-    local = sharded_numel(shape.param_shapes, shard) if strategy != "DDP" else shape.parameters
+def estimate(shape: ModelShape, shard_plan: ShardPlan, *, micro_batch: int, seq_len: int, prefetch: bool = True,
+             gpu_memory_bytes: int | None = None) -> Estimate:
+    """Per-GPU bytes of ``shard_plan`` for ``shape`` (see the module docstring for the model)."""
+    pb = _BYTES[shard_plan.param_dtype]
+    reduce_bytes = _BYTES[shard_plan.reduce_dtype]
+    ac = shard_plan.activation_checkpointing
+    local = shape.parameters if shard_plan.ddp else sharded_numel(shape.param_shapes, shard_plan.dp_shard)
     tensors = len(shape.param_shapes)
     params, grads, optim = 4 * local, 4 * local, 8 * local + 4 * tensors
     host = 0
-    if cpu_offload:
-        host = (params + grads + optim) * gpus_per_node
+    if shard_plan.cpu_offload:
+        host = (params + grads + optim) * shard_plan.ranks_per_node
         params = grads = optim = 0
-    if strategy == "DDP":
+    if shard_plan.ddp:
         gathered = 0
-    elif strategy in ("SHARD_GRAD_OP", "NO_SHARD"):
-        gathered = shape.parameters * pb + shape.largest_unit * _BYTES[reduce_dtype]
+    elif not shard_plan.reshard_after_forward:  # every unit stays gathered from forward to backward
+        gathered = shape.parameters * pb + shape.largest_unit * reduce_bytes
     else:
         gathered = ((shape.largest_unit * (2 if prefetch else 1) + shape.root_params) * pb
-                    + shape.largest_unit * _BYTES[reduce_dtype])
+                    + shape.largest_unit * reduce_bytes)
     tokens = micro_batch * seq_len
     if shape.layers:
         per_layer = (11 * shape.hidden + 4 * shape.intermediate) * pb
@@ -128,7 +132,8 @@ def estimate(shape: ModelShape, *, strategy: str, param_dtype: str, cpu_offload:
         acts = micro_batch * sum(shape.widths) * 4 * (1 if ac else 3)
     total = params + grads + optim + gathered + acts
     fits = gpu_memory_bytes is None or total <= HEADROOM * gpu_memory_bytes
-    return Estimate(strategy, param_dtype, cpu_offload, ac, params, grads, optim, gathered, acts, host, total, fits)
+    return Estimate(shard_plan.strategy, shard_plan.param_dtype, shard_plan.cpu_offload, ac, params, grads, optim,
+                    gathered, acts, host, total, fits, shard_plan.preference(shard_plan.nodes))
 
 
 def shape_for(training: TrainingConfig, *, preset: str | None = None, input_dim: int = 32) -> ModelShape:
@@ -147,11 +152,8 @@ def shape_for(training: TrainingConfig, *, preset: str | None = None, input_dim:
     return describe_model(built.module, fsdp, built.architecture)
 
 
-def _order(e: Estimate, nodes: int) -> tuple[int, int, int, int]:
-    ranks = (["DDP", "HYBRID_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "NO_SHARD"] if nodes > 1
-             else ["DDP", "SHARD_GRAD_OP", "FULL_SHARD", "NO_SHARD", "HYBRID_SHARD"])
-    return (int(e.cpu_offload), int(e.activation_checkpointing), ranks.index(e.sharding_strategy),
-            0 if e.param_dtype == "bfloat16" else 1)
+def _order(e: Estimate) -> tuple[int, int, int, int]:
+    return (int(e.cpu_offload), int(e.activation_checkpointing), e.preference, 0 if e.param_dtype == "bfloat16" else 1)
 
 
 def plan(training: TrainingConfig, *, gpus: int, gpu_memory_gb: float, nodes: int = 1, preset: str | None = None,
@@ -163,8 +165,6 @@ def plan(training: TrainingConfig, *, gpus: int, gpu_memory_gb: float, nodes: in
         [...], "recommended": {...} | None}``; each strategy row has ``sharding_strategy, param_dtype,
         cpu_offload, activation_checkpointing, per_gpu_bytes, fits`` and the breakdown.
     """
-    from mlops_training.errors import TrainingError
-
     if gpus < 1 or nodes < 1 or gpu_memory_gb <= 0:
         raise TrainingError(
             f"--gpus {gpus!r}, --nodes {nodes!r} and --gpu-memory-gb {gpu_memory_gb!r} must all be positive"
@@ -175,19 +175,18 @@ def plan(training: TrainingConfig, *, gpus: int, gpu_memory_gb: float, nodes: in
     # A named shape is planned at its own context length and one sequence per GPU unless told otherwise.
     mb = micro_batch or (1 if preset else max(training.batch_size // (world * training.grad_accum_steps), 1))
     capacity = int(gpu_memory_gb * GIB)
-    group = training.fsdp.hybrid_shard_group_size or gpus
+    # Every candidate is estimated with float32 reductions, as before the plan existed.
+    fsdp = training.fsdp.model_copy(update={"mixed_precision": training.fsdp.mixed_precision.model_copy(
+        update={"reduce_dtype": "float32"})})
     rows: list[Estimate] = []
-    for strategy in STRATEGIES:
-        if strategy == "HYBRID_SHARD" and (nodes == 1 and group == world):
-            continue  # identical to FULL_SHARD on one node
-        shard = {"DDP": 1, "NO_SHARD": 1, "HYBRID_SHARD": group}.get(strategy, world)
-        for dtype in ("float32",) if strategy == "DDP" else ("float32", "bfloat16"):
-            for offload in (False,) if strategy == "DDP" else (False, True):
+    for layout in ShardPlan.candidates(fsdp, world_size=world, ranks_per_node=gpus):
+        for dtype in ("float32",) if layout.ddp else ("float32", "bfloat16"):
+            for offload in (False,) if layout.ddp else (False, True):
                 for ac in (False, True):
-                    rows.append(estimate(shape, strategy=strategy, param_dtype=dtype, cpu_offload=offload, ac=ac,
-                                         world_size=world, shard=shard, gpus_per_node=gpus, micro_batch=mb,
-                                         seq_len=seq, gpu_memory_bytes=capacity))
-    fitting = sorted((e for e in rows if e.fits), key=lambda e: _order(e, nodes))
+                    candidate = layout.with_policies(param_dtype=dtype, cpu_offload=offload,
+                                                     activation_checkpointing=ac)
+                    rows.append(estimate(shape, candidate, micro_batch=mb, seq_len=seq, gpu_memory_bytes=capacity))
+    fitting = sorted((e for e in rows if e.fits), key=_order)
     model_name = preset or (training.causal_lm.preset if training.model == "causal_lm" else training.model)
     return {"model": model_name, "parameters": shape.parameters, "world_size": world, "nodes": nodes,
             "gpus_per_node": gpus, "gpu_memory_bytes": capacity, "headroom": HEADROOM, "seq_len": seq,
@@ -199,23 +198,3 @@ def _row(e: Estimate) -> dict[str, Any]:
     row = asdict(e)
     row["model_state_bytes"] = e.model_state_bytes
     return row
-
-
-def plan_report(training: TrainingConfig, target: str, *, gpus: int, gpu_memory_gb: float, nodes: int = 1,
-                seq_len: int | None = None, micro_batch: int | None = None) -> dict[str, Any]:
-    """:func:`plan` for a LLaMA preset name or the configured model, plus the doctor's verdict on the
-    configured FSDP section at ``gpus × nodes`` ranks (as ``doctor: {problems, warnings}``)."""
-    from mlops_training.doctor import diagnose
-
-    preset = target if target in PRESETS else None
-    checked = training
-    if preset is not None:
-        lm = training.causal_lm.model_copy(update={
-            "preset": preset, "seq_len": min(seq_len or PRESETS[preset]["max_position_embeddings"],
-                                             PRESETS[preset]["max_position_embeddings"])})
-        checked = training.model_copy(update={"model": "causal_lm", "causal_lm": lm})
-    report = plan(checked, gpus=gpus, gpu_memory_gb=gpu_memory_gb, nodes=nodes, preset=preset, seq_len=seq_len,
-                  micro_batch=micro_batch)
-    verdict = diagnose(checked, world_size=gpus * nodes, local_world_size=gpus, cuda=True)
-    report["doctor"] = {"problems": verdict.problems, "warnings": verdict.warnings}
-    return report

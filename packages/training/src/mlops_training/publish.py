@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from mlops_config import PlatformConfig
 
 if TYPE_CHECKING:
+    from mlops_training.shard_plan import ShardPlan
     from mlops_training.tasks import Task
     from mlops_training.trainer import TrainOutcome
 
@@ -53,13 +54,13 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[st
     return build_reference_profile(df, numeric, categorical, n_bins, scores=scores)
 
 
-def publish(config: PlatformConfig, root: Path, run_name: str, task: Task, outcome: TrainOutcome,
+def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, task: Task, outcome: TrainOutcome,
             *, track: bool) -> dict[str, Any]:
     """Export, and with ``track`` log the run to MLflow and register a model version. Returns the result."""
     import torch
 
     from mlops_core.lineage import git_info
-    from mlops_training.worker import config_hash
+    from mlops_training.lineage import config_hash
 
     training = config.training
     export_root = Path(training.export_dir)
@@ -69,8 +70,8 @@ def publish(config: PlatformConfig, root: Path, run_name: str, task: Task, outco
     lineage: dict[str, Any] = {"run_name": run_name, "seed": config.project.seed, "data_hash": task.data_hash,
                                "git_commit": git.commit, "git_dirty": git.dirty, "steps": outcome.steps,
                                "world_size": int(outcome.system["world_size"]),
-                               "parallelism": training.fsdp.parallelism,
-                               "sharding_strategy": training.fsdp.sharding_strategy,
+                               "parallelism": plan.parallelism,
+                               "sharding_strategy": plan.sharding_strategy,
                                "torch_version": torch.__version__, "config_sha256": config_hash(config)}
     result: dict[str, Any] = {"run_name": run_name, "steps": outcome.steps,
                               "resumed_from_step": outcome.resumed_from_step, "metrics": outcome.final_metrics,
@@ -83,8 +84,8 @@ def publish(config: PlatformConfig, root: Path, run_name: str, task: Task, outco
 
         features = task.features_meta()
         tags = {"mlops.torch_version": torch.__version__, "mlops.world_size": str(lineage["world_size"]),
-                "mlops.parallelism": training.fsdp.parallelism,
-                "mlops.sharding_strategy": training.fsdp.sharding_strategy,
+                "mlops.parallelism": plan.parallelism,
+                "mlops.sharding_strategy": plan.sharding_strategy,
                 "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
         if "feature_service" in features:
             tags["mlops.feature_service"] = str(features["feature_service"])

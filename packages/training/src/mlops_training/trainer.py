@@ -23,6 +23,7 @@ from mlops_training.parallelize import Dist, apply_parallelism, clip_grad_norm
 if TYPE_CHECKING:
     import torch
 
+    from mlops_training.shard_plan import ShardPlan
     from mlops_training.tasks import Task
     from mlops_training.zoo import BuiltModel
 
@@ -124,16 +125,17 @@ class _Progress:
             self.bar.close()
 
 
-def run_training(training: TrainingConfig, task: Task, dist_info: Dist, run_dir: Path, *, seed: int,
-                 describe: dict[str, Any]) -> TrainOutcome:
-    """Train ``task`` per ``training`` (resuming from the newest checkpoint in ``run_dir``) and gather the model."""
+def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_info: Dist, run_dir: Path, *,
+                 seed: int, describe: dict[str, Any]) -> TrainOutcome:
+    """Train ``task`` per ``training`` laid out by ``plan`` (resuming from the newest checkpoint in ``run_dir``)
+    and gather the model."""
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     torch.manual_seed(seed)  # identical initial weights on every rank
     built = task.build()
-    model = apply_parallelism(built.module, training.fsdp, dist_info)
+    model = apply_parallelism(built.module, plan, training.fsdp, dist_info)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=training.lr, weight_decay=training.weight_decay)
     steps = total_steps(training, task.steps_per_epoch)
@@ -157,7 +159,7 @@ def run_training(training: TrainingConfig, task: Task, dist_info: Dist, run_dir:
         history.setdefault(name, []).append([step, float(value)])
 
     ws, accum = dist_info.world_size, training.grad_accum_steps
-    ddp = training.fsdp.parallelism == "ddp"
+    ddp = plan.ddp
     unit = "tokens" if task.tokens_per_sample > 1 else "samples"
     progress = _Progress(dist_info.is_main, steps, step, unit)
     step_times: list[float] = []

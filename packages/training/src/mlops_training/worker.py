@@ -7,7 +7,6 @@ mlops_training.worker --model llm-tiny``, multi-node, or from a Kubeflow PyTorch
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -50,12 +49,6 @@ def default_run_name(model: str) -> str:
     return f"{model}-{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}"
 
 
-def config_hash(config: PlatformConfig) -> str:
-    """SHA-256 of the training section and seed: two runs with the same hash trained the same recipe."""
-    doc = {"seed": config.project.seed, "training": config.training.model_dump(mode="json")}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-
-
 def _setup_worker_logging(rank: int) -> None:
     level = logging.INFO if rank == 0 else logging.WARNING
     logging.basicConfig(level=level, format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -83,25 +76,28 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
     import torch.distributed as dist
 
     from mlops_core.seed import seed_everything
+    from mlops_training.lineage import config_hash
     from mlops_training.parallelize import init_distributed
+    from mlops_training.publish import publish
+    from mlops_training.shard_plan import ShardPlan
     from mlops_training.trainer import run_training
 
     training = config.training
     dist_info = init_distributed(training.backend, cpu_offload=training.fsdp.cpu_offload)
     try:
+        plan = ShardPlan.resolve(training, world_size=dist_info.world_size,
+                                 ranks_per_node=dist_info.local_world_size)
         seed_everything(config.project.seed, deterministic=training.deterministic)
         name = run_name or default_run_name(config.project.model)
         run_dir = _resolve(root, training.checkpoint.dir) / name
         task = _make_task(config, root, run_dir, dist_info)
-        describe = {"run_name": name, "model": config.project.model, "parallelism": training.fsdp.parallelism,
-                    "sharding_strategy": training.fsdp.sharding_strategy, "config_sha256": config_hash(config),
-                    "mesh": _mesh_shape(config, dist_info)}
-        outcome = run_training(training, task, dist_info, run_dir, seed=config.project.seed, describe=describe)
+        describe = {"run_name": name, "model": config.project.model, "parallelism": plan.parallelism,
+                    "sharding_strategy": plan.sharding_strategy, "config_sha256": config_hash(config),
+                    "mesh": [plan.dp_replicate, plan.dp_shard]}
+        outcome = run_training(training, plan, task, dist_info, run_dir, seed=config.project.seed, describe=describe)
         if not dist_info.is_main:
             return None
-        from mlops_training.publish import publish
-
-        result = publish(config, root, name, task, outcome, track=track)
+        result = publish(config, plan, root, name, task, outcome, track=track)
         (run_dir / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
         return result
     finally:
@@ -112,13 +108,6 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
 def _resolve(root: Path, path: str) -> Path:
     p = Path(path)
     return p if p.is_absolute() else root / p
-
-
-def _mesh_shape(config: PlatformConfig, dist_info: Any) -> list[int]:
-    from mlops_training.parallelize import shard_group_size
-
-    shard = shard_group_size(config.training.fsdp, dist_info.world_size, dist_info.local_world_size)
-    return [dist_info.world_size // shard, shard]
 
 
 def _make_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Any:
