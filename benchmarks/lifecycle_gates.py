@@ -40,17 +40,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=12000, help="holdout rows for the bootstrap timing")
     args = parser.parse_args()
 
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core.tracking import configure_tracking
+    from mlops_core import mlflow_client
 
     with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as tmp:
         root = Path(tmp) / "repo"
         shutil.copytree(REPO / "configs", root / "configs")
         loaded = load_config(config_dir=root / "configs", environ={})
         tracking = loaded.config.tracking
-        configure_tracking(tracking, root)
-        client = MlflowClient()
+        client = mlflow_client(tracking, root)
         client.create_registered_model("fraud")
         for _ in range(2):
             client.create_model_version("fraud", source=str(root))

@@ -64,10 +64,7 @@ def gate_report(version: str, passed: bool) -> dict[str, Any]:
 def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
     """A git repo holding infra/ and configs/, with a SQLite registry (under .mlops/) where fraud v1 passed its
     gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy."""
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core import lifecycle
-    from mlops_core.tracking import configure_tracking
+    from mlops_core import lifecycle, mlflow_client
 
     root = tmp_path_factory.mktemp("seeded") / "repo"
     shutil.copytree(repo_root / "infra", root / "infra")
@@ -76,8 +73,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
     git(root, "add", ".")
     git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
     tracking = TrackingConfig()
-    configure_tracking(tracking, root)
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     client.create_registered_model("fraud")
     for _ in range(2):
         client.create_model_version("fraud", source=(root / "artifact").as_uri())

@@ -65,8 +65,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
              encoder: dict[str, Any], name: str, *, feature_service: str = "fraud_v1") -> str:
     """Export ``state`` (safetensors + model.json), log it as ``model/`` of a tracked run, register a version."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
+    from mlops_core import mlflow_client
     from mlops_core.exported import save_exported
     from mlops_core.tracking import start_run
 
@@ -77,7 +77,7 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
     save_exported(folder, state, meta)
     with start_run(cfg.tracking, root, run_name=name, seed=0) as run:
         mlflow.log_artifacts(str(folder), "model")
-    mv = MlflowClient().create_model_version(cfg.project.model, source=f"runs:/{run.info.run_id}/model",
+    mv = mlflow_client(cfg.tracking, root).create_model_version(cfg.project.model, source=f"runs:/{run.info.run_id}/model",
                                              run_id=run.info.run_id)
     return str(mv.version)
 

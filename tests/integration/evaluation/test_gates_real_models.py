@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlops_core import lifecycle
+from mlops_core import lifecycle, mlflow_client
 from mlops_core.ledger import report_hash
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,9 +47,10 @@ def _holdout_f1(world: Any, version: str) -> float:
     from mlops_core.exported import build_tabular_mlp, load_exported
     from mlops_features import encode
 
-    run_id = mlflow.tracking.MlflowClient().get_model_version("fraud", version).run_id
-    folder = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="model",
-                                                 dst_path=str(world.root / f"check-{version}"))
+    client = mlflow_client(world.loaded.config.tracking, world.root)
+    run_id = client.get_model_version("fraud", version).run_id
+    (world.root / f"check-{version}").mkdir(parents=True, exist_ok=True)
+    folder = client.download_artifacts(run_id, "model", str(world.root / f"check-{version}"))
     tensors, meta = load_exported(folder)
     net = build_tabular_mlp(meta["architecture"])
     net.load_state_dict(tensors)
@@ -108,8 +109,6 @@ def test_candidate_trained_on_shuffled_labels_is_blocked(world: Any, tmp_path: P
 
 
 def test_nondeterministic_rerun_is_caught_by_reproducibility(world: Any) -> None:
-    from mlflow.tracking import MlflowClient
-
     from mlops_evaluation.runner import check_reproducibility
     from mlops_evaluation.scorer import load_version
     from mlops_training import reproduce
@@ -121,8 +120,9 @@ def test_nondeterministic_rerun_is_caught_by_reproducibility(world: Any) -> None
         return reproduce(noisy, root, max_steps=max_steps)
 
     cfg = world.loaded.config
-    scorer = load_version(MlflowClient(), "fraud", world.versions["better"], world.root / "repro-check")
-    gate = check_reproducibility(scorer, world.root, cfg.evaluation, jittered)
+    client = mlflow_client(cfg.tracking, world.root)
+    scorer = load_version(client, "fraud", world.versions["better"], world.root / "repro-check")
+    gate = check_reproducibility(scorer, world.root, cfg.evaluation, jittered, client=client)
     assert not gate.passed
     assert "not deterministic" in gate.reason
     assert gate.evidence["reruns"][0]["weights_sha256"] != world.pipeline_result.weights_sha256

@@ -43,12 +43,9 @@ def _expected_after(e: LedgerEntry) -> dict[str, str]:
 
 
 def _register(tracking: TrackingConfig, root: Path, n: int) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
-    from mlops_core.tracking import configure_tracking
-
-    configure_tracking(tracking, root)
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     client.create_registered_model("fraud")
     for _ in range(n):
         run = client.create_run("0")
@@ -70,9 +67,10 @@ def _race(uri: str, root: Path, workers: int, rounds: int) -> None:
         assert p.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
 
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
-    entries = load_entries(MlflowClient(), "fraud")
+    client = mlflow_client(tracking, root)
+    entries = load_entries(client, "fraud")
     written = sorted(s for r in results for s in r["written"])
     # Every move a process was told succeeded is in the ledger exactly once, and nothing else is.
     assert written == [e.seq for e in entries] == list(range(1, len(entries) + 1))
@@ -87,7 +85,7 @@ def _race(uri: str, root: Path, workers: int, rounds: int) -> None:
         assert "champion" not in e.aliases_after or e.aliases_after["champion"] != e.aliases_after.get("fallback")
         state = e.aliases_after
     assert lifecycle.aliases(tracking, root, "fraud") == state  # the registry agrees with the ledger's end
-    assert not [m for m in MlflowClient().search_registered_models() if m.name.endswith(".lifecycle-lock")]
+    assert not [m for m in client.search_registered_models() if m.name.endswith(".lifecycle-lock")]
 
 
 def test_racing_processes_on_sqlite(tmp_path: Path) -> None:

@@ -107,20 +107,16 @@ def sections(tmp_path: Path, webhook: tuple[str, list[dict]], monkeypatch: pytes
 
 def _register(sections: dict, root: Path, profile: dict) -> None:
     """Two registered versions whose runs logged the profile; v2 champion, v1 fallback (through the ledger)."""
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core import lifecycle
-    from mlops_core.tracking import configure_tracking, ensure_experiment
+    from mlops_core import lifecycle, mlflow_client
+    from mlops_core.tracking import ensure_experiment
 
     tracking = sections["tracking"]
-    configure_tracking(tracking, root)
     experiment = ensure_experiment(tracking, root)
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     client.create_registered_model("fraud")
     for _ in range(2):
-        with mlflow.start_run(experiment_id=experiment) as run:
-            mlflow.log_dict(profile, "reference_profile.json")
+        run = client.create_run(experiment)
+        client.log_dict(run.info.run_id, profile, "reference_profile.json")
         mv = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run.info.run_id)
         for to in ("candidate", "staging", "canary", "champion"):
             lifecycle.promote(tracking, root, "fraud", mv.version, to, reason="test setup", actor="test",

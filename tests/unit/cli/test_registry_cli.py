@@ -16,14 +16,11 @@ from mlops_core.ledger import now_iso
 @pytest.fixture
 def registry(config_dir: Path) -> dict[str, str]:
     """Model ``fraud`` with two versions in the temp repo's local (SQLite) registry; returns the CLI env."""
-    from mlflow.tracking import MlflowClient
-
     from mlops_config import load_config
-    from mlops_core.tracking import configure_tracking
+    from mlops_core import mlflow_client
 
     loaded = load_config(config_dir=config_dir, environ={})
-    configure_tracking(loaded.config.tracking, loaded.root)
-    client = MlflowClient()
+    client = mlflow_client(loaded.config.tracking, loaded.root)
     client.create_registered_model("fraud")
     for _ in range(2):
         client.create_model_version("fraud", source=str(loaded.root))

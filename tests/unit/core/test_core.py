@@ -65,13 +65,13 @@ def test_resolve_uri(tmp_path: Path) -> None:
 
 
 def test_start_run_records_lineage_in_real_mlflow(tmp_path: Path) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
     section = TrackingConfig(uri="sqlite:///state/mlflow.db", artifact_location="state/artifacts", experiment="t")
     config = {"training": {"lr": 0.1, "hidden": [3, 4]}, "project": {"seed": 5}}
     with start_run(section, tmp_path, run_name="r1", seed=5, config=config, data_hash="abc") as run:
         run_id = run.info.run_id
-    client = MlflowClient()
+    client = mlflow_client(section, tmp_path)
     got = client.get_run(run_id)
     assert got.data.tags["mlops.seed"] == "5"
     assert got.data.tags["mlops.data_hash"] == "abc"

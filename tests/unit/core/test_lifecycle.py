@@ -21,13 +21,10 @@ ALL4 = ["quality", "reproducibility", "latency", "contract"]
 @pytest.fixture
 def reg(tmp_path: Path) -> tuple[TrackingConfig, Path]:
     """A registry with model ``fraud`` and three versions, the first with a run tagged with a data hash."""
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core.tracking import configure_tracking
+    from mlops_core import mlflow_client
 
     tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="artifacts")
-    configure_tracking(tracking, tmp_path)
-    client = MlflowClient()
+    client = mlflow_client(tracking, tmp_path)
     client.create_registered_model("fraud")
     run = client.create_run("0", tags={"mlops.data_hash": "d" * 64})
     client.create_model_version("fraud", source=str(tmp_path), run_id=run.info.run_id)
@@ -125,11 +122,11 @@ def test_history_answers_which_version_was_champion_at_t(reg) -> None:
 
 
 def test_pending_entry_from_a_crashed_move_is_rolled_forward(reg) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
     tracking, root = reg
     _walk(tracking, root, "1")
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     # A process died after journalling "2 → candidate" and before moving any alias.
     crashed = LedgerEntry(seq=5, model="fraud", action="promote", version="2", from_alias=None,
                           to_alias="candidate", actor="dead", reason="crash", ts=now_iso(),
@@ -143,10 +140,10 @@ def test_pending_entry_from_a_crashed_move_is_rolled_forward(reg) -> None:
 
 
 def test_lock_waits_times_out_and_breaks_expired(reg) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
     tracking, root = reg
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     with registry_lock(client, "fraud", ttl_s=60), pytest.raises(LockTimeoutError, match=r"fraud\.lifecycle-lock"):
         lifecycle.promote(tracking, root, "fraud", "1", "candidate", reason="x", actor="t", lock_timeout_s=0.3)
     assert lifecycle.promote(tracking, root, "fraud", "1", "candidate", reason="x", actor="t").seq == 1

@@ -68,25 +68,25 @@ def test_lm_quality_arithmetic_and_contract() -> None:
 
 def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     import mlflow
-    from mlflow.tracking import MlflowClient
 
-    from mlops_core import lifecycle
+    from mlops_core import lifecycle, mlflow_client
     from mlops_core.exported import save_exported
     from mlops_core.tracking import start_run
     from mlops_evaluation import evaluate
 
     tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="artifacts", experiment="lm")
+    client = mlflow_client(tracking, tmp_path)
 
     def register(state: dict, name: str) -> str:
         folder = save_exported(tmp_path / name, state, META)
         with start_run(tracking, tmp_path, run_name=name, seed=0) as run:
             mlflow.log_artifacts(str(folder), "model")
-        return MlflowClient().create_model_version("llm", f"runs:/{run.info.run_id}/model",
+        return client.create_model_version("llm", f"runs:/{run.info.run_id}/model",
                                                    run_id=run.info.run_id).version
 
     with start_run(tracking, tmp_path, run_name="init", seed=0):
         pass
-    MlflowClient().create_registered_model("llm")
+    client.create_registered_model("llm")
     uniform = register(_state(zero_head=True), "uniform")
     random_init = register(_state(zero_head=False, seed=3), "random")
     for to in lifecycle.LIFECYCLE:
@@ -102,5 +102,5 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     assert gates["quality"].evidence["reference_metrics"]["perplexity"] == pytest.approx(256.0, rel=1e-5)
     assert report.holdout["rows"] == 8 and report.holdout["tokens"] == 8 * 32
     assert "perplexity" in (tmp_path / "report" / "evaluation.md").read_text()
-    run_id = MlflowClient().get_model_version("llm", str(random_init)).run_id
-    assert "evaluation/evaluation.json" in [f.path for f in MlflowClient().list_artifacts(run_id, "evaluation")]
+    run_id = client.get_model_version("llm", str(random_init)).run_id
+    assert "evaluation/evaluation.json" in [f.path for f in client.list_artifacts(run_id, "evaluation")]

@@ -35,7 +35,7 @@ from mlops_core.ledger import (
 )
 from mlops_core.lineage import git_info
 from mlops_core.registry_lock import registry_lock
-from mlops_core.tracking import configure_tracking, registered_model_name
+from mlops_core.tracking import mlflow_client, registered_model_name
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
@@ -70,10 +70,7 @@ def default_actor() -> str:
 
 
 def _client(tracking: TrackingConfig, root: Path) -> MlflowClient:
-    from mlflow.tracking import MlflowClient
-
-    configure_tracking(tracking, root)
-    return MlflowClient()
+    return mlflow_client(tracking, root)
 
 
 def _registered(client: MlflowClient, name: str) -> Any:
@@ -157,16 +154,13 @@ def check_gates(report: Mapping[str, Any] | None, model: str, version: str, requ
 
 def fetch_gate_report(client: MlflowClient, mv: ModelVersion) -> dict[str, Any] | None:
     """The gate report ``mlops evaluate run`` logged on the version's run, ``None`` when there is none."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     if not mv.run_id:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = mlflow.artifacts.download_artifacts(
-                run_id=mv.run_id, artifact_path=GATE_REPORT_ARTIFACT, dst_path=tmp
-            )
+            path = client.download_artifacts(mv.run_id, GATE_REPORT_ARTIFACT, tmp)
         except (MlflowException, OSError):
             return None
         return dict(json.loads(Path(path).read_text(encoding="utf-8")))

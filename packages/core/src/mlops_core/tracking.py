@@ -21,6 +21,7 @@ from mlops_core.lineage import git_info
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -34,32 +35,73 @@ def resolve_uri(uri: str, root: Path) -> str:
     return uri
 
 
-def configure_tracking(section: TrackingConfig, root: Path) -> str:
-    """Point MLflow at the configured tracking + registry URIs; create local folders. Returns the URI."""
-    import mlflow
+# MLflow reads credentials and the S3 endpoint only from these variables (mlflow.utils.credentials,
+# the S3 artifact repository; boto3 reads the AWS_* ones): the config names one of them, we never copy values.
+_READ_BY_MLFLOW = {
+    "username_env": ("MLFLOW_TRACKING_USERNAME",),
+    "password_env": ("MLFLOW_TRACKING_PASSWORD",),
+    "s3_endpoint_url_env": ("MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+}
 
+
+def tracking_uris(section: TrackingConfig, root: Path) -> tuple[str, str]:
+    """The resolved ``(tracking, registry)`` URIs; creates the folder of a local SQLite store.
+
+    Raises:
+        TrackingError: a configured secret env var is unset, or names a variable MLflow does not read.
+    """
     uri = resolve_uri(section.uri, root)
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    for var in (section.username_env, section.password_env):
-        if var and var not in os.environ:
+    for key, allowed in _READ_BY_MLFLOW.items():
+        var = getattr(section, key)
+        if var is None:
+            continue
+        if var not in allowed:
+            raise TrackingError(f"tracking.{key} = {var!r}; MLflow reads this secret only from "
+                                f"{' or '.join(map(repr, allowed))}: name one of those and export it there")
+        if key != "s3_endpoint_url_env" and var not in os.environ:
             raise TrackingError(f"tracking secret env var {var!r} is not set; export it before contacting {uri!r}")
-    if section.username_env:
-        os.environ["MLFLOW_TRACKING_USERNAME"] = os.environ[section.username_env]
-    if section.password_env:
-        os.environ["MLFLOW_TRACKING_PASSWORD"] = os.environ[section.password_env]
-    if section.s3_endpoint_url_env and section.s3_endpoint_url_env in os.environ:
-        os.environ["MLFLOW_S3_ENDPOINT_URL"] = os.environ[section.s3_endpoint_url_env]
+    return uri, resolve_uri(section.registry_uri, root) if section.registry_uri else uri
+
+
+def mlflow_client(section: TrackingConfig, root: Path) -> MlflowClient:
+    """An ``MlflowClient`` bound to the section's tracking and registry URIs.
+
+    The one way packages reach MLflow: no process-global URI is set and no env var is written, so two
+    clients for two tracking servers work side by side in one process.
+    """
+    from mlflow.tracking import MlflowClient
+
+    uri, registry = tracking_uris(section, root)
+    return MlflowClient(tracking_uri=uri, registry_uri=registry)
+
+
+@contextmanager
+def tracking_scope(section: TrackingConfig, root: Path) -> Iterator[MlflowClient]:
+    """The section's URIs as MLflow's process-global ones for the block, the previous ones restored after.
+
+    Only for MLflow's fluent API (``mlflow.start_run``, ``mlflow.log_*``), which has no client argument;
+    everything else takes :func:`mlflow_client`. Yields that client.
+    """
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri, registry = tracking_uris(section, root)
+    client = MlflowClient(tracking_uri=uri, registry_uri=registry)
+    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
     mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(resolve_uri(section.registry_uri, root) if section.registry_uri else uri)
-    return uri
+    mlflow.set_registry_uri(registry)
+    try:
+        yield client
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
 
 
 def ensure_experiment(section: TrackingConfig, root: Path) -> str:
     """Create the configured experiment if missing (artifacts under ``artifact_location``); return its id."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
+    client = mlflow_client(section, root)
     try:
         exp = client.get_experiment_by_name(section.experiment)
         if exp is not None:
@@ -107,10 +149,11 @@ def start_run(
     """An MLflow run that records seed, git commit + dirty flag, data hash and the resolved config.
 
     The resolved config goes in twice: flattened as params (searchable) and whole as ``config.json``.
+    MLflow's fluent API needs the global tracking URI: it is set for the run's block and restored after
+    (:func:`tracking_scope`).
     """
     import mlflow
 
-    configure_tracking(section, root)
     experiment_id = ensure_experiment(section, root)
     git = git_info(root)
     all_tags = {
@@ -121,7 +164,8 @@ def start_run(
         **({"mlops.data_hash": data_hash} if data_hash else {}),
         **(tags or {}),
     }
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=all_tags) as run:
+    with tracking_scope(section, root), mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
+                                                          tags=all_tags) as run:
         if config is not None:
             params = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in flatten(config).items()}
             items = list(params.items())

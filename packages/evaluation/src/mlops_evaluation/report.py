@@ -9,10 +9,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlops_core.lifecycle import GATE_REPORT_ARTIFACT
 from mlops_evaluation.gates import GateResult
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 ARTIFACT_DIR = GATE_REPORT_ARTIFACT.rsplit("/", 1)[0]
@@ -108,14 +111,11 @@ def write_report(report: EvaluationReport, folder: Path) -> dict[str, str]:
     return report.paths
 
 
-def log_report(report: EvaluationReport, files: Sequence[Path]) -> None:
+def log_report(client: MlflowClient, report: EvaluationReport, files: Sequence[Path]) -> None:
     """Attach the report files (under ``evaluation/``) and headline metrics to the candidate's run."""
-    from mlflow.tracking import MlflowClient
-
     run_id = report.candidate.get("run_id")
     if not run_id:
         return
-    client = MlflowClient()
     for f in files:
         client.log_artifact(run_id, str(f), ARTIFACT_DIR)
     quality = next((g for g in report.gates if g.name == "quality"), None)

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -21,13 +21,16 @@ from pydantic import ValidationError
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
 from mlops_core.errors import PlatformError
 from mlops_core.ledger import now_iso
-from mlops_core.tracking import configure_tracking, registered_model_name
+from mlops_core import mlflow_client, registered_model_name
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +54,20 @@ def serving_inputs() -> list[str]:
 
 
 def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConfig,
-                          reproduce_fn: Reproduce | None = None) -> GateResult:
+                          reproduce_fn: Reproduce | None = None, *, client: MlflowClient) -> GateResult:
     """Re-run the candidate's recorded training (config, seed, data) and compare weights.
 
     When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
     candidate's own weights hash. A longer run is re-run twice for ``repro_steps`` steps and the two must
     agree: the same pipeline is deterministic, though the candidate's weights are not re-derived.
     """
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     rerun = reproduce_fn or _default_reproduce
     lineage = candidate.meta.get("lineage") or {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = mlflow.artifacts.download_artifacts(run_id=candidate.run_id, artifact_path="config.json",
-                                                       dst_path=tmp)
+            path = client.download_artifacts(candidate.run_id, "config.json", tmp)
             recorded = json.loads(Path(path).read_text(encoding="utf-8"))
         except (MlflowException, OSError, json.JSONDecodeError, TypeError) as exc:
             return GateResult("reproducibility", False,
@@ -150,7 +151,7 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
 
 def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig,
                    features: FeaturesConfig, data: DataConfig, root: Path, seed: int,
-                   reproduce_fn: Reproduce | None) -> tuple[list[GateResult], dict[str, Any]]:
+                   reproduce_fn: Reproduce | None, client: MlflowClient) -> tuple[list[GateResult], dict[str, Any]]:
     holdout = load_holdout(features, data, root, evaluation.holdout_fraction)
     y = holdout.frame[LABEL].to_numpy().astype(np.int64)
     results: list[GateResult] = []
@@ -167,7 +168,7 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
                                         reference_name=f"champion v{champ.version}" if champ else "champion",
                                         seed=seed))
         elif gate == "reproducibility":
-            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
+            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client))
         elif gate == "latency":
             results.append(check_latency(cand, champ, holdout, evaluation))
         else:
@@ -178,7 +179,8 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
 
 
 def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig, root: Path,
-              seed: int, reproduce_fn: Reproduce | None) -> tuple[list[GateResult], dict[str, Any]]:
+              seed: int, reproduce_fn: Reproduce | None,
+              client: MlflowClient) -> tuple[list[GateResult], dict[str, Any]]:
     import torch
 
     from mlops_evaluation.lm import lm_contract_gate, lm_quality_gate, load_lm_holdout, window_nll
@@ -193,7 +195,7 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
                                            reference_name=f"champion v{champ.version}" if champ else "champion",
                                            seed=seed))
         elif gate == "reproducibility":
-            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn))
+            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client))
         elif gate == "latency":
             ref = champ or cand
             requests = [torch.from_numpy(windows[i:i + 1, :-1].astype(np.int64)) for i in range(len(windows))]
@@ -229,16 +231,13 @@ def evaluate(
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
     """
-    from mlflow.tracking import MlflowClient
-
     from mlops_core.lifecycle import aliases
 
     unknown = [g for g in gates if g not in GATES]
     if unknown or not gates:
         raise EvaluationError(f"unknown gates {unknown!r}; expected some of {list(GATES)}")
     started = time.perf_counter()
-    configure_tracking(tracking, root)
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     name = registered_model_name(tracking, model)
     current = aliases(tracking, root, model)
     if str(candidate) == "latest":
@@ -257,10 +256,10 @@ def evaluate(
             raise EvaluationError(f"candidate v{cand.version} is a {cand.kind!r} model but champion "
                                   f"v{champ.version} is {champ.kind!r}; they cannot be compared")
         if cand.kind == "causal_lm":
-            results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn)
+            results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn, client)
         else:
             results, described = _tabular_gates(cand, champ, gates, evaluation, features, data, root, seed,
-                                                 reproduce_fn)
+                                                 reproduce_fn, client)
         report = EvaluationReport(
             model=model, registered_model=name,
             candidate={"version": cand.version, "run_id": cand.run_id,
@@ -274,5 +273,5 @@ def evaluate(
         )
     paths = write_report(report, report_dir)
     if log_to_run:
-        log_report(report, [Path(paths["json"]), Path(paths["markdown"])])
+        log_report(client, report, [Path(paths["json"]), Path(paths["markdown"])])
     return report

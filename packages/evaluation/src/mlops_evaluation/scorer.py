@@ -63,7 +63,6 @@ class Scorer:
 
 def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Scorer:
     """Download ``model/`` of the version's run into ``dst`` and rebuild the network (weights verified)."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     from mlops_core.exported import build_tabular_mlp, load_exported
@@ -75,8 +74,8 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Sc
     if not mv.run_id:
         raise EvaluationError(f"{name!r} version {version!r} has no run: cannot find its exported model")
     try:
-        folder = Path(mlflow.artifacts.download_artifacts(run_id=mv.run_id, artifact_path=MODEL_ARTIFACT,
-                                                          dst_path=str(dst)))
+        dst.mkdir(parents=True, exist_ok=True)
+        folder = Path(client.download_artifacts(mv.run_id, MODEL_ARTIFACT, str(dst)))
     except (MlflowException, OSError) as exc:
         raise EvaluationError(f"cannot fetch artifact {MODEL_ARTIFACT!r} of run {mv.run_id!r} "
                               f"({name!r} v{version}): {exc}") from None

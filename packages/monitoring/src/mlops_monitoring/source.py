@@ -107,13 +107,11 @@ def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, al
         MonitoringError: no such alias, or that run logged no profile.
     """
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
-    from mlops_core.tracking import configure_tracking, registered_model_name
+    from mlops_core import mlflow_client, registered_model_name
 
-    configure_tracking(tracking, root)
     name = registered_model_name(tracking, model)
-    client = MlflowClient()
+    client = mlflow_client(tracking, root)
     try:
         version = client.get_model_version_by_alias(name, alias)
     except MlflowException as exc:

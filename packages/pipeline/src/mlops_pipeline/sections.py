@@ -14,12 +14,10 @@ log = logging.getLogger(__name__)
 
 
 def _metric_series(ctx: PipelineContext, run_id: str, key: str) -> tuple[list[float], list[float]]:
-    from mlflow.tracking import MlflowClient
+    from mlops_core import mlflow_client
 
-    from mlops_core import configure_tracking
-
-    configure_tracking(ctx.cfg.tracking, ctx.root)
-    points = sorted(MlflowClient().get_metric_history(run_id, key), key=lambda m: m.step)
+    client = mlflow_client(ctx.cfg.tracking, ctx.root)
+    points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
     return [float(m.step) for m in points], [float(m.value) for m in points]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlops_config import TrackingConfig
 from mlops_core.exported import META_FILE
-from mlops_core.tracking import configure_tracking, registered_model_name
+from mlops_core import mlflow_client, registered_model_name
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.predictor import ModelRef
 
@@ -22,12 +22,11 @@ def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, 
     """
     import mlflow
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
     name = registered_model_name(tracking, model)
     try:
-        configure_tracking(tracking, root)
-        version = MlflowClient().get_model_version_by_alias(name, alias)
+        client = mlflow_client(tracking, root)
+        version = client.get_model_version_by_alias(name, alias)
     except MlflowException as exc:
         raise ModelLoadError(
             f"cannot resolve alias {alias!r} of registered model {name!r}: {exc.message}; "
@@ -39,7 +38,8 @@ def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, 
     try:
         if not any(target.rglob(META_FILE)):
             target.mkdir(parents=True, exist_ok=True)
-            mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version.version}", dst_path=str(target))
+            mlflow.artifacts.download_artifacts(artifact_uri=client.get_model_version_download_uri(name, version.version),
+                                                dst_path=str(target), tracking_uri=client.tracking_uri)
     except Exception as exc:  # artifact stores raise many types
         raise ModelLoadError(f"cannot download {name!r} version {version.version}: {exc}") from None
     folder = find_exported_folder(target)

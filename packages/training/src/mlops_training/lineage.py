@@ -19,7 +19,7 @@ from typing import Any
 
 from mlops_config import PlatformConfig, TrackingConfig
 from mlops_core.errors import TrackingError
-from mlops_core.tracking import registered_model_name, start_run
+from mlops_core import mlflow_client, registered_model_name, start_run
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,12 @@ def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: st
         TrackingError: the tracking server or registry refused a request.
     """
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     name = registered_model_name(tracking, model)
     with start_run(tracking, root, run_name=run_name, seed=seed, config=config, data_hash=data_hash,
                    tags=tags) as run:
         run_id = run.info.run_id
-        client = MlflowClient()
+        client = mlflow_client(tracking, root)
         try:
             for batch in metric_batches(history, tracking.log_batch_size):
                 client.log_batch(run_id, metrics=batch)
