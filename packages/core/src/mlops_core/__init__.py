@@ -1,11 +1,41 @@
-"""Shared platform core: errors, logging, seeding, lineage and MLflow tracking."""
+"""Shared platform core: errors, logging, seeding, lineage, MLflow tracking, the registry lifecycle, the
+exported-model format and the reference profile.
+
+Public names only. The reference profile (numpy + pandas) loads on first use, so importing the package
+stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
+from mlops_core.exported import (
+    META_FILE,
+    ExportedModelError,
+    build_tabular_mlp,
+    load_exported,
+    read_meta,
+    save_exported,
+)
+from mlops_core.ledger import now_iso
+from mlops_core.lifecycle import (
+    GATE_REPORT_ARTIFACT,
+    GateNotPassedError,
+    LifecycleError,
+    aliases,
+    default_actor,
+    history,
+    promote,
+    rollback,
+    versions,
+)
 from mlops_core.lineage import GitInfo, git_info, hash_files
 from mlops_core.logs import setup_logging
 from mlops_core.seed import seed_everything
 from mlops_core.tracking import (
     ensure_experiment,
+    flatten,
     mlflow_client,
     registered_model_name,
     resolve_uri,
@@ -14,20 +44,65 @@ from mlops_core.tracking import (
     tracking_uris,
 )
 
+if TYPE_CHECKING:
+    from mlops_core.profile import (
+        ProfileError,
+        bin_counts,
+        build_reference_profile,
+        check_profile,
+        quantile_edges,
+        sorted_finite,
+    )
+
+_LAZY = {name: "mlops_core.profile" for name in (
+    "ProfileError", "bin_counts", "build_reference_profile", "check_profile", "quantile_edges", "sorted_finite")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mlops_core' has no attribute {name!r}")
+
+
 __all__ = [
+    "GATE_REPORT_ARTIFACT",
+    "META_FILE",
     "ConfigError",
+    "ExportedModelError",
+    "GateNotPassedError",
     "GitInfo",
+    "LifecycleError",
     "PlatformError",
+    "ProfileError",
     "TrackingError",
+    "aliases",
+    "bin_counts",
+    "build_reference_profile",
+    "build_tabular_mlp",
+    "check_profile",
+    "default_actor",
     "ensure_experiment",
+    "flatten",
     "git_info",
     "hash_files",
+    "history",
+    "load_exported",
     "mlflow_client",
+    "now_iso",
+    "promote",
+    "quantile_edges",
+    "read_meta",
     "registered_model_name",
     "resolve_uri",
+    "rollback",
+    "save_exported",
     "seed_everything",
     "setup_logging",
+    "sorted_finite",
     "start_run",
     "tracking_scope",
     "tracking_uris",
+    "versions",
 ]

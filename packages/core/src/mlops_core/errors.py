@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlops_config.errors import ConfigError, PlatformError
+from mlops_config import ConfigError, PlatformError
 
 
 class TrackingError(PlatformError):

@@ -1,6 +1,14 @@
-"""GitOps delivery: promotion and rollback as manifest commits, canary analysis."""
+"""GitOps delivery: promotion and rollback as manifest commits, canary analysis.
+
+Public names only. Canary analysis (numpy + pandas) loads on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
+from mlops_delivery.ledger import resolve_version
 from mlops_delivery.manifest import ModelManifest, Placement
 from mlops_delivery.promotion import (
     ManifestChange,
@@ -10,6 +18,21 @@ from mlops_delivery.promotion import (
     promote_version,
     rollback_env,
 )
+from mlops_delivery.summary import write_job_summary, write_step_output
+
+if TYPE_CHECKING:
+    from mlops_delivery.canary import analyze_canary, analyze_until_decided
+
+_LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_until_decided": "mlops_delivery.canary"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mlops_delivery' has no attribute {name!r}")
+
 
 __all__ = [
     "DeliveryError",
@@ -20,9 +43,14 @@ __all__ = [
     "ModelManifest",
     "Placement",
     "PromotionRefusedError",
+    "analyze_canary",
+    "analyze_until_decided",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
     "promote_version",
+    "resolve_version",
     "rollback_env",
+    "write_job_summary",
+    "write_step_output",
 ]

@@ -40,7 +40,7 @@ def require_gates_passed(tracking: TrackingConfig, root: Path, model: str, versi
     Raises:
         PromotionRefusedError: the ledger has no gated move of this version to ``staging``.
     """
-    from mlops_core.lifecycle import history  # the registry client is only needed here
+    from mlops_core import history  # the registry client is only needed here
 
     entries = history(tracking, root, model)
     evidence = gate_evidence(entries, version)
@@ -72,7 +72,7 @@ def resolve_version(tracking: TrackingConfig, root: Path, model: str, alias: str
     Raises:
         PromotionRefusedError: the alias is not set, or the model has no version yet.
     """
-    from mlops_core.lifecycle import aliases, versions
+    from mlops_core import aliases, versions
 
     if alias is not None:
         current = aliases(tracking, root, model)

@@ -28,7 +28,7 @@ BYTE_VOCAB = 256
 
 def build_lm(meta: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> torch.nn.Module:
     """Rebuild the exported LLaMA-architecture model (the training package owns its definition)."""
-    from mlops_training.zoo import build_causal_lm
+    from mlops_training import build_causal_lm
 
     module = build_causal_lm(meta["architecture"])
     missing, unexpected = module.load_state_dict(dict(tensors), strict=False)
@@ -53,7 +53,7 @@ def lm_windows(val: np.ndarray, seq_len: int, count: int) -> tuple[np.ndarray, s
 
 def load_lm_holdout(section: EvaluationConfig) -> tuple[np.ndarray, dict[str, Any]]:
     """The fixed LM holdout from the corpus's held-out tail, with what the report says about it."""
-    from mlops_training.corpus import load_corpus
+    from mlops_training import load_corpus
 
     corpus = load_corpus(section.lm_corpus_max_bytes)
     windows, digest = lm_windows(corpus.val, section.lm_seq_len, section.lm_windows)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlops_core.lifecycle import GATE_REPORT_ARTIFACT
+from mlops_core import GATE_REPORT_ARTIFACT
 from mlops_evaluation.gates import GateResult
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
-from mlops_core.errors import PlatformError
-from mlops_core.ledger import now_iso
+from mlops_core import PlatformError
+from mlops_core import now_iso
 from mlops_core import mlflow_client, registered_model_name
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
@@ -48,7 +48,7 @@ def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | No
 def serving_inputs() -> list[str]:
     """Columns the serving transformer provides: request-time fields plus the FeatureService's features."""
     from mlops_features import MERCHANT_FEATURES, USER_FEATURES
-    from mlops_features.schema import REQUEST_FIELDS
+    from mlops_features import REQUEST_FIELDS
 
     return [*REQUEST_FIELDS, *USER_FEATURES, *MERCHANT_FEATURES]
 
@@ -119,7 +119,7 @@ def _cuda() -> bool:
 
 
 def _max_rel_diff(a: Path, b: Path) -> float:
-    from mlops_core.exported import load_exported
+    from mlops_core import load_exported
 
     ta, _ = load_exported(a)
     tb, _ = load_exported(b)
@@ -231,7 +231,7 @@ def evaluate(
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
     """
-    from mlops_core.lifecycle import aliases
+    from mlops_core import aliases
 
     unknown = [g for g in gates if g not in GATES]
     if unknown or not gates:
@@ -241,7 +241,7 @@ def evaluate(
     name = registered_model_name(tracking, model)
     current = aliases(tracking, root, model)
     if str(candidate) == "latest":
-        from mlops_core.lifecycle import versions
+        from mlops_core import versions
 
         listed = versions(tracking, root, model)
         if not listed:

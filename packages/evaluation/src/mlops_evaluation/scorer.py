@@ -65,7 +65,7 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Sc
     """Download ``model/`` of the version's run into ``dst`` and rebuild the network (weights verified)."""
     from mlflow.exceptions import MlflowException
 
-    from mlops_core.exported import build_tabular_mlp, load_exported
+    from mlops_core import build_tabular_mlp, load_exported
 
     try:
         mv = client.get_model_version(name, str(version))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import DataConfig, FeaturesConfig
-from mlops_core.lineage import hash_files
+from mlops_core import hash_files
 from mlops_features.aggregates import ingest
 from mlops_features.errors import DataError
 from mlops_features.gate import ValidationSummary, validate_batches

@@ -97,7 +97,7 @@ def post_webhook(url: str, payload: dict[str, Any], *, token_env: str | None, ti
 
 def roll_back(tracking: TrackingConfig, root: Path, model: str, alert: Alert) -> ActionResult:
     """Move ``champion`` back to the ``fallback`` version through the lifecycle API (recorded in the ledger)."""
-    from mlops_core.lifecycle import rollback
+    from mlops_core import rollback
 
     reason = f"drift monitor {alert.level}: " + "; ".join(alert.reasons)
     try:

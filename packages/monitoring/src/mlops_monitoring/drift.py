@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
-from mlops_core.profile import ProfileError, bin_counts, check_profile, quantile_edges, sorted_finite
+from mlops_core import ProfileError, bin_counts, check_profile, quantile_edges, sorted_finite
 from mlops_monitoring import statistics
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.policy import Level, column_severity, drift_level

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import TrackingConfig
-from mlops_core.profile import ProfileError, check_profile
+from mlops_core import ProfileError, check_profile
 from mlops_monitoring.errors import MonitoringError
 
 log = logging.getLogger(__name__)

@@ -115,7 +115,7 @@ def drift_section(ctx: PipelineContext) -> Section | None:
 
 
 def ledger_section(ctx: PipelineContext) -> Section | None:
-    from mlops_core.lifecycle import history
+    from mlops_core import history
 
     entries = [e.as_dict() for e in history(ctx.cfg.tracking, ctx.root, ctx.model)]
     if not entries:

@@ -123,7 +123,7 @@ def _evaluation_section(ctx: PipelineContext) -> Any:
 
 
 def _aliases(ctx: PipelineContext) -> dict[str, str]:
-    from mlops_core.lifecycle import LifecycleError, aliases
+    from mlops_core import LifecycleError, aliases
 
     try:
         return aliases(ctx.cfg.tracking, ctx.root, ctx.model)
@@ -138,7 +138,7 @@ def _held(ctx: PipelineContext, version: str) -> set[str]:
 
 
 def _promote(ctx: PipelineContext, version: str, to: str, reason: str, gate_report: Any = None) -> dict[str, Any]:
-    from mlops_core.lifecycle import promote
+    from mlops_core import promote
 
     entry = promote(ctx.cfg.tracking, ctx.root, ctx.model, version, to, reason=reason, actor=ctx.actor,
                     gate_report=gate_report)
@@ -216,7 +216,7 @@ def step_gates(ctx: PipelineContext) -> dict[str, Any]:
 
 def step_canary(ctx: PipelineContext) -> dict[str, Any]:
     """Serve champion (stable) + candidate (canary) with a split, send traffic, analyse, promote to champion."""
-    from mlops_delivery.canary import analyze_canary
+    from mlops_delivery import analyze_canary
     from mlops_serving import read_prediction_log
 
     version = ctx.facts["candidate_version"]
@@ -254,7 +254,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
 def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     """A drifted day goes through the champion; `monitor run` says CRITICAL and rolls back to the fallback."""
     from mlops_features import generate_transactions
-    from mlops_monitoring.monitor import run_monitor
+    from mlops_monitoring import run_monitor
 
     cfg = ctx.cfg
     last_seen = pd.to_datetime(ctx.validated()["event_timestamp"]).max()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from mlops_core.exported import ExportedModelError, build_tabular_mlp, load_exported
+from mlops_core import ExportedModelError, build_tabular_mlp, load_exported
 from mlops_serving.errors import ModelLoadError
 
 if TYPE_CHECKING:

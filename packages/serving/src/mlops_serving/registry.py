@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from mlops_config import TrackingConfig
-from mlops_core.exported import META_FILE
+from mlops_core import META_FILE
 from mlops_core import mlflow_client, registered_model_name
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.predictor import ModelRef

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, TrackingConfig
-from mlops_core.errors import TrackingError
+from mlops_core import TrackingError
 from mlops_core import mlflow_client, registered_model_name, start_run
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: st
                 if doc is not None:
                     mlflow.log_dict(doc, file_name)
             export_dir = export(run_id)
-            from mlops_core.exported import read_meta
+            from mlops_core import read_meta
 
             weights = read_meta(export_dir)["weights_sha256"]
             mlflow.set_tag("mlops.weights_sha256", weights)

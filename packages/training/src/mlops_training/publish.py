@@ -20,7 +20,7 @@ _ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "i
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any]) -> Path:
     """Write the exported-model folder (``mlops_core.exported`` contract) from rank 0's full state dict."""
-    from mlops_core.exported import save_exported
+    from mlops_core import save_exported
 
     meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
             "features": task.features_meta(), "lineage": lineage}
@@ -33,14 +33,14 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[st
     if data is None:
         return None
     try:
-        from mlops_core.profile import build_reference_profile
+        from mlops_core import build_reference_profile
     except ImportError:
         log.warning("mlops_core.profile is not available: no reference profile logged")
         return None
     import pandas as pd
     import torch
 
-    from mlops_core.exported import build_tabular_mlp
+    from mlops_core import build_tabular_mlp
 
     model = build_tabular_mlp(outcome.built.architecture)
     model.load_state_dict(outcome.full_state)
@@ -59,7 +59,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
     """Export, and with ``track`` log the run to MLflow and register a model version. Returns the result."""
     import torch
 
-    from mlops_core.lineage import git_info
+    from mlops_core import git_info
     from mlops_training.lineage import config_hash
 
     training = config.training
@@ -102,7 +102,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                        "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins)},
             export=do_export)
         result.update(run_id=recorded.run_id, model_name=recorded.model_name, model_version=recorded.model_version)
-    from mlops_core.exported import read_meta
+    from mlops_core import read_meta
 
     result["export_dir"] = str(folder)
     result["weights_sha256"] = read_meta(folder)["weights_sha256"]

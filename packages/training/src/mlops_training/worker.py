@@ -75,7 +75,7 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
     """Everything one rank does; returns the result on rank 0 (``None`` elsewhere)."""
     import torch.distributed as dist
 
-    from mlops_core.seed import seed_everything
+    from mlops_core import seed_everything
     from mlops_training.lineage import config_hash
     from mlops_training.parallelize import init_distributed
     from mlops_training.publish import publish

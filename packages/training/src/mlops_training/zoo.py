@@ -80,7 +80,7 @@ def build_model(family: str, *, preset: str = "llama-tiny", input_dim: int | Non
     """
     import torch
 
-    from mlops_core.exported import build_tabular_mlp
+    from mlops_core import build_tabular_mlp
 
     if family == "tabular":
         if not input_dim or input_dim < 1:

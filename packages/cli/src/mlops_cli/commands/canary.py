@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery.canary import analyze_until_decided
+from mlops_delivery import analyze_until_decided
 
 app = typer.Typer(help="Canary analysis: error rate, p99 latency and prediction PSI, canary vs stable.",
                   no_args_is_help=True)

@@ -11,15 +11,18 @@ from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
 from mlops_config import config_schema
-from mlops_config.loader import find_config_dir
-from mlops_core.tracking import flatten
+from mlops_config import find_config_dir
+from mlops_core import flatten
 
 app = typer.Typer(help="Inspect the layered config.", no_args_is_help=True)
 
 
 @app.command("show")
 def show(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
-         section: Annotated[str | None, typer.Option(help="Show only this section, e.g. training.")] = None) -> None:
+         section: Annotated[str | None, typer.Option(help="Show only this section, e.g. training.")] = None,
+         out: Annotated[Path | None, typer.Option(
+             "--out", "-o", help="Write the --json document to this file instead of stdout (DVC's config stage).")]
+         = None) -> None:
     """Print the merged config and, for each value, the layer that set it."""
     loaded = load(profile, model, sets)
     data = loaded.config.model_dump(mode="json")
@@ -29,11 +32,18 @@ def show(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None
                 f"unknown section {section!r}; expected one of {sorted(data)}", param_hint="--section"
             )
         data = {section: data[section]}
+    if out is not None and not as_json:
+        raise typer.BadParameter("--out writes the JSON document; add --json", param_hint="--out")
     if as_json:
         flat = flatten(data)
-        print_json({"profile": loaded.config.project.profile, "model": loaded.config.project.model,
-                    "layers": list(loaded.layers), "config": data,
-                    "sources": {k: v for k, v in loaded.sources.items() if k in flat}})
+        doc = {"profile": loaded.config.project.profile, "model": loaded.config.project.model,
+               "layers": list(loaded.layers), "config": data,
+               "sources": {k: v for k, v in loaded.sources.items() if k in flat}}
+        if out is None:
+            print_json(doc)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
         return
     table = Table(title=f"profile={loaded.config.project.profile} model={loaded.config.project.model}")
     table.add_column("key")

@@ -24,7 +24,7 @@ def run(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Evaluate CANDIDATE against the champion (or a trivial baseline); exit 0 when every gate passes, else 1."""
-    from mlops_core.errors import PlatformError
+    from mlops_core import PlatformError
     from mlops_evaluation import GATES, EvaluationError, evaluate
 
     loaded = load(profile, model, sets)

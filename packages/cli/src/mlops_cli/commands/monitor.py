@@ -30,7 +30,7 @@ def run(
     html: Annotated[bool | None, typer.Option("--html/--no-html", help="Write Evidently's HTML report.")] = None,
 ) -> None:
     """Compare a window with the reference, alert at WARNING, roll back to the fallback at CRITICAL."""
-    from mlops_monitoring.monitor import run_monitor
+    from mlops_monitoring import run_monitor
 
     loaded = load(profile, model, sets)
     cfg = loaded.config

@@ -30,7 +30,7 @@ def _entry_line(e: dict[str, Any]) -> str:
 def list_versions(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
                   as_json: JsonOpt = False) -> None:
     """Versions of the model with their lifecycle aliases."""
-    from mlops_core.lifecycle import aliases, versions
+    from mlops_core import aliases, versions
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
@@ -58,8 +58,8 @@ def promote(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Move a version one step along the lifecycle, after the gates that step requires (exit 1 if blocked)."""
-    from mlops_core.lifecycle import LifecycleError, default_actor
-    from mlops_core.lifecycle import promote as do_promote
+    from mlops_core import LifecycleError, default_actor
+    from mlops_core import promote as do_promote
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
@@ -83,8 +83,8 @@ def promote(
 def rollback(reason: ReasonOpt, actor: ActorOpt = None, profile: ProfileOpt = None, model: ModelOpt = None,
              sets: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Make the fallback version champion again (recorded in the ledger)."""
-    from mlops_core.lifecycle import default_actor
-    from mlops_core.lifecycle import rollback as do_rollback
+    from mlops_core import default_actor
+    from mlops_core import rollback as do_rollback
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
@@ -103,8 +103,8 @@ def history(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """The promotion ledger; with --at, also which version held each alias (e.g. champion) at that time."""
-    from mlops_core.lifecycle import aliases
-    from mlops_core.lifecycle import history as read_history
+    from mlops_core import aliases
+    from mlops_core import history as read_history
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
