@@ -32,9 +32,13 @@ $(STAMP): constraints.txt pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 demo: setup
 	$(BIN)/mlops pipeline run
 
+# import-linter checks the layering (pyproject.toml [tool.importlinter]); the public-names check how a
+# package imports a sibling (its __init__ only).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python tools/check_public_imports.py packages
 
 unit: setup
 	$(BIN)/pytest -m "unit" $(PYTEST_ARGS)
@@ -60,7 +64,7 @@ $(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt
 gitops-check: setup checkov-setup
 	$(BIN)/pytest tests/gitops $(PYTEST_ARGS)
 
-# The data pipeline (dvc.yaml; params come from configs/).
+# The data pipeline (dvc.yaml; params come from the resolved config its `config` stage writes).
 repro: setup
 	$(BIN)/dvc repro
 

@@ -1,13 +1,14 @@
 """`dvc repro features` on a clean copy: runs its stages, then does nothing, then re-runs on a changed param.
 
-Later stages (train, ...) belong to other packages and are not reproduced here.
+The ``train`` stage is not run here (training has its own tests); its params are checked through DVC's status.
 
-The copy holds what the stages read (configs/, feature_repo/, the features package's sources, dvc.yaml)
-with a small ``data.rows``; the venv is linked in. The local remote under .mlops/ takes a push and a pull.
+The copy holds what the stages read (configs/, feature_repo/, the packages' sources, dvc.yaml) with a small
+``data.rows``; the venv is linked in. The local remote under .mlops/ takes a push and a pull.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,8 +20,9 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _dvc(repo: Path, *args: str) -> str:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}, "DVC_NO_ANALYTICS": "1"}
+def _dvc(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}, "DVC_NO_ANALYTICS": "1",
+           **(env_extra or {})}
     res = subprocess.run([str(repo / ".venv/bin/dvc"), *args], cwd=repo, env=env, capture_output=True, text=True,
                          timeout=300, check=False)
     assert res.returncode == 0, f"dvc {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}"
@@ -33,8 +35,9 @@ def clean_copy(tmp_path: Path, repo_root: Path) -> Path:
     repo.mkdir()
     for name in ("configs", "feature_repo", ".dvc"):
         shutil.copytree(repo_root / name, repo / name, ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
-    shutil.copytree(repo_root / "packages/features/src", repo / "packages/features/src",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("features", "training", "core"):
+        shutil.copytree(repo_root / f"packages/{package}/src", repo / f"packages/{package}/src",
+                        ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(repo_root / name, repo / name)
     (repo / ".venv").symlink_to(repo_root / ".venv")
@@ -56,8 +59,8 @@ def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(clean_co
     assert (repo / ".mlops/feast/online.db").is_file()
 
     out = _dvc(repo, "repro", "features")
-    assert "Running stage" not in out
-    assert "Data and pipelines are up to date" in out
+    # Only the config stage runs (it always does); its output, the resolved config, did not change.
+    assert re.findall(r"Running stage '(\w+)'", out) == ["config"]
 
     _dvc(repo, "push")
     assert (repo / ".mlops/dvc-remote/files/md5").is_dir()
@@ -72,3 +75,30 @@ def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(clean_co
     for stage in ("generate", "validate", "features"):
         assert f"Running stage '{stage}'" in out
     assert len(list((repo / "data/raw").glob("*.parquet"))) == 2
+
+
+def _status(repo: Path, env_extra: dict[str, str] | None = None) -> dict[str, list]:
+    """``{stage: changes}`` for every stage but the always-run ``config`` stage, after it wrote the config."""
+    _dvc(repo, "repro", "config", env_extra=env_extra)
+    doc = json.loads(_dvc(repo, "status", "--json", env_extra=env_extra))
+    return {stage: changes for stage, changes in doc.items() if stage != "config"}
+
+
+def test_an_env_override_of_a_training_key_marks_only_train_changed(clean_copy: Path) -> None:
+    repo = clean_copy
+    _dvc(repo, "repro", "features")
+    (repo / "reports").mkdir()
+    (repo / "reports/train.json").write_text("{}")
+    _dvc(repo, "commit", "--force", "train")  # record train as if it had run with the current params
+    assert _status(repo) == {}
+
+    changed = _status(repo, {"MLOPS__TRAINING__LR": "0.002"})
+    assert list(changed) == ["train"], changed
+    assert {"changed deps": {"data/resolved/fraud.json": {"config.training": "modified"}}} in changed["train"]
+    resolved = json.loads((repo / "data/resolved/fraud.json").read_text())
+    assert resolved["config"]["training"]["lr"] == 0.002
+    assert resolved["sources"]["training.lr"].startswith("env")
+
+    # A key only validation reads: only validate (the stages after it re-run once its output changes).
+    changed = _status(repo, {"MLOPS__DATA__MAX_AMOUNT": "1000"})
+    assert list(changed) == ["validate"], changed

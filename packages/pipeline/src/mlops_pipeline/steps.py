@@ -1,7 +1,8 @@
 """The demo's steps, in order. Each takes the :class:`PipelineContext` and returns its figures.
 
-Steps 1–3 run through DVC (`dvc repro <stage>`), so a second run with nothing changed reuses DVC's cache
-and does not retrain; a changed training key in ``configs/`` re-runs the ``train`` stage.
+Steps 1–3 run through DVC (its Python API), so a second run with nothing changed reuses DVC's cache and
+does not retrain; a changed training value (a file in ``configs/``, an ``MLOPS__TRAINING__*`` override, a
+new default) reaches the resolved config the ``config`` stage writes and re-runs the ``train`` stage.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +27,39 @@ TRAIN_RESULT = Path("reports/train.json")
 
 
 def _dvc(ctx: PipelineContext, stage: str) -> dict[str, Any]:
-    """`dvc repro <stage>`; returns which stages ran and which were cached."""
-    dvc = Path(sys.executable).with_name("dvc")
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.run([str(dvc), "repro", stage], cwd=ctx.root, env=env, capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        raise PipelineError(f"`dvc repro {stage}` failed (exit {proc.returncode}):\n" + "\n".join(tail))
-    out = proc.stdout
-    ran = [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")]
-    cached = [line.split("'")[1] for line in out.splitlines()
-              if line.startswith("Stage '") and ("didn't change" in line or "is cached" in line)]
-    return {"ran": ran, "cached": cached}
+    """Reproduce ``stage`` and what it depends on through DVC's Python API.
+
+    Returns which stages ran and which were up to date (from DVC's own stage objects, not its console
+    output). The ``config`` stage, which writes the resolved config every time (``always_changed``), is
+    reported apart as ``always``.
+    """
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(ctx.root)) as repo, _stdout_to_stderr():
+            pipeline = repo.stage.collect(stage, with_deps=True)
+            ran = {s.addressing for s in repo.reproduce(stage)}
+    except DvcException as exc:
+        raise PipelineError(f"`dvc repro {stage}` failed: {exc}") from exc
+    always = [s.addressing for s in pipeline if s.always_changed]
+    return {"ran": [s.addressing for s in pipeline if s.addressing in ran and not s.always_changed],
+            "cached": [s.addressing for s in pipeline if s.addressing not in ran and not s.always_changed],
+            "always": always}
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what the stages' commands print to stderr: stdout carries ``mlops pipeline run --json``'s answer."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 # --- 1. data ------------------------------------------------------------------------------------------------
