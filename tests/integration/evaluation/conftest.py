@@ -77,8 +77,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
     save_exported(folder, state, meta)
     with start_run(cfg.tracking, root, run_name=name, seed=0) as run:
         mlflow.log_artifacts(str(folder), "model")
-    mv = mlflow_client(cfg.tracking, root).create_model_version(cfg.project.model, source=f"runs:/{run.info.run_id}/model",
-                                             run_id=run.info.run_id)
+    mv = mlflow_client(cfg.tracking, root).create_model_version(
+        cfg.project.model, source=f"runs:/{run.info.run_id}/model", run_id=run.info.run_id)
     return str(mv.version)
 
 

@@ -40,7 +40,6 @@ def _make_champion(world: Any) -> None:
 
 def _holdout_f1(world: Any, version: str) -> float:
     """F1 on the holdout recomputed independently: exported weights → torch → sklearn."""
-    import mlflow
     import torch
     from sklearn.metrics import f1_score
 

@@ -18,8 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from mlops_config import PlatformConfig
-from mlops_training import TrainResult, launch
-from mlops_training import ShardPlan
+from mlops_training import ShardPlan, TrainResult, launch
 from mlops_training.planner import estimate, shape_for
 
 from .conftest import history
@@ -148,6 +147,6 @@ def test_planner_model_state_within_15_percent_of_what_ranks_hold(
         layout = ShardPlan.from_fsdp(fsdp, world_size=2, ranks_per_node=2)
         est = estimate(shape, layout, micro_batch=8, seq_len=64).model_state_bytes
         measured = result.system["model_state_bytes_max_rank"]
-        assert abs(est - measured) <= 0.15 * measured, (strategy, est, measured)
+        assert abs(est - measured) <= 0.15 * measured, (parallelism, est, measured)
     # Sharding really halves what each rank holds.
     assert straight.system["model_state_bytes_max_rank"] <= 0.55 * ddp.system["model_state_bytes_max_rank"]

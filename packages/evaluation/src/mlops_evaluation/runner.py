@@ -19,9 +19,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
-from mlops_core import PlatformError
-from mlops_core import now_iso
-from mlops_core import mlflow_client, registered_model_name
+from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
@@ -47,8 +45,7 @@ def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | No
 
 def serving_inputs() -> list[str]:
     """Columns the serving transformer provides: request-time fields plus the FeatureService's features."""
-    from mlops_features import MERCHANT_FEATURES, USER_FEATURES
-    from mlops_features import REQUEST_FIELDS
+    from mlops_features import MERCHANT_FEATURES, REQUEST_FIELDS, USER_FEATURES
 
     return [*REQUEST_FIELDS, *USER_FEATURES, *MERCHANT_FEATURES]
 

@@ -6,8 +6,7 @@ import logging
 from pathlib import Path
 
 from mlops_config import TrackingConfig
-from mlops_core import META_FILE
-from mlops_core import mlflow_client, registered_model_name
+from mlops_core import META_FILE, mlflow_client, registered_model_name
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.predictor import ModelRef
 
@@ -38,8 +37,9 @@ def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, 
     try:
         if not any(target.rglob(META_FILE)):
             target.mkdir(parents=True, exist_ok=True)
-            mlflow.artifacts.download_artifacts(artifact_uri=client.get_model_version_download_uri(name, version.version),
-                                                dst_path=str(target), tracking_uri=client.tracking_uri)
+            source = client.get_model_version_download_uri(name, version.version)
+            mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target),
+                                                tracking_uri=client.tracking_uri)
     except Exception as exc:  # artifact stores raise many types
         raise ModelLoadError(f"cannot download {name!r} version {version.version}: {exc}") from None
     folder = find_exported_folder(target)

@@ -8,7 +8,6 @@ backend vs hardware, and (on GPUs) whether the planner says it fits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from mlops_config import TrainingConfig

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, TrackingConfig
-from mlops_core import TrackingError
-from mlops_core import mlflow_client, registered_model_name, start_run
+from mlops_core import TrackingError, mlflow_client, registered_model_name, start_run
 
 log = logging.getLogger(__name__)
 

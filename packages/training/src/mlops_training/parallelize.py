@@ -21,9 +21,10 @@ from mlops_config import FSDPConfig
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
-    from mlops_training.shard_plan import ShardPlan
     import torch
     from torch.distributed.device_mesh import DeviceMesh
+
+    from mlops_training.shard_plan import ShardPlan
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_config import config_schema
-from mlops_config import find_config_dir
+from mlops_config import config_schema, find_config_dir
 from mlops_core import flatten
 
 app = typer.Typer(help="Inspect the layered config.", no_args_is_help=True)

@@ -8,9 +8,15 @@ import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery import ManifestChange, gitops_status, promote_version, rollback_env
-from mlops_delivery import resolve_version
-from mlops_delivery import write_job_summary, write_step_output
+from mlops_delivery import (
+    ManifestChange,
+    gitops_status,
+    promote_version,
+    resolve_version,
+    rollback_env,
+    write_job_summary,
+    write_step_output,
+)
 
 app = typer.Typer(help="GitOps: promote and roll back by editing infra/ overlays (each change a commit).",
                   no_args_is_help=True)
