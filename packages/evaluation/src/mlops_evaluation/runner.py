@@ -64,6 +64,8 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
     lineage = candidate.meta.get("lineage") or {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
+            if candidate.run_id is None:
+                raise TypeError("the version has no run")
             path = client.download_artifacts(candidate.run_id, "config.json", tmp)
             recorded = json.loads(Path(path).read_text(encoding="utf-8"))
         except (MlflowException, OSError, json.JSONDecodeError, TypeError) as exc:
