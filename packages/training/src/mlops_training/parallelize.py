@@ -9,6 +9,7 @@
 | wrap_policy               | which submodules get their own ``fully_shard`` call               |
 | backward/forward_prefetch | ``set_modules_to_backward_prefetch`` / ``..._forward_prefetch``   |
 """
+
 from __future__ import annotations
 
 import itertools
