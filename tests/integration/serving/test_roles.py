@@ -30,7 +30,7 @@ def until(predicate: Any, timeout: float = 20.0) -> bool:
 
 
 def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_features: Any) -> None:
-    from mlops_serving.predictor import ModelRef, load_model
+    from mlops_serving.served import ModelRef, load_model
     from mlops_serving.remote import remote_loader
     from mlops_serving.service import create_app, create_predictor_app
 

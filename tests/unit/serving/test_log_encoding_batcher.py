@@ -18,7 +18,7 @@ from mlops_serving.batcher import MicroBatcher
 from mlops_serving.encoding import RecordEncoder, compile_encoder, probe_rows
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.predictor import ModelRef, load_model
+from mlops_serving.served import ModelRef, load_model
 
 
 def _rows(n: int, ts: float, version: str = "1") -> list[dict[str, Any]]:

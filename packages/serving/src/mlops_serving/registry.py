@@ -9,7 +9,7 @@ from mlops_config import TrackingConfig
 from mlops_core.exported import META_FILE
 from mlops_core.tracking import configure_tracking, registered_model_name
 from mlops_serving.errors import ModelLoadError
-from mlops_serving.predictor import ModelRef
+from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 

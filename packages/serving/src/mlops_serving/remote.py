@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mlops_serving.errors import ModelLoadError, PredictorUnavailableError
-from mlops_serving.predictor import ModelRef
+from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def predictor_url(host: str) -> str:
 
 
 class RemoteModel:
-    """A :class:`~mlops_serving.predictor.ServedModel` whose forward pass runs in the predictor."""
+    """A :class:`~mlops_serving.served.ServedModel` whose forward pass runs in the predictor."""
 
     def __init__(self, name: str, meta: dict[str, Any], base_url: str, timeout_s: float) -> None:
         import httpx

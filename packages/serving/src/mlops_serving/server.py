@@ -36,7 +36,7 @@ from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 from mlops_serving.errors import FeatureStoreUnavailableError, ServingError
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import single_threaded_torch
+from mlops_serving.transformer import single_threaded_torch
 from mlops_serving.prediction_log import PredictionLogWriter
 from mlops_serving.v2 import decode_infer_body
 
@@ -211,7 +211,7 @@ def build_app(
     load_in_background: bool = True,
 ) -> FastAPI:
     """The server's ASGI app for a :class:`FraudModel` (transformer + predictor, or transformer) or a
-    :class:`~mlops_serving.predictor_model.PredictorModel`; loading starts with the app, in a thread, so
+    :class:`~mlops_serving.predictor.PredictorModel`; loading starts with the app, in a thread, so
     liveness answers at once."""
     registry = ModelRepository()
     registry.update(model)

@@ -16,9 +16,9 @@ from mlops_config import FeaturesConfig, ServingConfig, TrackingConfig
 from mlops_serving.errors import ServingError
 from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import Encode, FraudModel
+from mlops_serving.transformer import Encode, FraudModel
 from mlops_serving.prediction_log import PredictionLogWriter
-from mlops_serving.predictor import LoadedModel, ModelRef, ServedModel, load_model
+from mlops_serving.served import LoadedModel, ModelRef, ServedModel, load_model
 from mlops_serving.registry import resolve_alias
 from mlops_serving.remote import remote_loader
 
@@ -140,7 +140,7 @@ def serve(
 
 def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Callable[[], LoadedModel]) -> Any:
     """The predictor-only app: encoded rows in, scores out (role ``predictor``)."""
-    from mlops_serving.predictor_model import PredictorModel
+    from mlops_serving.predictor import PredictorModel
     from mlops_serving.server import build_app, model_readiness
 
     metrics = ServingMetrics()

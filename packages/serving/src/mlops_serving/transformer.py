@@ -28,7 +28,7 @@ from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError,
 from mlops_serving.lookup import FeatureLookup, feature_defaults
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.predictor import ServedModel
+from mlops_serving.served import ServedModel
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
 log = logging.getLogger(__name__)
