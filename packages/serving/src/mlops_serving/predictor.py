@@ -19,7 +19,7 @@ from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from mlops_serving.errors import BadRequestError, ModelLoadError
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.served import LoadedModel
+from mlops_serving.served import LocalModel
 from mlops_serving.schema import check_count
 
 log = logging.getLogger(__name__)
@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 class PredictorModel(kserve.Model):
     """Scores already-encoded rows with one exported model version."""
 
-    def __init__(self, name: str, *, loader: Callable[[], LoadedModel], metrics: ServingMetrics,
+    def __init__(self, name: str, *, loader: Callable[[], LocalModel], metrics: ServingMetrics,
                  max_instances: int) -> None:
         super().__init__(name)
         self.ready: bool = False
         self.reason = "loading"
-        self.loaded: LoadedModel | None = None
+        self.loaded: LocalModel | None = None
         self._loader = loader
         self._metrics = metrics
         self._max_instances = max_instances
@@ -75,7 +75,7 @@ class PredictorModel(kserve.Model):
         return self.loaded.export_meta()
 
     def get_input_types(self) -> list[dict[str, Any]]:
-        width = self.loaded.input_dim if self.loaded else -1
+        width = self.loaded.encoder.input_dim if self.loaded else -1
         return [{"name": "input", "datatype": "FP32", "shape": [-1, width]}]
 
     def get_output_types(self) -> list[dict[str, Any]]:
@@ -84,7 +84,7 @@ class PredictorModel(kserve.Model):
     async def preprocess(self, payload: Any, headers: dict[str, str] | None = None) -> tuple[np.ndarray, str, float]:
         started = time.perf_counter()
         assert self.loaded is not None
-        width = self.loaded.input_dim
+        width = self.loaded.encoder.input_dim
         if isinstance(payload, InferRequest):
             names = [i.name for i in payload.inputs]
             if names != ["input"]:
@@ -122,7 +122,7 @@ class PredictorModel(kserve.Model):
         assert self.loaded is not None
         x, protocol, started = payload
         t0 = time.perf_counter()
-        scores = self.loaded.score(x)
+        scores = self.loaded.model.score_encoded(x)
         labels = (self.name, self.loaded.ref.version, "stable")
         self._metrics.predict.labels(*labels).observe(time.perf_counter() - t0)
         self._metrics.requests.labels(*labels, protocol).inc()

@@ -1,24 +1,22 @@
-"""The predictor's model: an exported ``tabular_mlp`` rebuilt from safetensors, scoring encoded rows.
+"""A served model version: which one it is (:class:`ModelRef`) and what the transformer asks of it.
 
-Loading never unpickles: weights come from ``model.safetensors`` through :func:`mlops_core.exported.load_exported`
-(hash-checked), the network from :func:`mlops_core.exported.build_tabular_mlp`, the encoder spec from
-``model.json``.
+Loading never unpickles: :class:`mlops_model.ExportedModel` reads ``model.safetensors`` (hash-checked),
+rebuilds the network and validates the encoder recorded in ``model.json``; the same class scores the
+evaluation gates' holdout, so production scores what the gates judged.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from mlops_core.exported import ExportedModelError, build_tabular_mlp, load_exported
+from mlops_model import EncoderSpec, ExportedModel, ModelContractError
 from mlops_serving.errors import ModelLoadError
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -32,87 +30,62 @@ class ModelRef:
     folder: Path
     alias: str | None = None
     source: str = "folder"
-    """``registry`` (resolved from MLflow) or ``folder`` (served from a local exported folder)."""
+    """``registry`` (resolved from MLflow), ``folder`` (a local exported folder) or ``predictor`` (remote)."""
 
 
 class ServedModel(Protocol):
-    """What the transformer needs of a model: its version, encoder, FeatureService and a scorer.
+    """What the transformer needs of a version: its ref, encoder, FeatureService and a scorer of request rows.
 
-    :class:`LoadedModel` scores in process; :class:`mlops_serving.remote.RemoteModel` asks a predictor.
+    :class:`LocalModel` scores in process; :class:`mlops_serving.remote.RemoteModel` asks a predictor.
     """
 
+    @property
+    def ref(self) -> ModelRef: ...
+
+    @property
+    def encoder(self) -> EncoderSpec: ...
+
+    @property
+    def feature_service(self) -> str | None: ...
+
+    @property
+    def weights_sha256(self) -> str: ...
+
+    def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """An :class:`~mlops_model.ExportedModel` served in this process under a :class:`ModelRef`."""
+
     ref: ModelRef
-    encoder: dict[str, Any]
-    feature_service: str | None
-    weights_sha256: str
+    model: ExportedModel
 
-    def score(self, x: np.ndarray) -> np.ndarray: ...
+    @property
+    def encoder(self) -> EncoderSpec:
+        return self.model.encoder
 
+    @property
+    def feature_service(self) -> str | None:
+        return self.model.feature_service
 
-@dataclass
-class LoadedModel:
-    """An exported MLP ready to score encoded rows (float32, ``input_dim`` wide)."""
+    @property
+    def weights_sha256(self) -> str:
+        return self.model.weights_sha256
 
-    ref: ModelRef
-    network: torch.nn.Module
-    meta: dict[str, Any]
-    encoder: dict[str, Any]
-    feature_service: str | None
-    input_dim: int
-    weights_sha256: str = field(default="")
+    def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return self.model.score_records(records)
 
     def export_meta(self) -> dict[str, Any]:
         """``model.json`` plus the served version: what a transformer in front of this predictor encodes for."""
-        return {**self.meta, "served_version": self.ref.version, "served_name": self.ref.name}
-
-    def score(self, x: np.ndarray) -> np.ndarray:
-        """Probability of fraud per row of ``x`` (shape ``[n, input_dim]``)."""
-        import torch
-
-        if x.ndim != 2 or x.shape[1] != self.input_dim:
-            raise ValueError(f"encoded input has shape {x.shape}; the model expects [n, {self.input_dim}]")
-        with torch.inference_mode():
-            logits = self.network(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
-            return torch.sigmoid(logits).reshape(-1).numpy().astype(np.float64)
+        return {**self.model.meta, "served_version": self.ref.version, "served_name": self.ref.name}
 
 
-def load_model(ref: ModelRef) -> LoadedModel:
-    """Rebuild the exported model at ``ref.folder``; any problem is a :class:`ModelLoadError` with the reason."""
+def load_model(ref: ModelRef) -> LocalModel:
+    """Load the exported model at ``ref.folder``; any problem is a :class:`ModelLoadError` with the reason."""
     try:
-        tensors, meta = load_exported(ref.folder)
-    except ExportedModelError as exc:
+        model = ExportedModel.load(ref.folder)
+    except ModelContractError as exc:
         raise ModelLoadError(f"model {ref.name!r} version {ref.version!r}: {exc}") from None
-    if meta.get("kind") != "tabular_mlp":
-        raise ModelLoadError(
-            f"model {ref.name!r} version {ref.version!r} is of kind "
-            f"{meta.get('kind')!r}; this server serves tabular_mlp"
-        )
-    features = meta.get("features") or {}
-    encoder = features.get("encoder")
-    if not isinstance(encoder, dict):
-        raise ModelLoadError(
-            f"model {ref.name!r} version {ref.version!r} has no features.encoder in model.json; "
-            "re-export it with the encoder the model was trained with"
-        )
-    try:
-        network = build_tabular_mlp(meta["architecture"])
-        network.load_state_dict(tensors, strict=True)
-    except (ExportedModelError, RuntimeError) as exc:
-        raise ModelLoadError(f"model {ref.name!r} version {ref.version!r}: weights do not fit: {exc}") from None
-    network.eval()
-    input_dim = int(meta["architecture"]["input_dim"])
-    if "input_dim" in encoder and int(encoder["input_dim"]) != input_dim:
-        raise ModelLoadError(
-            f"model {ref.name!r} version {ref.version!r}: encoder input_dim {encoder['input_dim']!r} "
-            f"!= architecture input_dim {input_dim!r}"
-        )
     log.info("loaded model %s version %s from %s", ref.name, ref.version, ref.folder)
-    return LoadedModel(
-        ref=ref,
-        network=network,
-        meta=meta,
-        encoder=encoder,
-        feature_service=features.get("feature_service"),
-        input_dim=input_dim,
-        weights_sha256=str(meta.get("weights_sha256", "")),
-    )
+    return LocalModel(ref, model)
