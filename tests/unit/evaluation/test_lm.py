@@ -71,7 +71,7 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     from mlops_core import lifecycle
-    from mlops_core.exported import save_exported
+    from mlops_model import save_exported
     from mlops_core.tracking import start_run
     from mlops_evaluation import evaluate
 
