@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, apply_repo, materialize, open_store, prepare_local_data
-from mlops_features.aggregates import USER_FEATURES
+from mlops_model import USER_FEATURES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -52,39 +52,39 @@ def prepare(root: Path, redis_port: int, rows: int) -> dict[str, Any]:
     import torch
 
     from mlops_config import DataConfig
-    from mlops_core.exported import build_tabular_mlp, save_exported
-    from mlops_features import encode, fit_encoder, prepare_local_data, training_set
+    from mlops_features import prepare_local_data, training_set
+    from mlops_model import REQUIRED_FIELDS, EncoderSpec, build_tabular_mlp, save_exported
 
     features = features_section(root, redis_port)
     data = DataConfig(rows=rows, days=3, users=max(50, rows // 20), merchants=max(20, rows // 100))
     prepare_local_data(data, features, root, seed=11)
     df = training_set(features, data, root)
-    encoder = fit_encoder(df)
-    arch = {"input_dim": encoder["input_dim"], "hidden_sizes": HIDDEN, "dropout": 0.0}
+    encoder = EncoderSpec.fit(df)
+    arch = {"input_dim": encoder.input_dim, "hidden_sizes": HIDDEN, "dropout": 0.0}
     torch.manual_seed(11)
     net = build_tabular_mlp(arch)
     folder = save_exported(root / "model" / "1", net.state_dict(), {
         "kind": "tabular_mlp", "architecture": arch, "lineage": {"seed": 11},
-        "features": {"feature_service": features.feature_service, "encoder": encoder}})
+        "features": {"feature_service": features.feature_service, "encoder": encoder.to_dict()}})
     sample = df.sample(n=min(512, len(df)), random_state=0).reset_index(drop=True)
-    fields = ["user_id", "merchant_id", "amount", "currency", "category", "country", "device", "channel"]
+    fields = list(REQUIRED_FIELDS)
     ours = [json.dumps({"instances": [{**{k: (float(r[k]) if k == "amount" else str(r[k])) for k in fields},
                                        "transaction_id": str(r["transaction_id"])}]}) for _, r in sample.iterrows()]
-    x = encode(sample, encoder)
+    x = encoder.encode_frame(sample)
     baseline = [json.dumps({"instances": [row.tolist()]}) for row in np.asarray(x, dtype=np.float64)]
     return {"folder": str(folder), "ours": ours, "baseline": baseline}
 
 
 def run_ours(root: Path, redis_port: int, port: int, folder: Path) -> None:
     from mlops_config import ServingConfig
-    from mlops_features import OnlineFeatures, encode
+    from mlops_features import OnlineFeatures
     from mlops_serving.server import run_app
     from mlops_serving.service import create_app, folder_loader
 
     features = features_section(root, redis_port)
     serving = ServingConfig(port=port, prediction_log_dir=str(root / "predlog"))
     app = create_app(serving, model_name="fraud", loader=folder_loader("fraud", folder),
-                     source=OnlineFeatures(features, root), encode=encode, log_dir=root / "predlog")
+                     source=OnlineFeatures(features, root), log_dir=root / "predlog")
     run_app(app, "127.0.0.1", port)
 
 
@@ -97,7 +97,7 @@ def run_baseline(port: int, folder: Path) -> None:
     from kserve.model_server import ModelServer
     from kserve.protocol.rest.server import RESTServer
 
-    from mlops_core.exported import build_tabular_mlp, load_exported
+    from mlops_model import build_tabular_mlp, load_exported
 
     class Plain(kserve.Model):
         def __init__(self) -> None:

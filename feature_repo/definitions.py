@@ -2,8 +2,8 @@
 
 The platform loads this file (``mlops features apply``) and calls :func:`build` with the folder that the
 ingestion step writes the source tables to, so the same definitions serve every profile and test.
-To add a feature: compute it in ``mlops_features.aggregates``, declare it in a view here, add it to a
-*new* FeatureService version (``fraud_v2``); never change what ``fraud_v1`` returns under a model.
+To add a feature: compute it in ``mlops_features.aggregates``, list it in ``mlops_model.contract.FEATURES``
+(names, types, defaults and descriptions live there once), add it to a *new* FeatureService version (``fraud_v2``); never change what ``fraud_v1`` returns under a model.
 """
 
 from __future__ import annotations
@@ -14,22 +14,18 @@ from pathlib import Path
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64, Int64
 
-FEATURE_DEFAULTS: dict[str, float] = {
-    "user_txn_count_1h": 0,
-    "user_txn_count_24h": 0,
-    "user_txn_count_7d": 0,
-    "user_amount_sum_1h": 0.0,
-    "user_amount_sum_24h": 0.0,
-    "user_amount_sum_7d": 0.0,
-    "user_amount_mean_7d": 0.0,
-    "user_amount_std_7d": 0.0,
-    "user_amount_zscore": 0.0,
-    "user_distinct_merchants_24h": 0,
-    "merchant_fraud_rate_7d": 0.03,
-    "merchant_txn_count_1d": 0,
-    "merchant_amount_mean_7d": 0.0,
-}
-"""What a model sees for an entity the store does not know (a new user or merchant, or a value past its TTL)."""
+from mlops_model import FEATURE_DEFAULTS, FEATURES
+
+_DTYPES = {"int64": Int64, "float64": Float64}
+
+__all__ = ["FEATURE_DEFAULTS", "build"]
+"""``FEATURE_DEFAULTS``: what a model sees for an entity the store does not know (new, or past its TTL)."""
+
+
+def _fields(entity: str) -> list[Field]:
+    """The views' schemas, from the model contract's one feature list (names, types, descriptions)."""
+    return [Field(name=f.name, dtype=_DTYPES[f.dtype], description=f.description) for f in FEATURES
+            if f.entity == entity]
 
 
 def build(source_dir: str | Path, ttl: timedelta) -> list:
@@ -55,18 +51,7 @@ def build(source_dir: str | Path, ttl: timedelta) -> list:
         name="user_transactions",
         entities=[user],
         ttl=ttl,
-        schema=[
-            Field(name="user_txn_count_1h", dtype=Int64, description="Transactions in the last hour."),
-            Field(name="user_txn_count_24h", dtype=Int64, description="Transactions in the last 24 hours."),
-            Field(name="user_txn_count_7d", dtype=Int64, description="Transactions in the last 7 days."),
-            Field(name="user_amount_sum_1h", dtype=Float64, description="Amount spent in the last hour."),
-            Field(name="user_amount_sum_24h", dtype=Float64, description="Amount spent in the last 24 hours."),
-            Field(name="user_amount_sum_7d", dtype=Float64, description="Amount spent in the last 7 days."),
-            Field(name="user_amount_mean_7d", dtype=Float64, description="Mean amount over 7 days."),
-            Field(name="user_amount_std_7d", dtype=Float64, description="Standard deviation of amounts, 7 days."),
-            Field(name="user_amount_zscore", dtype=Float64, description="Latest amount vs the previous 7 days."),
-            Field(name="user_distinct_merchants_24h", dtype=Int64, description="Distinct merchants in 24 hours."),
-        ],
+        schema=_fields("user_id"),
         source=user_source,
         online=True,
         tags={"team": "fraud", "computed_by": "mlops_features.aggregates.compute_user_features"},
@@ -75,11 +60,7 @@ def build(source_dir: str | Path, ttl: timedelta) -> list:
         name="merchant_risk",
         entities=[merchant],
         ttl=ttl,
-        schema=[
-            Field(name="merchant_fraud_rate_7d", dtype=Float64, description="Smoothed fraud rate over 7 days."),
-            Field(name="merchant_txn_count_1d", dtype=Int64, description="Transactions on the last full day."),
-            Field(name="merchant_amount_mean_7d", dtype=Float64, description="Mean amount over 7 days."),
-        ],
+        schema=_fields("merchant_id"),
         source=merchant_source,
         online=True,
         tags={"team": "fraud", "computed_by": "mlops_features.aggregates.compute_merchant_features"},

@@ -35,6 +35,9 @@ REQUESTS = 150
 class RedisFeatures:
     """Online features as Redis hashes, one per entity (what the transformer looks up)."""
 
+    service_name = "fraud_v1"
+    defaults: dict[str, float] = {}
+
     def __init__(self, url: str, prefix: str) -> None:
         import redis
 
@@ -64,22 +67,16 @@ class RedisFeatures:
         return bool(self.client.ping())
 
 
-def encode(df: Any, encoder: Mapping[str, Any]) -> np.ndarray:
-    cols = [((df[n["name"]].astype(float) - n["mean"]) / n["std"]).to_numpy() for n in encoder["numeric"]]
-    for cat in encoder["categorical"]:
-        cols += [(df[cat["name"]] == v).to_numpy(dtype=float) for v in cat["values"]]
-    return np.stack(cols, axis=1).astype(np.float32)
-
-
 def export(folder: Path, *, seed: int, bias: float = 0.0) -> Path:
     """An exported fraud MLP (the contract's format); ``bias`` shifts the output logit."""
     import torch
 
-    from mlops_core.exported import build_tabular_mlp, save_exported
+    from mlops_model import build_tabular_mlp, save_exported
 
-    encoder = {"numeric": [{"name": n, "mean": 1.0, "std": 2.0} for n in NUMERIC],
-               "categorical": [{"name": k, "values": v} for k, v in VOCAB.items()],
-               "input_dim": len(NUMERIC) + sum(len(v) for v in VOCAB.values())}
+    encoder = {"version": 1, "derived": [],
+               "numeric": [{"name": n, "log": False, "mean": 1.0, "std": 2.0} for n in NUMERIC],
+               "categorical": [{"name": k, "vocab": v} for k, v in VOCAB.items()],
+               "input_dim": len(NUMERIC) + sum(len(v) + 1 for v in VOCAB.values())}
     arch = {"input_dim": encoder["input_dim"], "hidden_sizes": [16, 8], "dropout": 0.0}
     torch.manual_seed(seed)
     net = build_tabular_mlp(arch)
@@ -99,7 +96,7 @@ class Predictor:
         from mlops_serving.service import create_app, folder_loader
 
         app = create_app(ServingConfig(prediction_log_flush_s=0.2), model_name="fraud",
-                         loader=folder_loader("fraud", folder), source=source, encode=encode, log_dir=log_dir)
+                         loader=folder_loader("fraud", folder), source=source, log_dir=log_dir)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

@@ -46,7 +46,7 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], *, steps: int
     """Full-batch AdamW with a class-weighted BCE, like the pipeline's trainer; returns the state dict."""
     import torch
 
-    from mlops_core.exported import build_tabular_mlp
+    from mlops_model import build_tabular_mlp
 
     torch.manual_seed(seed)
     model = build_tabular_mlp({"input_dim": x.shape[1], "hidden_sizes": list(hidden)})
@@ -67,7 +67,7 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
     import mlflow
 
     from mlops_core import mlflow_client
-    from mlops_core.exported import save_exported
+    from mlops_model import save_exported
     from mlops_core.tracking import start_run
 
     cfg = world_loaded.config
@@ -84,7 +84,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    from mlops_features import encode, prepare_local_data, training_set
+    from mlops_features import prepare_local_data, training_set
+    from mlops_model import EncoderSpec
     from mlops_training import train_model
 
     root = tmp_path_factory.mktemp("evaluation") / "repo"
@@ -94,12 +95,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     cfg = loaded.config
     prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
     result = train_model(cfg, root, run_name="fraud-better")  # the real pipeline: torchrun, MLflow, registry
-    from mlops_core.exported import read_meta
+    from mlops_model import read_meta
 
     encoder = read_meta(result.export_dir)["features"]["encoder"]
     df = training_set(cfg.features, cfg.data, root).sort_values(["event_timestamp", "transaction_id"])
     train = df.iloc[: int(len(df) * (1 - cfg.evaluation.holdout_fraction))]
-    x, y = encode(train, encoder), train["is_fraud"].to_numpy().astype(np.int64)
+    x, y = EncoderSpec.from_dict(encoder).encode_frame(train), train["is_fraud"].to_numpy().astype(np.int64)
     versions = {"better": str(result.model_version)}
     # Same architecture as the pipeline's model (so latency is comparable), trained only briefly: weaker.
     versions["champion"] = register(loaded, root, fit_mlp(x, y, (64, 32), steps=3, seed=1), (64, 32), encoder,

@@ -43,8 +43,7 @@ def _holdout_f1(world: Any, version: str) -> float:
     import torch
     from sklearn.metrics import f1_score
 
-    from mlops_core.exported import build_tabular_mlp, load_exported
-    from mlops_features import encode
+    from mlops_model import EncoderSpec, build_tabular_mlp, load_exported
 
     client = mlflow_client(world.loaded.config.tracking, world.root)
     run_id = client.get_model_version("fraud", version).run_id
@@ -55,7 +54,8 @@ def _holdout_f1(world: Any, version: str) -> float:
     net.load_state_dict(tensors)
     hold = world.holdout
     with torch.no_grad():
-        p = torch.sigmoid(net(torch.from_numpy(encode(hold, meta["features"]["encoder"])))).squeeze(-1).numpy()
+        x = EncoderSpec.from_dict(meta["features"]["encoder"]).encode_frame(hold)
+        p = torch.sigmoid(net(torch.from_numpy(x))).squeeze(-1).numpy()
     return float(f1_score(hold["is_fraud"].to_numpy(), (p >= 0.5).astype(int)))
 
 

@@ -27,31 +27,30 @@ MERCHANTS = {f"m{i}": {"merchant_risk": (i % 4) / 4.0} for i in range(10)}
 
 
 def small_encoder() -> dict[str, Any]:
-    """An encoder spec in the contract's shape (numeric mean/std, categorical vocabularies, input_dim).
-
-    Lists, not dicts, keep the column order: model.json is written with sorted keys.
-    """
-    numeric = [{"name": "amount", "mean": 50.0, "std": 40.0},
-               {"name": "user_txn_count_1h", "mean": 2.0, "std": 1.5},
-               {"name": "user_amount_zscore", "mean": 0.0, "std": 1.0},
-               {"name": "merchant_risk", "mean": 0.4, "std": 0.3}]
-    categorical = [{"name": name, "values": values} for name, values in VOCAB.items()]
-    return {"numeric": numeric, "categorical": categorical,
-            "input_dim": len(numeric) + sum(len(v) for v in VOCAB.values())}
+    """A small encoder spec in the contract's shape (no log columns, no derived ones), as model.json holds it."""
+    numeric = [{"name": "amount", "log": False, "mean": 50.0, "std": 40.0},
+               {"name": "user_txn_count_1h", "log": False, "mean": 2.0, "std": 1.5},
+               {"name": "user_amount_zscore", "log": False, "mean": 0.0, "std": 1.0},
+               {"name": "merchant_risk", "log": False, "mean": 0.4, "std": 0.3}]
+    categorical = [{"name": name, "vocab": values} for name, values in VOCAB.items()]
+    return {"version": 1, "numeric": numeric, "derived": [], "categorical": categorical,
+            "input_dim": len(numeric) + sum(len(v) + 1 for v in VOCAB.values())}
 
 
 def small_encode(df: Any, encoder: Mapping[str, Any]) -> np.ndarray:
-    """Standardise numerics, one-hot categoricals (unknown → all zeros), in the spec's order."""
-    cols = [((df[n["name"]].astype(float) - n["mean"]) / n["std"]).to_numpy() for n in encoder["numeric"]]
+    """Independent of mlops_model: standardise numerics (missing → 0), one-hot categoricals plus an "other" slot."""
+    cols = [((df[n["name"]].astype(float) - n["mean"]) / n["std"]).fillna(0.0).to_numpy()
+            for n in encoder["numeric"]]
     for cat in encoder["categorical"]:
-        cols += [(df[cat["name"]] == v).to_numpy(dtype=float) for v in cat["values"]]
+        cols += [(df[cat["name"]] == v).to_numpy(dtype=float) for v in cat["vocab"]]
+        cols.append((~df[cat["name"]].isin(cat["vocab"])).to_numpy(dtype=float))
     return np.stack(cols, axis=1).astype(np.float32)
 
 
 def export_model(folder: Path, seed: int, hidden: Sequence[int] = (16, 8)) -> Path:
     import torch
 
-    from mlops_core.exported import build_tabular_mlp, save_exported
+    from mlops_model import build_tabular_mlp, save_exported
 
     encoder = small_encoder()
     arch = {"input_dim": encoder["input_dim"], "hidden_sizes": list(hidden), "dropout": 0.0}
@@ -80,6 +79,9 @@ def numpy_score(folder: Path, x: np.ndarray) -> np.ndarray:
 
 class RedisHashFeatures:
     """Online features kept as Redis hashes (one per entity) read with one pipeline per request."""
+
+    service_name = "fraud_v1"
+    defaults: dict[str, float] = {}
 
     def __init__(self, url: str, prefix: str) -> None:
         import redis
@@ -170,7 +172,7 @@ def make_app(tmp: Path, source: Any, *, canary: bool = False, **overrides: Any) 
     canary_dir = export_model(tmp / "models" / "4", seed=4) if canary else None
     cfg = serving_config(**({"canary_alias": "canary", "canary_percent": 25} if canary else {}), **overrides)
     return create_app(cfg, model_name="fraud", loader=folder_loader("fraud", stable, canary_dir), source=source,
-                      encode=small_encode, log_dir=tmp / "predlog", retry_s=0.3)
+                      log_dir=tmp / "predlog", retry_s=0.3)
 
 
 def instance(i: int = 0, **over: Any) -> dict[str, Any]:

@@ -76,8 +76,8 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     from mlflow.tracking import MlflowClient
 
     from mlops_config import DataConfig, load_config
-    from mlops_core.exported import build_tabular_mlp, save_exported
-    from mlops_features import fit_encoder, prepare_local_data, training_set
+    from mlops_features import prepare_local_data, training_set
+    from mlops_model import EncoderSpec, build_tabular_mlp, save_exported
 
     root = config_dir.parent
     redis = Redis(kit.free_port(), root)
@@ -89,12 +89,12 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     data = DataConfig(rows=3000, days=3, users=150, merchants=40)
     prepare_local_data(data, cfg.features, root, seed=5)
     df = training_set(cfg.features, data, root)
-    encoder = fit_encoder(df)
-    arch = {"input_dim": encoder["input_dim"], "hidden_sizes": [16], "dropout": 0.0}
+    encoder = EncoderSpec.fit(df)
+    arch = {"input_dim": encoder.input_dim, "hidden_sizes": [16], "dropout": 0.0}
     torch.manual_seed(5)
     folder = save_exported(root / "export", build_tabular_mlp(arch).state_dict(), {
         "kind": "tabular_mlp", "architecture": arch, "lineage": {"seed": 5},
-        "features": {"feature_service": cfg.features.feature_service, "encoder": encoder}})
+        "features": {"feature_service": cfg.features.feature_service, "encoder": encoder.to_dict()}})
     uri = f"sqlite:///{root / '.mlops' / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
@@ -105,7 +105,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     client.create_registered_model("fraud")
     version = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run_id=run.info.run_id)
     client.set_registered_model_alias("fraud", "champion", version.version)
-    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "df": df, "rows": df.head(40), "folder": folder,
+    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "data": data, "df": df, "rows": df.head(40), "folder": folder,
            "encoder": encoder, "version": str(version.version)}
     redis.stop()
 
@@ -113,13 +113,8 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
 def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
     import tritonclient.http as triton
 
-    from mlops_features import OnlineFeatures, encode
+    from mlops_features import OnlineFeatures
     from mlops_serving import read_prediction_log
-    from mlops_serving.encoding import RecordEncoder
-
-    # the serving fast path of the encoder equals the features package's encode on every real training row
-    df = world["df"]
-    np.testing.assert_array_equal(RecordEncoder(world["encoder"])(df.to_dict("records")), encode(df, world["encoder"]))
 
     root, port = world["root"], kit.free_port()
     cmd = [str(Path(sys.executable).with_name("mlops")), "serve", "--model", "fraud", "--alias", "champion",
@@ -137,12 +132,12 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["model_version"] == world["version"] and body["degraded"] is False
-        # independent expectation: features from a separate OnlineFeatures, the features package's encode,
-        # and a numpy forward pass over the registered safetensors
+        # independent expectation: features from a separate OnlineFeatures, the frame encoder (byte-identical
+        # to the records one: tests/unit/model) and a numpy forward pass over the registered safetensors
         store = OnlineFeatures(world["cfg"].features, root).get(rows)
         frame = pd.DataFrame([{**row, **{k: v for k, v in f.items() if not k.startswith(("_", "unknown_"))}}
                               for row, f in zip(rows, store, strict=True)])
-        want = kit.numpy_score(world["folder"], encode(frame, world["encoder"]))
+        want = kit.numpy_score(world["folder"], world["encoder"].encode_frame(frame))
         np.testing.assert_allclose([p["score"] for p in body["predictions"]], want, rtol=1e-5, atol=1e-6)
 
         client = triton.InferenceServerClient(url=f"127.0.0.1:{port}")
@@ -182,3 +177,25 @@ def _tail(proc: subprocess.Popen[str]) -> str:
     if proc.poll() is None:
         return "server not ready in time"
     return (proc.stderr.read() if proc.stderr else "")[-3000:]
+
+
+def test_serving_and_the_gates_score_the_holdout_byte_identically(world: dict[str, Any], tmp_path: Path) -> None:
+    """The evaluation gates' scorer (the registered version from MLflow, the holdout as a frame) and serving's
+    loader (the same version, the holdout as request records) go through the one ExportedModel: same bytes."""
+    from mlflow.tracking import MlflowClient
+
+    from mlops_evaluation.holdout import load_holdout
+    from mlops_evaluation.scorer import load_version
+    from mlops_serving.service import folder_loader
+
+    cfg = world["cfg"]
+    holdout = load_holdout(cfg.features, world["data"], world["root"], cfg.evaluation.holdout_fraction)
+    gate = load_version(MlflowClient(), "fraud", world["version"], tmp_path / "gate")
+    served, _ = folder_loader("fraud", gate.folder, version=world["version"])()
+    records = holdout.frame.to_dict("records")
+    gate_scores = gate.score(holdout.frame)
+    served_scores = served.score_records(records)
+    assert len(gate_scores) == len(holdout.frame) > 100
+    assert gate_scores.dtype == served_scores.dtype == np.float64
+    assert gate_scores.tobytes() == served_scores.tobytes()
+    assert served.weights_sha256 == gate.meta["weights_sha256"]

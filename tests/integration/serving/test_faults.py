@@ -195,7 +195,7 @@ def test_model_that_fails_to_load_leaves_server_up_not_ready(tmp_path: Path, kit
         meta["kind"] = "causal_lm"
         (folder / "model.json").write_text(json.dumps(meta))
     app = create_app(kit.serving_config(), model_name="fraud", loader=folder_loader("fraud", folder),
-                     source=redis_features, encode=kit.small_encode, log_dir=tmp_path / "predlog")
+                     source=redis_features, log_dir=tmp_path / "predlog")
     srv = kit.start_server(app, tmp_path / "predlog", wait_ready=False)
     try:
         assert until(lambda: httpx.get(f"{srv.url}/status").json()["model"]["reason"] != "loading")

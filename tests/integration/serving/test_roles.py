@@ -30,7 +30,7 @@ def until(predicate: Any, timeout: float = 20.0) -> bool:
 
 
 def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_features: Any) -> None:
-    from mlops_serving.predictor import ModelRef, load_model
+    from mlops_serving.served import ModelRef, load_model
     from mlops_serving.remote import remote_loader
     from mlops_serving.service import create_app, create_predictor_app
 
@@ -38,7 +38,7 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
     cfg = kit.serving_config(role="transformer")
     predictor_port = kit.free_port()
     transformer = create_app(cfg, model_name="fraud", loader=remote_loader(f"127.0.0.1:{predictor_port}", "fraud"),
-                             source=redis_features, encode=kit.small_encode, log_dir=tmp_path / "predlog")
+                             source=redis_features, log_dir=tmp_path / "predlog")
     t_srv = kit.start_server(transformer, tmp_path / "predlog", wait_ready=False)
     p_srv = None
     try:

@@ -16,7 +16,7 @@ import torch
 from scipy.stats import mannwhitneyu
 
 from mlops_config import load_config
-from mlops_core.exported import build_tabular_mlp, load_exported
+from mlops_model import build_tabular_mlp, load_exported
 from mlops_training import reproduce_weights_hash, train_fraud
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,7 +44,8 @@ def fraud_root(root: Path, repo_root: Path) -> Path:
 
 
 def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: Path) -> None:
-    from mlops_features import encode, training_set
+    from mlops_features import training_set
+    from mlops_model import EncoderSpec
 
     result = train_fraud(config_dir=fraud_root / "configs", overrides=FRAUD)
     assert result.run_id and result.model_version == "1" and result.steps == 60
@@ -59,7 +60,8 @@ def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: P
     cfg = load_config(model="fraud", config_dir=fraud_root / "configs", overrides=FRAUD, environ={}).config
     df = training_set(cfg.features, cfg.data, fraud_root)
     with torch.no_grad():
-        scores = torch.sigmoid(model(torch.from_numpy(encode(df, meta["features"]["encoder"]))).squeeze(-1)).numpy()
+        x = EncoderSpec.from_dict(meta["features"]["encoder"]).encode_frame(df)
+        scores = torch.sigmoid(model(torch.from_numpy(x)).squeeze(-1)).numpy()
     y = df["is_fraud"].to_numpy().astype(bool)
     auc = mannwhitneyu(scores[y], scores[~y]).statistic / (y.sum() * (~y).sum())
     assert auc > 0.75

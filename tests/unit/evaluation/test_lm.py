@@ -70,7 +70,7 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     import mlflow
 
     from mlops_core import lifecycle, mlflow_client
-    from mlops_core.exported import save_exported
+    from mlops_model import save_exported
     from mlops_core.tracking import start_run
     from mlops_evaluation import evaluate
 

@@ -25,7 +25,7 @@ from mlops_features import (
     open_store,
     prepare_local_data,
 )
-from mlops_features.aggregates import MERCHANT_FEATURES, USER_FEATURES
+from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 from mlops_features.store import feature_defaults
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

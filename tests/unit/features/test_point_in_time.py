@@ -13,7 +13,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, historical_features, training_set
-from mlops_features.aggregates import MERCHANT_FEATURES, USER_FEATURES
+from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 from mlops_features.schema import RAW_SCHEMA
 
 MakeFeatures = Callable[..., FeaturesConfig]

@@ -12,8 +12,9 @@ import pytest
 from scipy import stats
 from scipy.optimize import minimize
 
-from mlops_features import DataError, encode, fit_encoder, generate_transactions, training_set
+from mlops_features import DataError, generate_transactions, training_set
 from mlops_features.schema import ALLOWED_VALUES, RAW_SCHEMA
+from mlops_model import EncoderSpec
 
 ARGS = {"rows": 20_000, "days": 2, "users": 800, "merchants": 120}
 
@@ -114,8 +115,8 @@ def test_label_is_learnable_from_the_feature_service(prepared: tuple) -> None:
     root, data, features = prepared
     df = training_set(features, data, root)
     cut = int(len(df) * 0.7)
-    encoder = fit_encoder(df.iloc[:cut])
-    x = np.hstack([encode(df, encoder).astype(np.float64), np.ones((len(df), 1))])
+    encoder = EncoderSpec.fit(df.iloc[:cut])
+    x = np.hstack([encoder.encode_frame(df).astype(np.float64), np.ones((len(df), 1))])
     y = df["is_fraud"].to_numpy(dtype=np.float64)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:

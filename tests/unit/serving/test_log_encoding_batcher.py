@@ -1,4 +1,4 @@
-"""Prediction log round trip and loss bound, encoder fast path parity, micro-batching, model loading."""
+"""Prediction log round trip and loss bound, micro-batching, model loading."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import pytest
 
 from mlops_serving import read_prediction_log
 from mlops_serving.batcher import MicroBatcher
-from mlops_serving.encoding import RecordEncoder, compile_encoder, probe_rows
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.predictor import ModelRef, load_model
+from mlops_serving.served import ModelRef, load_model
 
 
 def _rows(n: int, ts: float, version: str = "1") -> list[dict[str, Any]]:
@@ -71,39 +70,6 @@ def test_full_queue_counts_drops_and_never_blocks(tmp_path: Path) -> None:
     assert writer.flush() == 5
 
 
-def _spec() -> dict[str, Any]:
-    return {"version": 1, "input_dim": 2 + 1 + 3 + 2,
-            "numeric": [{"name": "amount", "log": True, "mean": 1.0, "std": 2.0},
-                        {"name": "count", "log": False, "mean": 3.0, "std": 0.5}],
-            "derived": [{"name": "ratio", "op": "log_ratio", "args": ["amount", "count"], "mean": 0.1, "std": 1.5}],
-            "categorical": [{"name": "currency", "vocab": ["EUR", "USD"]}, {"name": "device", "vocab": ["ios"]}]}
-
-
-def test_record_encoder_matches_hand_arithmetic() -> None:
-    x = RecordEncoder(_spec())([{"amount": 9.0, "count": 4, "currency": "USD", "device": "web"},
-                                {"amount": None, "count": None, "currency": None, "device": "ios"}])
-    log9 = np.log1p(9.0)
-    want0 = [(log9 - 1.0) / 2.0, (4 - 3.0) / 0.5, (np.log(10.0 / 5.0) - 0.1) / 1.5, 0, 1, 0, 0, 1]
-    want1 = [0.0, 0.0, 0.0, 0, 0, 1, 1, 0]  # missing → 0 after scaling; None → the "other" slot
-    np.testing.assert_allclose(x, np.array([want0, want1], dtype=np.float32), rtol=1e-6)
-
-
-def test_compile_encoder_uses_fast_path_only_when_it_matches() -> None:
-    from mlops_features import encode
-
-    spec = _spec()
-    fast = compile_encoder(spec, encode)
-    assert isinstance(fast, RecordEncoder)
-    probes = probe_rows(spec)
-    np.testing.assert_array_equal(fast(probes), encode(pd.DataFrame(probes), spec))
-
-    def different(df: pd.DataFrame, enc: dict[str, Any]) -> np.ndarray:
-        return encode(df, enc) + 1.0
-
-    assert not isinstance(compile_encoder(spec, different), RecordEncoder)
-    assert not isinstance(compile_encoder({**spec, "version": 2}, encode), RecordEncoder)
-
-
 def test_batcher_coalesces_concurrent_requests_and_spreads_errors() -> None:
     seen: list[int] = []
 
@@ -130,20 +96,24 @@ def test_loaded_model_scores_like_a_numpy_forward_pass(tmp_path: Path) -> None:
     import torch
     from safetensors.numpy import load_file
 
-    from mlops_core.exported import build_tabular_mlp, save_exported
+    from mlops_model import ExportedModelError, build_tabular_mlp, save_exported
 
     arch = {"input_dim": 5, "hidden_sizes": [4], "dropout": 0.0}
+    encoder = {"version": 1, "input_dim": 5, "derived": [], "categorical": [],
+               "numeric": [{"name": f"f{i}", "log": False, "mean": 0.0, "std": 1.0} for i in range(5)]}
     torch.manual_seed(0)
     folder = save_exported(tmp_path / "m", build_tabular_mlp(arch).state_dict(),
                            {"kind": "tabular_mlp", "architecture": arch,
-                            "features": {"feature_service": "fraud_v1", "encoder": {"input_dim": 5}}})
+                            "features": {"feature_service": "fraud_v1", "encoder": encoder}})
     model = load_model(ModelRef("fraud", "1", folder))
     x = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
     w = load_file(str(folder / "model.safetensors"))
     h = np.maximum(x @ w["0.weight"].T + w["0.bias"], 0) @ w["2.weight"].T + w["2.bias"]
-    np.testing.assert_allclose(model.score(x), 1 / (1 + np.exp(-h.reshape(-1))), rtol=1e-5)
-    with pytest.raises(ValueError, match=r"expects \[n, 5\]"):
-        model.score(x[:, :4])
+    np.testing.assert_allclose(model.model.score_encoded(x), 1 / (1 + np.exp(-h.reshape(-1))), rtol=1e-5)
+    records = [{f"f{i}": float(v) for i, v in enumerate(row)} for row in x]
+    assert model.score_records(records).tobytes() == model.model.score_encoded(x).tobytes()
+    with pytest.raises(ExportedModelError, match=r"expects \[n, 5\]"):
+        model.model.score_encoded(x[:, :4])
     meta = json.loads((folder / "model.json").read_text())
     del meta["features"]
     (folder / "model.json").write_text(json.dumps(meta))

@@ -9,7 +9,6 @@ import pytest
 
 from mlops_serving.canary import CanaryRouter
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
-from mlops_serving.lookup import feature_defaults
 from mlops_serving.schema import parse_columns, parse_v1
 
 
@@ -78,7 +77,27 @@ def test_canary_without_target_is_all_stable() -> None:
         CanaryRouter("s", "c", 101)
 
 
-def test_feature_defaults_skip_request_fields_and_use_means() -> None:
-    spec = {"numeric": [{"name": "amount", "mean": 3.0, "std": 1.0}, {"name": "f1", "mean": 2.5, "std": 1.0}],
-            "categorical": [{"name": "currency", "vocab": ["EUR"]}, {"name": "segment", "vocab": ["a"]}]}
-    assert feature_defaults(spec) == {"f1": 2.5, "segment": None}
+def test_lookup_defaults_come_from_the_source_then_the_encoder() -> None:
+    from mlops_model import EncoderSpec
+    from mlops_serving.lookup import FeatureLookup
+
+    class Source:
+        service_name = "fraud_v1"
+        defaults = {"f1": 7.0}
+
+        def get(self, rows: Any) -> list[dict[str, Any]]:
+            return [{"_unknown_entity": True} for _ in rows]
+
+        def ping(self) -> bool:
+            return True
+
+    spec = EncoderSpec.from_dict({
+        "version": 1, "input_dim": 3 + 2 + 2, "derived": [],
+        "numeric": [{"name": n, "log": False, "mean": m, "std": 1.0} for n, m in (("amount", 3.0), ("f1", 1.0),
+                                                                                 ("f2", 2.5))],
+        "categorical": [{"name": "currency", "vocab": ["EUR"]}, {"name": "segment", "vocab": ["a"]}]})
+    lookup = FeatureLookup(Source(), entity_keys=("user_id",))
+    lookup.configure(spec)
+    found = lookup.get([{"user_id": "u"}])
+    # request fields (amount, currency) are not looked up; f1 from the source, f2 the training mean
+    assert found.features == [{"f1": 7.0, "f2": 2.5, "segment": None}] and found.unknown == [True]

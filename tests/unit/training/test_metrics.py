@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from mlops_training.metrics import classification_metrics, roc_auc
+from mlops_model.statistics import roc_auc
+from mlops_training.metrics import classification_metrics
 
 
 def test_roc_auc_equals_mann_whitney_u_over_pairs_with_ties() -> None:

@@ -2,7 +2,8 @@
 
 Counters and histograms are read with ``prometheus_client``'s own parser; p99 comes from histogram
 buckets the way PromQL's ``histogram_quantile`` computes it (linear inside the bucket), and the
-prediction-distribution shift is the population stability index over quantile bins of the stable scores.
+prediction-distribution shift is the population stability index (:mod:`mlops_model.statistics`) over
+quantile bins of the stable scores.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from mlops_delivery.errors import MetricsError
+from mlops_model import StatisticsError, statistics
 
 logger = logging.getLogger(__name__)
 
@@ -106,19 +108,10 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
 
 def population_stability_index(expected: np.ndarray, actual: np.ndarray, *, bins: int = 10,
                                floor: float = 1e-4) -> float:
-    """PSI of ``actual`` against ``expected``, over quantile bins of ``expected``.
-
-    ``sum((a_i - e_i) * ln(a_i / e_i))`` over bins, shares floored at ``floor`` so empty bins stay finite.
-    Bin edges are the distinct inner quantiles of ``expected``; the outer bins are open-ended.
+    """PSI of ``actual`` against ``expected`` over quantile bins of ``expected``: the one PSI of
+    :mod:`mlops_model.statistics` (only empty bins floored), so canary analysis and drift agree on the same data.
     """
-    expected = np.asarray(expected, dtype=float)
-    actual = np.asarray(actual, dtype=float)
-    if expected.size == 0 or actual.size == 0:
-        raise MetricsError(f"PSI needs scores on both sides, got {expected.size} stable and {actual.size} canary")
-    inner = np.unique(np.quantile(expected, np.linspace(0, 1, bins + 1)[1:-1]))
-    # Bin i holds inner[i-1] <= x < inner[i] (the first and last bins are open-ended).
-    e = np.bincount(np.searchsorted(inner, expected, side="right"), minlength=inner.size + 1) / expected.size
-    a = np.bincount(np.searchsorted(inner, actual, side="right"), minlength=inner.size + 1) / actual.size
-    e = np.maximum(e, floor)
-    a = np.maximum(a, floor)
-    return float(np.sum((a - e) * np.log(a / e)))
+    try:
+        return statistics.psi(*statistics.quantile_bin_counts(expected, actual, bins), floor=floor)
+    except StatisticsError as exc:
+        raise MetricsError(f"prediction PSI: {exc} (stable vs canary scores)") from None

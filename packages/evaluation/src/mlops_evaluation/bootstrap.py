@@ -8,7 +8,9 @@ from typing import Any, Literal
 import numpy as np
 
 from mlops_evaluation.errors import EvaluationError
-from mlops_evaluation.metrics import f1_counts
+from mlops_model import statistics
+
+f1 = statistics.f1_counts
 
 Mode = Literal["absolute", "relative"]
 
@@ -67,9 +69,9 @@ def paired_bootstrap_f1(
         n = min(chunk, samples - start)
         idx = rng.integers(0, len(y), size=(n, len(y)))
         c = parts[:, idx].sum(axis=2)
-        stats[start:start + n] = improvement(f1_counts(c[0], c[1], c[2]), f1_counts(c[3], c[4], c[5]), mode)
+        stats[start:start + n] = improvement(f1(c[0], c[1], c[2]), f1(c[3], c[4], c[5]), mode)
     full = parts.sum(axis=1)
-    estimate = float(improvement(f1_counts(full[0], full[1], full[2]), f1_counts(full[3], full[4], full[5]), mode))
+    estimate = float(improvement(f1(full[0], full[1], full[2]), f1(full[3], full[4], full[5]), mode))
     alpha = (1 - confidence) / 2
     lower, upper = np.quantile(stats, [alpha, 1 - alpha])
     return BootstrapResult(mode, estimate, float(lower), float(upper), confidence, samples, seed)

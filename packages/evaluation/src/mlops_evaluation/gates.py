@@ -16,6 +16,7 @@ from mlops_config import EvaluationConfig
 from mlops_evaluation.bootstrap import paired_bootstrap_f1
 from mlops_evaluation.latency import LatencyRun
 from mlops_evaluation.metrics import binary_metrics, slice_metrics
+from mlops_model import EncoderSpec, EncoderSpecError
 
 GATES = ("quality", "reproducibility", "latency", "contract")
 
@@ -155,14 +156,6 @@ def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 1.0) -> G
     return GateResult("latency", ok, reason, {**s, "tolerance": tolerance, "allowed_regression": allowed})
 
 
-def encoder_columns(encoder: Mapping[str, Any]) -> list[str]:
-    """Input columns an encoder spec reads (numeric, categorical and the arguments of derived columns)."""
-    derived = {d["name"] for d in encoder.get("derived", [])}
-    cols = [n["name"] for n in encoder.get("numeric", [])] + [c["name"] for c in encoder.get("categorical", [])]
-    cols += [a for d in encoder.get("derived", []) for a in d.get("args", [])]
-    return sorted(set(cols) - derived)
-
-
 def contract_gate(meta: Mapping[str, Any], *, feature_service: str, available: Sequence[str]) -> GateResult:
     """The candidate's FeatureService is the one serving reads, and its input schema is what serving sends.
 
@@ -179,7 +172,11 @@ def contract_gate(meta: Mapping[str, Any], *, feature_service: str, available: S
     got_service = features.get("feature_service")
     if got_service != feature_service:
         problems.append(f"FeatureService {got_service!r} != serving's {feature_service!r}")
-    needed = encoder_columns(encoder)
+    try:
+        needed = sorted(EncoderSpec.from_dict(encoder, source="features.encoder").input_columns)
+    except EncoderSpecError as exc:
+        problems.append(str(exc))
+        needed = []
     missing = sorted(set(needed) - set(available))
     if missing:
         problems.append(f"inputs {missing} are not provided by serving")

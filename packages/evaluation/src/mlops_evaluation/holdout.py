@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlops_evaluation.errors import EvaluationError
+from mlops_model import LABEL
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from mlops_config import DataConfig, FeaturesConfig
 
-LABEL = "is_fraud"
+__all__ = ["LABEL", "Holdout", "load_holdout"]
 TIME = "event_timestamp"
 
 

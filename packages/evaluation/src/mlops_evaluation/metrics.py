@@ -1,7 +1,7 @@
-"""Classification metrics on plain arrays, overall and per slice; perplexity for language models.
+"""Classification metrics on checked arrays, overall and per slice; perplexity for language models.
 
-Written with numpy only (no sklearn at run time); the tests check them against scikit-learn and
-hand-computed cases. Ties in scores are handled the way sklearn does (one threshold per distinct score).
+The definitions are :mod:`mlops_model.statistics` (scikit-learn underneath); this module checks the inputs
+and slices them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from mlops_evaluation.errors import EvaluationError
+from mlops_model import statistics
 
 METRICS = ("f1", "precision", "recall", "pr_auc", "roc_auc")
 
@@ -33,61 +34,11 @@ def check_binary(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
     return y.astype(np.int64), s
 
 
-def f1_counts(tp: Any, fp: Any, fn: Any) -> Any:
-    """F1 from counts (arrays allowed); 0 where there are no positives predicted nor actual."""
-    denom = 2 * np.asarray(tp) + np.asarray(fp) + np.asarray(fn)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denom > 0, 2 * np.asarray(tp) / np.where(denom > 0, denom, 1), 0.0)
-
-
-def roc_auc(y: np.ndarray, s: np.ndarray) -> float:
-    """Area under the ROC curve (Mann–Whitney U with mid-ranks for ties); NaN with one class only."""
-    pos = int(y.sum())
-    neg = len(y) - pos
-    if pos == 0 or neg == 0:
-        return math.nan
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s), dtype=np.float64)
-    sorted_s = s[order]
-    # mid-ranks: every member of a tie group gets the mean of the group's ranks
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_s)) + 1]
-    ends = np.r_[starts[1:], len(s)]
-    for a, b in zip(starts, ends, strict=True):
-        ranks[order[a:b]] = (a + b + 1) / 2.0
-    return float((ranks[y == 1].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
-
-
-def average_precision(y: np.ndarray, s: np.ndarray) -> float:
-    """PR-AUC as average precision: Σ (R_k − R_{k−1}) P_k over distinct thresholds; NaN without positives."""
-    pos = int(y.sum())
-    if pos == 0:
-        return math.nan
-    order = np.argsort(-s, kind="mergesort")
-    ys, ss = y[order], s[order]
-    last = np.r_[np.flatnonzero(np.diff(ss)), len(ss) - 1]  # last index of each distinct score
-    tp = np.cumsum(ys)[last]
-    fp = (last + 1) - tp
-    precision = tp / (tp + fp)
-    recall = tp / pos
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
-
-
 def binary_metrics(labels: Any, scores: Any, threshold: float = 0.5) -> dict[str, float]:
-    """F1, precision, recall at ``threshold`` (score ≥ threshold is positive), PR-AUC, ROC-AUC, counts."""
+    """F1, precision, recall at ``threshold`` (score ≥ threshold is positive), PR-AUC, ROC-AUC, counts
+    (:func:`mlops_model.statistics.binary_metrics`, after checking the inputs)."""
     y, s = check_binary(labels, scores)
-    pred = s >= threshold
-    tp = int(np.sum(pred & (y == 1)))
-    fp = int(np.sum(pred & (y == 0)))
-    fn = int(np.sum(~pred & (y == 1)))
-    return {
-        "f1": float(f1_counts(tp, fp, fn)),
-        "precision": tp / (tp + fp) if tp + fp else 0.0,
-        "recall": tp / (tp + fn) if tp + fn else 0.0,
-        "pr_auc": average_precision(y, s),
-        "roc_auc": roc_auc(y, s),
-        "rows": float(len(y)),
-        "positives": float(y.sum()),
-    }
+    return statistics.binary_metrics(y, s, threshold)
 
 
 def slice_metrics(labels: Any, scores: Any, slices: Mapping[str, Sequence[Any]], threshold: float = 0.5

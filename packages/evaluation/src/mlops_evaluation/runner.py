@@ -26,6 +26,7 @@ from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
+from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -43,11 +44,12 @@ def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | No
     return reproduce(recorded, root, max_steps=max_steps)
 
 
-def serving_inputs() -> list[str]:
-    """Columns the serving transformer provides: request-time fields plus the FeatureService's features."""
-    from mlops_features import MERCHANT_FEATURES, REQUEST_FIELDS, USER_FEATURES
+def serving_inputs(features: FeaturesConfig, root: Path) -> list[str]:
+    """Columns the serving transformer provides: request-time fields plus the FeatureService's features, as the
+    Feast registry (the source of truth) lists them."""
+    from mlops_features import service_features
 
-    return [*REQUEST_FIELDS, *USER_FEATURES, *MERCHANT_FEATURES]
+    return [*REQUEST_FIELDS, *service_features(features, root)]
 
 
 def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConfig,
@@ -118,8 +120,6 @@ def _cuda() -> bool:
 
 
 def _max_rel_diff(a: Path, b: Path) -> float:
-    from mlops_core import load_exported
-
     ta, _ = load_exported(a)
     tb, _ = load_exported(b)
     worst = 0.0
@@ -172,7 +172,7 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
             results.append(check_latency(cand, champ, holdout, evaluation))
         else:
             results.append(contract_gate(cand.meta, feature_service=features.feature_service,
-                                         available=serving_inputs()))
+                                         available=serving_inputs(features, root)))
         log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
     return results, holdout.describe()
 

@@ -1,4 +1,8 @@
-"""Registered versions as scorers: fetch the exported model of a version, rebuild the MLP, score rows."""
+"""Registered versions as scorers: fetch the exported model of a version and load it.
+
+A ``tabular_mlp`` version is an :class:`mlops_model.ExportedModel`, the same load-and-score serving uses, so
+the gates judge exactly the scores production returns; a ``causal_lm`` version is rebuilt by :mod:`.lm`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlops_evaluation.errors import EvaluationError
+from mlops_model import ExportedModel, load_exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,42 +35,35 @@ class Scorer:
     meta: dict[str, Any]
     module: torch.nn.Module
     folder: Path
+    tabular: ExportedModel | None = None
+    """The loaded model of a ``tabular_mlp`` version (None for ``causal_lm``)."""
 
     @property
     def kind(self) -> str:
         """``tabular_mlp`` or ``causal_lm``."""
         return str(self.meta.get("kind"))
 
+    def _tabular(self) -> ExportedModel:
+        if self.tabular is None:
+            raise EvaluationError(f"v{self.version} is a {self.kind!r} model: it does not score tabular rows")
+        return self.tabular
+
     def encode(self, frame: pd.DataFrame) -> np.ndarray:
         """Rows → the model's float32 input, with the encoder the model was trained with."""
-        from mlops_features import encode
-
-        return encode(frame, self.meta["features"]["encoder"])
+        return self._tabular().encoder.encode_frame(frame)
 
     def predict_encoded(self) -> Callable[[np.ndarray], np.ndarray]:
         """A predictor over encoded rows (what the latency gate times): forward + sigmoid, no autograd."""
-        import torch
+        return self._tabular().score_encoded
 
-        module = self.module
-
-        def predict(x: np.ndarray) -> np.ndarray:
-            with torch.inference_mode():
-                return torch.sigmoid(module(torch.from_numpy(x)).squeeze(-1)).numpy()
-
-        return predict
-
-    def score(self, frame: pd.DataFrame, batch: int = 4096) -> np.ndarray:
+    def score(self, frame: pd.DataFrame) -> np.ndarray:
         """Probability of fraud for every row."""
-        x = self.encode(frame)
-        predict = self.predict_encoded()
-        return np.concatenate([predict(x[i:i + batch]) for i in range(0, len(x), batch)]) if len(x) else np.empty(0)
+        return self._tabular().score_frame(frame)
 
 
 def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Scorer:
-    """Download ``model/`` of the version's run into ``dst`` and rebuild the network (weights verified)."""
+    """Download ``model/`` of the version's run into ``dst`` and load it (weights verified)."""
     from mlflow.exceptions import MlflowException
-
-    from mlops_core import build_tabular_mlp, load_exported
 
     try:
         mv = client.get_model_version(name, str(version))
@@ -87,7 +85,5 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Sc
     if meta.get("kind") != "tabular_mlp":
         raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; expected 'tabular_mlp' or "
                               "'causal_lm'")
-    module = build_tabular_mlp(meta["architecture"])
-    module.load_state_dict(tensors)
-    module.eval()
-    return Scorer(str(version), mv.run_id, meta, module, folder)
+    model = ExportedModel.load(folder)
+    return Scorer(str(version), mv.run_id, model.meta, model.network, folder, model)

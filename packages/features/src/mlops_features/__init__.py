@@ -3,25 +3,17 @@
 Heavy dependencies (Feast, Great Expectations) load on first use, not on import.
 """
 
-from mlops_features.aggregates import MERCHANT_FEATURES, USER_FEATURES, ingest, read_validated
-from mlops_features.dataset import historical_features, training_set
-from mlops_features.encoding import encode, fit_encoder
+from mlops_features.aggregates import ingest, read_validated
+from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
-from mlops_features.online import UNKNOWN_FLAGS, OnlineFeatures
+from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
 from mlops_features.sample import DRIFT_MODES, generate_transactions
-from mlops_features.schema import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
 
 __all__ = [
     "DRIFT_MODES",
-    "ENTITY_KEYS",
-    "LABEL",
-    "MERCHANT_FEATURES",
-    "REQUEST_FIELDS",
-    "UNKNOWN_FLAGS",
-    "USER_FEATURES",
     "BatchResult",
     "DataError",
     "FeatureStoreError",
@@ -33,8 +25,6 @@ __all__ = [
     "apply_repo",
     "build_features",
     "data_version",
-    "encode",
-    "fit_encoder",
     "generate_transactions",
     "historical_features",
     "ingest",
@@ -44,6 +34,7 @@ __all__ = [
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",
+    "service_features",
     "training_set",
     "validate_batches",
 ]

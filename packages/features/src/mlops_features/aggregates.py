@@ -20,22 +20,10 @@ import numpy as np
 import pandas as pd
 
 from mlops_features.errors import DataError
+from mlops_model import USER_FEATURES
 
 logger = logging.getLogger(__name__)
 
-USER_FEATURES = (
-    "user_txn_count_1h",
-    "user_txn_count_24h",
-    "user_txn_count_7d",
-    "user_amount_sum_1h",
-    "user_amount_sum_24h",
-    "user_amount_sum_7d",
-    "user_amount_mean_7d",
-    "user_amount_std_7d",
-    "user_amount_zscore",
-    "user_distinct_merchants_24h",
-)
-MERCHANT_FEATURES = ("merchant_fraud_rate_7d", "merchant_txn_count_1d", "merchant_amount_mean_7d")
 PRIOR_WEIGHT = 20.0
 """Pseudo-transactions at the global base rate that smooth a merchant's fraud rate."""
 

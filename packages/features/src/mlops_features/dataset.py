@@ -18,8 +18,8 @@ import pandas as pd
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features.aggregates import read_validated
 from mlops_features.errors import FeatureStoreError
-from mlops_features.schema import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 from mlops_features.store import feature_defaults, open_store
+from mlops_model import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,11 @@ def feature_names(store: object, service_name: str) -> list[str]:
             f"feature service {service_name!r} is not in the registry ({exc}); run `mlops features apply`"
         ) from None
     return [f.name for proj in service.feature_view_projections for f in proj.features]
+
+
+def service_features(features: FeaturesConfig, root: str | Path) -> list[str]:
+    """Feature names of ``features.feature_service``, read from the Feast registry (their source of truth)."""
+    return feature_names(open_store(features, root), features.feature_service)
 
 
 def historical_features(features: FeaturesConfig, root: str | Path, entity_df: pd.DataFrame) -> pd.DataFrame:

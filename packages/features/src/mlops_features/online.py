@@ -17,15 +17,10 @@ from typing import Any
 from mlops_config import FeaturesConfig
 from mlops_features.dataset import feature_names
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
-from mlops_features.schema import ENTITY_KEYS
 from mlops_features.store import feature_defaults, open_store
+from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
 
 logger = logging.getLogger(__name__)
-
-UNKNOWN_FLAGS = {"user_id": "unknown_user", "merchant_id": "unknown_merchant"}
-"""Flag added to every returned row per entity key: True when the store had no value for that entity."""
-ANY_UNKNOWN_FLAG = "_unknown_entity"
-"""Flag added to every returned row: True when any of its entities was unknown (defaults were used)."""
 
 _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
 
@@ -90,7 +85,7 @@ class OnlineFeatures:
             for key, names in self._by_entity.items():
                 unknown = all(_is_missing(values[n]) for n in names)
                 item[UNKNOWN_FLAGS[key]] = unknown
-            item[ANY_UNKNOWN_FLAG] = any(item[f] for f in UNKNOWN_FLAGS.values() if f in item)
+            item[UNKNOWN_ENTITY] = any(item[f] for f in UNKNOWN_FLAGS.values() if f in item)
             for n in self.names:
                 item[n] = self.defaults[n] if _is_missing(values[n]) else values[n]
             out.append(item)

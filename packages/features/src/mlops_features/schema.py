@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-ENTITY_KEYS = ("user_id", "merchant_id")
-"""Join keys of the Feast entities ``user`` and ``merchant``."""
-
-REQUEST_FIELDS = ("amount", "currency", "category", "country", "device", "channel")
-"""Fields known at request time; they travel with the transaction, not through the feature store."""
-
-LABEL = "is_fraud"
+from mlops_model import LABEL
 
 CURRENCY_BY_COUNTRY = {
     "US": "USD",

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mlops_model import statistics
 from mlops_monitoring.errors import MonitoringError
 
 
@@ -56,15 +57,9 @@ def realized_quality(
         raise MonitoringError(f"label {label!r} holds {bad.iloc[0]!r}; expected 0/1 or true/false")
     joined = predictions[[key, score]].merge(labels[[key, label]], on=key, how="inner")
     y = joined[label].astype(bool).to_numpy()
-    pred = joined[score].to_numpy(dtype=np.float64) >= threshold
-    tp = int(np.sum(pred & y))
-    fp = int(np.sum(pred & ~y))
-    fn = int(np.sum(~pred & y))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    m = statistics.threshold_metrics(y, joined[score].to_numpy(dtype=np.float64), threshold)
     return RealizedQuality(
         n_predictions=len(predictions), n_labelled=len(joined), threshold=threshold,
-        precision=precision, recall=recall, f1=f1, tp=tp, fp=fp, fn=fn,
+        precision=m["precision"], recall=m["recall"], f1=m["f1"], tp=m["tp"], fp=m["fp"], fn=m["fn"],
         positive_rate=float(y.mean()) if len(y) else 0.0,
     )

@@ -18,10 +18,11 @@ from typing import Any
 
 import httpx
 
+from mlops_model import OPTIONAL_FIELDS, REQUIRED_FIELDS
 from mlops_pipeline.errors import PipelineError
 
-REQUEST_FIELDS = ("user_id", "merchant_id", "amount", "currency", "category", "country", "device", "channel",
-                  "transaction_id")
+REQUEST_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
+"""What the demo sends per instance: the model contract's request fields."""
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mlops_model import REQUEST_FIELDS, UNKNOWN_ENTITY, EncoderSpec
 from mlops_serving.errors import FeatureStoreUnavailableError
-from mlops_serving.schema import CATEGORICAL_FIELDS, NUMERIC_FIELDS
 
 log = logging.getLogger(__name__)
 
-REQUEST_FIELDS = frozenset(NUMERIC_FIELDS + CATEGORICAL_FIELDS)
-UNKNOWN_FLAG_KEYS = ("_unknown_entity", "_missing", "missing", "_defaulted")
-"""Keys an online-store row may use to flag an entity it does not know (defaults returned)."""
-
 
 class FeatureSource(Protocol):
-    """What ``mlops_features.OnlineFeatures`` offers serving (docs/CONTRACTS.md)."""
+    """What ``mlops_features.OnlineFeatures`` offers serving (docs/CONTRACTS.md): rows flag an unknown entity
+    with :data:`mlops_model.UNKNOWN_ENTITY`."""
+
+    @property
+    def service_name(self) -> str:
+        """The FeatureService the rows come from."""
+        ...
+
+    @property
+    def defaults(self) -> Mapping[str, Any]:
+        """What the store returns for an unknown entity, per feature (the repo's FEATURE_DEFAULTS)."""
+        ...
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
 
@@ -68,18 +75,19 @@ class FeatureLookup:
         self._last_error = ""
         self._lock = threading.Lock()
 
-    def configure(self, defaults: Mapping[str, Any]) -> None:
-        """Set the features to look up and their neutral defaults.
+    def configure(self, *encoders: EncoderSpec) -> None:
+        """Look up the store features the served encoders read, defaulting each to the source's default.
 
-        ``defaults`` come from the loaded model's encoder; where the source publishes its own ``defaults``
-        (``OnlineFeatures`` does: the feature repo's FEATURE_DEFAULTS) those win, so a degraded prediction
-        sees exactly what an unknown entity would.
+        The source's default (the feature repo's FEATURE_DEFAULTS) is what an unknown entity gets, so a
+        degraded prediction sees exactly that; a feature the source has no default for gets the encoder's
+        training mean (numeric, encoded as 0) or None (categorical, encoded as "other").
         """
-        merged = dict(defaults)
-        published = getattr(self._source, "defaults", None)
-        if isinstance(published, Mapping):
-            merged.update({k: v for k, v in published.items() if k in merged or not merged})
-        self._defaults = merged
+        merged: dict[str, Any] = {}
+        for spec in encoders:
+            merged.update({c.name: c.mean for c in spec.numeric if c.name not in REQUEST_FIELDS})
+            merged.update({c.name: None for c in spec.categorical if c.name not in REQUEST_FIELDS})
+        published = self._source.defaults
+        self._defaults = {name: published.get(name, value) for name, value in merged.items()}
 
     @property
     def source(self) -> FeatureSource:
@@ -112,7 +120,7 @@ class FeatureLookup:
             self._mark_up()
         features, unknown = [], []
         for got in found:
-            unknown.append(any(bool(got.get(k)) for k in UNKNOWN_FLAG_KEYS))
+            unknown.append(bool(got.get(UNKNOWN_ENTITY)))
             features.append({name: _or_default(got.get(name), default) for name, default in self._defaults.items()})
         return LookupResult(features=features, unknown=unknown, degraded=False)
 
@@ -159,17 +167,3 @@ def _or_default(value: Any, default: Any) -> Any:
         return default
     return value
 
-
-def feature_defaults(encoder: Mapping[str, Any]) -> dict[str, Any]:
-    """Neutral value per store feature of an encoder spec: numeric → training mean, categorical → None.
-
-    Request-time fields are excluded: they come with the request, not from the store.
-    """
-    numeric = encoder.get("numeric") or {}
-    means = {n["name"]: n.get("mean", 0.0) for n in numeric} if isinstance(numeric, list) else {
-        name: (spec.get("mean", 0.0) if isinstance(spec, Mapping) else 0.0) for name, spec in numeric.items()}
-    out: dict[str, Any] = {name: float(mean) for name, mean in means.items() if name not in REQUEST_FIELDS}
-    categorical = encoder.get("categorical") or {}
-    names = [c["name"] for c in categorical] if isinstance(categorical, list) else list(categorical)
-    out.update({name: None for name in names if name not in REQUEST_FIELDS})
-    return out

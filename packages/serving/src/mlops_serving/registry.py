@@ -6,9 +6,10 @@ import logging
 from pathlib import Path
 
 from mlops_config import TrackingConfig
-from mlops_core import META_FILE, mlflow_client, registered_model_name
+from mlops_core import mlflow_client, registered_model_name
+from mlops_model import META_FILE
 from mlops_serving.errors import ModelLoadError
-from mlops_serving.predictor import ModelRef
+from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,15 @@ sends the encoded rows as one V2 tensor ``input`` (FP32, ``[n, input_dim]``) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mlops_model import EncoderSpec, EncoderSpecError
 from mlops_serving.errors import ModelLoadError, PredictorUnavailableError
-from mlops_serving.predictor import ModelRef
+from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -26,25 +27,29 @@ def predictor_url(host: str) -> str:
 
 
 class RemoteModel:
-    """A :class:`~mlops_serving.predictor.ServedModel` whose forward pass runs in the predictor."""
+    """A :class:`~mlops_serving.served.ServedModel` whose forward pass runs in the predictor."""
 
     def __init__(self, name: str, meta: dict[str, Any], base_url: str, timeout_s: float) -> None:
         import httpx
 
         features = meta.get("features") or {}
-        if not isinstance(features.get("encoder"), dict):
-            raise ModelLoadError(f"the predictor at {base_url!r} reports no features.encoder for {name!r}")
+        try:
+            self.encoder = EncoderSpec.from_dict(features.get("encoder"),
+                                                 source=f"the predictor at {base_url!r}'s features.encoder")
+        except EncoderSpecError as exc:
+            raise ModelLoadError(str(exc)) from None
         self.ref = ModelRef(name=name, version=str(meta.get("served_version", "unknown")), folder=Path(base_url),
                             source="predictor")
-        self.encoder: dict[str, Any] = features["encoder"]
         self.feature_service: str | None = features.get("feature_service")
         self.weights_sha256: str = str(meta.get("weights_sha256", ""))
         self._url = f"{base_url}/v2/models/{name}/infer"
         self._client = httpx.Client(timeout=timeout_s)
 
-    def score(self, x: np.ndarray) -> np.ndarray:
+    def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Encode here, score in the predictor (one V2 tensor per batch)."""
         import httpx
 
+        x = self.encoder.encode_records(records)
         body = {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
                             "data": np.asarray(x, dtype=np.float32).ravel().tolist()}]}
         try:

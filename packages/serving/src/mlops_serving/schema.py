@@ -2,7 +2,8 @@
 
 A request carries, per instance, the entity keys the transformer looks features up with and the request-time
 fields the model reads as they are. Anything else is refused with a message naming the field and the
-instance: nothing sent is silently dropped.
+instance: nothing sent is silently dropped. The fields themselves are the model contract's
+(:mod:`mlops_model.contract`).
 """
 
 from __future__ import annotations
@@ -11,21 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mlops_model import CATEGORICAL_FIELDS, ENTITY_KEYS, NUMERIC_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 
-ENTITY_KEYS: tuple[str, ...] = ("user_id", "merchant_id")
-"""Entity keys of the fraud FeatureService (strings)."""
-
-NUMERIC_FIELDS: tuple[str, ...] = ("amount",)
-"""Request-time numeric fields (finite, ≥ 0)."""
-
-CATEGORICAL_FIELDS: tuple[str, ...] = ("currency", "category", "country", "device", "channel")
-"""Request-time categorical fields (strings; values the encoder has not seen encode as unknown)."""
-
-OPTIONAL_FIELDS: tuple[str, ...] = ("transaction_id",)
-"""Fields a request may carry; only logged."""
-
-REQUIRED_FIELDS: tuple[str, ...] = ENTITY_KEYS + NUMERIC_FIELDS + CATEGORICAL_FIELDS
 ALL_FIELDS: frozenset[str] = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
 MAX_STRING_CHARS = 128
 MAX_AMOUNT = 1e9

@@ -8,9 +8,9 @@ and a model that fails to load leaves the server up and not ready. The two predi
 (``/v1/models/{name}:predict``, ``/v2/models/{name}/infer``) are registered ahead of KServe's own so that
 every body goes through the checked decoders of :mod:`mlops_serving.v2` / :mod:`mlops_serving.schema`.
 
-Domain errors map to HTTP codes in one place (the handlers in :func:`build_app`). A guard in front of the routes refuses
-oversize bodies (413) and foreign content types (415) before anything is parsed, and turns any unexpected
-exception into a clean JSON 500 instead of a reset connection.
+Errors map to HTTP codes in one place, :class:`ErrorReplies`: the app's exception handlers and the request
+guard (which refuses oversize bodies and foreign content types before anything is parsed, and turns any
+unexpected exception into a clean JSON 500 instead of a reset connection) both answer through it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -33,10 +33,17 @@ from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
 from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 
-from mlops_serving.errors import FeatureStoreUnavailableError, ServingError
+from mlops_serving.errors import (
+    BadRequestError,
+    FeatureStoreUnavailableError,
+    InternalError,
+    PayloadTooLargeError,
+    ServingError,
+    UnsupportedMediaTypeError,
+)
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import single_threaded_torch
+from mlops_serving.transformer import single_threaded_torch
 from mlops_serving.prediction_log import PredictionLogWriter
 from mlops_serving.v2 import decode_infer_body
 
@@ -51,15 +58,48 @@ META_ROUTE = "/mlops/models/{model_name}/meta"
 READY_CACHE_S = 1.0
 
 
-class StoreReadiness:
+class HostedModel(Protocol):
+    """What the app hosts: a :class:`~mlops_serving.transformer.FraudModel` (transformer, with or without the
+    predictor in process) or a :class:`~mlops_serving.predictor.PredictorModel`; both are ``kserve.Model``."""
+
+    name: str
+    ready: bool
+    reason: str
+
+    @property
+    def stable_version(self) -> str: ...
+
+    def load(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class ModelReadiness:
+    """Predictor readiness: the model loaded."""
+
+    def __init__(self, model: HostedModel) -> None:
+        self._model = model
+
+    def __call__(self) -> tuple[bool, str]:
+        if self._model.ready:
+            return True, ""
+        return False, f"model {self._model.name!r} not ready: {self._model.reason}"
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+
+class StoreReadiness(ModelReadiness):
     """Transformer readiness: the model loaded and the online store reachable (pinged at most once a second).
 
     After the store has answered once, an outage keeps the server ready under the ``degraded`` policy (it still
     answers, flagged) and makes it not ready under ``unavailable``.
     """
 
-    def __init__(self, model: Any, lookup: FeatureLookup, outage: str) -> None:
-        self._model = model
+    def __init__(self, model: HostedModel, lookup: FeatureLookup, outage: str) -> None:
+        super().__init__(model)
         self._lookup = lookup
         self._outage = outage
         self._store_seen = False
@@ -67,8 +107,9 @@ class StoreReadiness:
         self._cached: tuple[bool, str] = (False, "starting")
 
     def __call__(self) -> tuple[bool, str]:
-        if not self._model.ready:
-            return False, f"model {self._model.name!r} not ready: {self._model.reason}"
+        model_ok, reason = super().__call__()
+        if not model_ok:
+            return False, reason
         now = time.monotonic()
         if now - self._checked_at < READY_CACHE_S:
             return self._cached
@@ -90,21 +131,10 @@ class StoreReadiness:
                                   "policy": self._outage}}
 
 
-def model_readiness(model: Any) -> Callable[[], tuple[bool, str]]:
-    """Predictor readiness: the model loaded."""
-
-    def check() -> tuple[bool, str]:
-        if model.ready:
-            return True, ""
-        return False, f"model {model.name!r} not ready: {model.reason}"
-
-    return check
-
-
 class ServingDataPlane(DataPlane):
     """KServe's DataPlane whose server readiness is ours (model loaded, and for the transformer the store)."""
 
-    def __init__(self, registry: ModelRepository, readiness: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(self, registry: ModelRepository, readiness: ModelReadiness) -> None:
         super().__init__(model_registry=registry)
         self.readiness = readiness
 
@@ -112,13 +142,59 @@ class ServingDataPlane(DataPlane):
         return self.readiness()[0]
 
 
+KSERVE_STATUS: dict[type[Exception], int] = {InvalidInput: 400, ModelNotFound: 404, ModelNotReady: 503,
+                                             RequestValidationError: 400}
+"""KServe's and FastAPI's client errors, answered without their handlers' server-side tracebacks."""
+
+
+class ErrorReplies:
+    """The one map from an error to its HTTP answer; every error answered is counted in the errors metric.
+
+    Ours carry their status (:attr:`ServingError.http_status`); KServe's and FastAPI's come from
+    :data:`KSERVE_STATUS`; anything else is a 500 with no details (the log has the traceback).
+    """
+
+    def __init__(self, model: HostedModel, metrics: ServingMetrics) -> None:
+        self._model = model
+        self._metrics = metrics
+
+    def reply(self, exc: Exception) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        """Status, JSON body and extra headers for ``exc``."""
+        if isinstance(exc, ServingError):
+            status = exc.http_status
+        else:
+            status = next((code for kind, code in KSERVE_STATUS.items() if isinstance(exc, kind)), 500)
+            if status == 500:
+                exc = InternalError("internal error; see the server log")
+        prefix = "malformed request: " if isinstance(exc, RequestValidationError) else ""
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
+        self._metrics.errors.labels(self._model.name, self._model.stable_version, type(exc).__name__,
+                                    str(status)).inc()
+        return status, {"error": f"{prefix}{exc}"[:2000]}, headers
+
+    async def handle(self, _: Request, exc: Exception) -> Response:
+        """A FastAPI exception handler."""
+        status, body, headers = self.reply(exc)
+        return _json(body, status_code=status, headers=headers)
+
+    async def send(self, send: Any, exc: Exception) -> None:
+        """Answer ``exc`` on a raw ASGI ``send`` (the request guard, outside FastAPI)."""
+        status, body, headers = self.reply(exc)
+        raw = orjson.dumps(body)
+        extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+                                *extra]})
+        await send({"type": "http.response.body", "body": raw})
+
+
 class RequestGuard:
     """ASGI middleware: size and content-type limits on inference POSTs; unexpected errors become a JSON 500."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, on_error: Callable[[str, int], None]) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, errors: ErrorReplies) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.on_error = on_error
+        self.errors = errors
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -137,35 +213,29 @@ class RequestGuard:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             refusal = self._refuse(headers)
             if refusal is not None:
-                status, kind, message = refusal
-                self.on_error(kind, status)
-                await _send_json(send, status, {"error": message})
+                await self.errors.send(send, refusal)
                 return
             receive = self._limited(receive)
         try:
             await self.app(scope, receive, tracking_send)
-        except _TooLargeError:
-            self.on_error("payload_too_large", 413)
+        except Exception as exc:
+            if not isinstance(exc, PayloadTooLargeError):
+                log.exception("unhandled error on %s", path)
             if not started:
-                await _send_json(send, 413, {"error": f"the body is larger than {self.max_bytes} bytes"})
-        except Exception:
-            log.exception("unhandled error on %s", path)
-            self.on_error("internal", 500)
-            if not started:
-                await _send_json(send, 500, {"error": "internal error; see the server log"})
+                await self.errors.send(send, exc)
 
-    def _refuse(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
+    def _refuse(self, headers: dict[str, str]) -> ServingError | None:
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
-                return 400, "bad_request", f"Content-Length {length!r:.40} is not a number"
+                return BadRequestError(f"Content-Length {length!r:.40} is not a number")
             if int(length) > self.max_bytes:
-                return 413, "payload_too_large", f"the body has {length} bytes; the limit is {self.max_bytes}"
+                return PayloadTooLargeError(f"the body has {length} bytes; the limit is {self.max_bytes}")
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         binary_v2 = "inference-header-content-length" in headers
         if ctype in JSON_TYPES or (binary_v2 and ctype in ("", "application/octet-stream")):
             return None
-        return 415, "unsupported_media_type", (
+        return UnsupportedMediaTypeError(
             f"Content-Type {ctype or '(none)'!r} is not supported; send application/json "
             "(or a V2 binary body with Inference-Header-Content-Length)"
         )
@@ -179,14 +249,10 @@ class RequestGuard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLargeError
+                    raise PayloadTooLargeError(f"the body is larger than {self.max_bytes} bytes")
             return message
 
         return limited_receive
-
-
-class _TooLargeError(Exception):
-    pass
 
 
 def _json(payload: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -194,142 +260,131 @@ def _json(payload: Any, status_code: int = 200, headers: dict[str, str] | None =
                     headers=headers, media_type="application/json")
 
 
-async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:
-    body = orjson.dumps(payload)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+class Routes:
+    """The app's own endpoints over one hosted model and KServe's DataPlane."""
+
+    def __init__(self, model: HostedModel, metrics: ServingMetrics, dataplane: ServingDataPlane,
+                 export_meta: Callable[[], dict[str, Any]] | None) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.dataplane = dataplane
+        self._export_meta = export_meta
+
+    async def live(self) -> dict[str, str]:
+        return {"status": "alive"}
+
+    async def ready(self) -> Response:
+        ok, reason = self.dataplane.readiness()
+        return _json({"ready": ok, "reason": reason or None}, status_code=200 if ok else 503)
+
+    async def status(self) -> dict[str, Any]:
+        ok, reason = self.dataplane.readiness()
+        return {"ready": ok, "reason": reason or None, "model": self.model.describe(),
+                **self.dataplane.readiness.status()}
+
+    async def metrics_text(self) -> Response:
+        return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def exported_meta(self, model_name: str) -> Response:
+        if model_name != self.model.name or self._export_meta is None:
+            raise ModelNotFound(model_name)
+        if not self.model.ready:
+            raise ModelNotReady(model_name, self.model.reason)
+        return _json(self._export_meta())
+
+    async def predict_v1(self, request: Request) -> Response:
+        model_name, headers = await self._ready_request(request)
+        body, attributes = self.dataplane.decode(await request.body(), headers)
+        response, response_headers = await self.dataplane.infer(model_name, body, headers)
+        payload, res_headers = self.dataplane.encode(model_name, response, headers, attributes)
+        return _json(payload, headers=_merged(response_headers, res_headers))
+
+    async def infer_v2(self, request: Request) -> Response:
+        model_name, headers = await self._ready_request(request)
+        infer_request = decode_infer_body(await request.body(), headers, model_name)
+        response, response_headers = await self.dataplane.infer(model_name, infer_request, headers)
+        body, res_headers = self.dataplane.encode(model_name, response, headers, {})
+        if isinstance(body, bytes):
+            return Response(body, headers=_merged(response_headers, res_headers),
+                            media_type="application/octet-stream")
+        return _json(body, headers=_merged(response_headers, res_headers))
+
+    async def _ready_request(self, request: Request) -> tuple[str, dict[str, str]]:
+        model_name = request.path_params["model_name"]
+        if not await self.dataplane.model_ready(model_name, True):
+            raise ModelNotReady(model_name, self.model.reason)
+        return model_name, dict(request.headers.items())  # Starlette gives lower-case names
+
+
+def _merged(response_headers: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """KServe's response headers without the length and type it set for its own body."""
+    merged = {**response_headers, **extra}
+    merged.pop("content-length", None)
+    merged.pop("content-type", None)
+    return merged
+
+
+@asynccontextmanager
+async def _lifespan(model: HostedModel, prediction_log: PredictionLogWriter | None,
+                    load_in_background: bool) -> Any:
+    """Start the log writer and the model load (in a thread, so liveness answers at once); stop both."""
+    single_threaded_torch()  # this is the thread that runs the forward passes
+    if prediction_log is not None:
+        prediction_log.start()
+    stop = threading.Event()
+    if load_in_background:
+        threading.Thread(target=_load_until_ready, args=(model, stop), name="model-load", daemon=True).start()
+    else:
+        await asyncio.get_running_loop().run_in_executor(None, model.load)
+    yield
+    stop.set()
+    model.close()
+    if prediction_log is not None:
+        prediction_log.stop()
 
 
 def build_app(
-    model: Any,
+    model: HostedModel,
     metrics: ServingMetrics,
     *,
-    readiness: Callable[[], tuple[bool, str]],
+    readiness: ModelReadiness,
     max_payload_bytes: int,
     prediction_log: PredictionLogWriter | None = None,
     load_in_background: bool = True,
+    export_meta: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
-    """The server's ASGI app for a :class:`FraudModel` (transformer + predictor, or transformer) or a
-    :class:`~mlops_serving.predictor_model.PredictorModel`; loading starts with the app, in a thread, so
-    liveness answers at once."""
+    """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`."""
     registry = ModelRepository()
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
-    extension = ModelRepositoryExtension(model_registry=registry)
-
-    def count_error(kind: str, status: int) -> None:
-        metrics.errors.labels(model.name, model.stable_version, kind, str(status)).inc()
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> Any:
-        single_threaded_torch()  # this is the thread that runs the forward passes
-        if prediction_log is not None:
-            prediction_log.start()
-        stop = threading.Event()
-        if load_in_background:
-            threading.Thread(target=_load_until_ready, args=(model, stop), name="model-load", daemon=True).start()
-        else:
-            await asyncio.get_running_loop().run_in_executor(None, model.load)
-        yield
-        stop.set()
-        model.close()
-        if prediction_log is not None:
-            prediction_log.stop()
+    routes = Routes(model, metrics, dataplane, export_meta)
+    errors = ErrorReplies(model, metrics)
 
     app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None,
-                  lifespan=lifespan)
+                  lifespan=lambda _: _lifespan(model, prediction_log, load_in_background))
     app.state.model = model
     app.state.dataplane = dataplane
-
-    async def live() -> dict[str, str]:
-        return {"status": "alive"}
-
-    async def ready() -> Response:
-        ok, reason = dataplane.readiness()
-        return _json({"ready": ok, "reason": reason or None}, status_code=200 if ok else 503)
-
-    async def status() -> dict[str, Any]:
-        ok, reason = dataplane.readiness()
-        extra = readiness.status() if hasattr(readiness, "status") else {}
-        return {"ready": ok, "reason": reason or None, "model": model.describe(), **extra}
-
-    async def exported_meta(model_name: str) -> Response:
-        if model_name != model.name:
-            raise ModelNotFound(model_name)
-        if not model.ready:
-            raise ModelNotReady(model_name, model.reason)
-        return _json(model.export_meta())
-
-    async def metrics_endpoint() -> Response:
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    async def infer_v2(request: Request) -> Response:
-        model_name = request.path_params["model_name"]
-        if not await dataplane.model_ready(model_name, True):
-            raise ModelNotReady(model_name, model.reason)
-        headers = dict(request.headers.items())  # Starlette gives lower-case names
-        infer_request = decode_infer_body(await request.body(), headers, model_name)
-        response, response_headers = await dataplane.infer(model_name, infer_request, headers)
-        body, res_headers = dataplane.encode(model_name, response, headers, {})
-        response_headers.update(res_headers)
-        response_headers.pop("content-length", None)
-        response_headers.pop("content-type", None)
-        if isinstance(body, bytes):
-            return Response(body, headers=response_headers, media_type="application/octet-stream")
-        return _json(body, headers=response_headers)
-
-    app.add_api_route("/", live, methods=["GET"])
-    app.add_api_route("/v2/health/live", live, methods=["GET"])
-    app.add_api_route("/v2/health/ready", ready, methods=["GET"])
-    app.add_api_route("/status", status, methods=["GET"])
-    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"])
-    if hasattr(model, "export_meta"):
-        app.add_api_route(META_ROUTE, exported_meta, methods=["GET"])
-    async def predict_v1(request: Request) -> Response:
-        model_name = request.path_params["model_name"]
-        if not await dataplane.model_ready(model_name, True):
-            raise ModelNotReady(model_name, model.reason)
-        headers = dict(request.headers.items())  # Starlette gives lower-case names
-        body, attributes = dataplane.decode(await request.body(), headers)
-        response, response_headers = await dataplane.infer(model_name, body, headers)
-        payload, res_headers = dataplane.encode(model_name, response, headers, attributes)
-        response_headers.update(res_headers)
-        response_headers.pop("content-length", None)
-        response_headers.pop("content-type", None)
-        return _json(payload, headers=response_headers)
-
-    # plain Starlette routes: the hot path skips FastAPI's dependency solving (nothing to inject here)
-    app.add_route("/v1/models/{model_name}:predict", predict_v1, methods=["POST"])
-    app.add_route("/v2/models/{model_name}/infer", infer_v2, methods=["POST"])
+    app.add_api_route("/", routes.live, methods=["GET"])
+    app.add_api_route("/v2/health/live", routes.live, methods=["GET"])
+    app.add_api_route("/v2/health/ready", routes.ready, methods=["GET"])
+    app.add_api_route("/status", routes.status, methods=["GET"])
+    app.add_api_route("/metrics", routes.metrics_text, methods=["GET"])
+    if export_meta is not None:
+        app.add_api_route(META_ROUTE, routes.exported_meta, methods=["GET"])
+    # plain Starlette routes, ahead of KServe's: the hot path skips FastAPI's dependency solving
+    app.add_route("/v1/models/{model_name}:predict", routes.predict_v1, methods=["POST"])
+    app.add_route("/v2/models/{model_name}/infer", routes.infer_v2, methods=["POST"])
+    extension = ModelRepositoryExtension(model_registry=registry)
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
 
-    async def serving_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ServingError)
-        count_error(type(exc).__name__, exc.http_status)
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
-        return _json({"error": str(exc)}, status_code=exc.http_status, headers=headers)
-
-    def plain(status: int, prefix: str = "") -> Any:
-        """KServe's error types answered without its handlers' server-side tracebacks (client errors)."""
-
-        async def handler(_: Request, exc: Exception) -> Response:
-            count_error(type(exc).__name__, status)
-            return _json({"error": f"{prefix}{exc}"[:2000]}, status_code=status)
-
-        return handler
-
-    app.add_exception_handler(ServingError, serving_error)
-    app.add_exception_handler(InvalidInput, plain(400))
-    app.add_exception_handler(ModelNotFound, plain(404))
-    app.add_exception_handler(ModelNotReady, plain(503))
-    app.add_exception_handler(RequestValidationError, plain(400, "malformed request: "))
-    app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, on_error=count_error)
+    for error_type in (ServingError, *KSERVE_STATUS):
+        app.add_exception_handler(error_type, errors.handle)
+    app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
     return app
 
 
-def _load_until_ready(model: Any, stop: threading.Event) -> None:
+def _load_until_ready(model: HostedModel, stop: threading.Event) -> None:
     """Try ``model.load()`` until it succeeds or the server stops; back-off 1 s doubling to 30 s."""
     wait = 1.0
     while not stop.is_set() and not model.load():

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import FeaturesConfig, ServingConfig, TrackingConfig
+from mlops_model import ENTITY_KEYS
 from mlops_serving.errors import ServingError
 from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.model import Encode, FraudModel
+from mlops_serving.transformer import FraudModel
 from mlops_serving.prediction_log import PredictionLogWriter
-from mlops_serving.predictor import LoadedModel, ModelRef, ServedModel, load_model
+from mlops_serving.served import LocalModel, ModelRef, ServedModel, load_model
 from mlops_serving.registry import resolve_alias
 from mlops_serving.remote import remote_loader
 
@@ -30,12 +31,10 @@ def create_app(
     model_name: str,
     loader: Callable[[], tuple[ServedModel, ServedModel | None]],
     source: FeatureSource,
-    encode: Encode,
     log_dir: Path,
     retry_s: float | None = None,
 ) -> Any:
     """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it)."""
-    from mlops_serving.schema import ENTITY_KEYS
     from mlops_serving.server import StoreReadiness, build_app
 
     metrics = ServingMetrics()
@@ -46,7 +45,7 @@ def create_app(
     )
     lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage,
                            retry_s=serving.feature_retry_s if retry_s is None else retry_s)
-    model = FraudModel(model_name, loader=loader, lookup=lookup, encode=encode, metrics=metrics,
+    model = FraudModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0)
     return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
@@ -55,10 +54,10 @@ def create_app(
 
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
                     cache_dir: Path, report: Callable[[str], None] | None = None
-                    ) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
+                    ) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
     """A loader that resolves aliases to versions (once, at start-up) and loads them; the versions are reported."""
 
-    def load() -> tuple[LoadedModel, LoadedModel | None]:
+    def load() -> tuple[LocalModel, LocalModel | None]:
         stable = load_model(resolve_alias(tracking, root, model, alias, cache_dir))
         canary = load_model(resolve_alias(tracking, root, model, canary_alias, cache_dir)) if canary_alias else None
         line = f"serving {model}@{alias} = version {stable.ref.version}" + (
@@ -72,10 +71,10 @@ def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str
 
 
 def folder_loader(model: str, folder: Path, canary_folder: Path | None = None, *, version: str | None = None
-                  ) -> Callable[[], tuple[LoadedModel, LoadedModel | None]]:
+                  ) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
     """A loader for exported folders on disk (no registry); the version label is ``version`` or the folder's name."""
 
-    def load() -> tuple[LoadedModel, LoadedModel | None]:
+    def load() -> tuple[LocalModel, LocalModel | None]:
         stable = load_model(ModelRef(model, version or folder.name, folder))
         canary = load_model(ModelRef(model, canary_folder.name, canary_folder)) if canary_folder else None
         return stable, canary
@@ -131,21 +130,22 @@ def serve(
         loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
     source = mlops_features.OnlineFeatures(features, root)
     app = create_app(serving, model_name=model, loader=loader, source=source,
-                     encode=mlops_features.encode, log_dir=root / serving.prediction_log_dir)
+                     log_dir=root / serving.prediction_log_dir)
     if report is not None:
         report(f"listening on http://{serving.host}:{serving.port} (V1 /v1/models/{model}:predict, "
                f"V2 /v2/models/{model}/infer, /metrics)")
     run_app(app, serving.host, serving.port)
 
 
-def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Callable[[], LoadedModel]) -> Any:
+def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Callable[[], LocalModel]) -> Any:
     """The predictor-only app: encoded rows in, scores out (role ``predictor``)."""
-    from mlops_serving.predictor_model import PredictorModel
-    from mlops_serving.server import build_app, model_readiness
+    from mlops_serving.predictor import PredictorModel
+    from mlops_serving.server import ModelReadiness, build_app
 
     metrics = ServingMetrics()
     model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.max_instances)
-    return build_app(model, metrics, readiness=model_readiness(model), max_payload_bytes=serving.max_payload_bytes)
+    return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
+                     export_meta=model.export_meta)
 
 
 def _serve_predictor(serving: ServingConfig, tracking: TrackingConfig, root: Path, model: str, *, state_dir: str,

@@ -81,7 +81,7 @@ def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: st
                 if doc is not None:
                     mlflow.log_dict(doc, file_name)
             export_dir = export(run_id)
-            from mlops_core import read_meta
+            from mlops_model import read_meta
 
             weights = read_meta(export_dir)["weights_sha256"]
             mlflow.set_tag("mlops.weights_sha256", weights)

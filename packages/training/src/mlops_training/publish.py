@@ -19,8 +19,8 @@ _ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "i
 
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any]) -> Path:
-    """Write the exported-model folder (``mlops_core.exported`` contract) from rank 0's full state dict."""
-    from mlops_core import save_exported
+    """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict."""
+    from mlops_model import save_exported
 
     meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
             "features": task.features_meta(), "lineage": lineage}
@@ -40,7 +40,7 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[st
     import pandas as pd
     import torch
 
-    from mlops_core import build_tabular_mlp
+    from mlops_model import build_tabular_mlp
 
     model = build_tabular_mlp(outcome.built.architecture)
     model.load_state_dict(outcome.full_state)
@@ -102,7 +102,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                        "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins)},
             export=do_export)
         result.update(run_id=recorded.run_id, model_name=recorded.model_name, model_version=recorded.model_version)
-    from mlops_core import read_meta
+    from mlops_model import read_meta
 
     result["export_dir"] = str(folder)
     result["weights_sha256"] = read_meta(folder)["weights_sha256"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlops_model import LABEL, EncoderSpec
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LABEL = "is_fraud"
 TIME = "event_timestamp"
 _ARRAYS = ("train_x", "train_y", "val_x", "val_y")
 
@@ -73,10 +73,10 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
         TrainingError: ``mlops_features`` is not installed or the training set is empty / has no label.
     """
     try:
-        from mlops_features import data_version, encode, fit_encoder, training_set
+        from mlops_features import data_version, training_set
     except ImportError as exc:
         raise TrainingError(
-            f"the fraud model needs mlops_features (training_set, fit_encoder, encode): {exc}; "
+            f"the fraud model needs mlops_features (training_set, data_version): {exc}; "
             "install packages/features (make setup)"
         ) from None
     df = training_set(features, data, root)
@@ -86,10 +86,11 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
             f"{list(df.columns)!r}; expected labelled rows with {LABEL!r} (run `mlops data generate` first?)"
         )
     train, val = split_by_time(df, val_fraction)
-    encoder = fit_encoder(train)
+    spec = EncoderSpec.fit(train)
+    encoder = spec.to_dict()
     cache.mkdir(parents=True, exist_ok=True)
-    arrays = {"train_x": encode(train, encoder), "train_y": train[LABEL].to_numpy(np.float32),
-              "val_x": encode(val, encoder), "val_y": val[LABEL].to_numpy(np.float32)}
+    arrays = {"train_x": spec.encode_frame(train), "train_y": train[LABEL].to_numpy(np.float32),
+              "val_x": spec.encode_frame(val), "val_y": val[LABEL].to_numpy(np.float32)}
     for name, arr in arrays.items():
         np.save(cache / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
     train.to_parquet(cache / "train.parquet", index=False)

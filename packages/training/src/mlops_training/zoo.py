@@ -1,4 +1,4 @@
-"""The model zoo: the fraud MLP (from :mod:`mlops_core.exported`) and LLaMA-architecture causal LMs.
+"""The model zoo: the fraud MLP (from :mod:`mlops_model`) and LLaMA-architecture causal LMs.
 
 LLaMA presets carry the real LLaMA-2 shapes for planning (built on the meta device, no weights) and two
 byte-level shapes small enough to train on CPU. ``transformers`` is imported inside functions.
@@ -80,7 +80,7 @@ def build_model(family: str, *, preset: str = "llama-tiny", input_dim: int | Non
     """
     import torch
 
-    from mlops_core import build_tabular_mlp
+    from mlops_model import build_tabular_mlp
 
     if family == "tabular":
         if not input_dim or input_dim < 1:

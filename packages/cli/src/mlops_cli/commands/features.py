@@ -74,7 +74,8 @@ def get(
     as_json: JsonOpt = False,
 ) -> None:
     """Read one entity row of the FeatureService from the online store."""
-    from mlops_features import ENTITY_KEYS, DataError, OnlineFeatures
+    from mlops_features import DataError, OnlineFeatures
+    from mlops_model import ENTITY_KEYS
 
     row = {}
     for item in entity:

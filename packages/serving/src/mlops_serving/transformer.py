@@ -2,9 +2,9 @@
 
 ``preprocess`` turns a V1 body or a V2 ``InferRequest`` into rows (:mod:`mlops_serving.schema`);
 ``predict`` joins the request to a micro-batch (:mod:`mlops_serving.batcher`); per batch the variant of each
-request is picked (stable|canary), features are looked up once, rows are encoded with the model's own
-encoder (:mod:`mlops_serving.encoding`) and scored; ``postprocess`` answers in the protocol the request came
-in. Metrics and the prediction log are filled here, the log off the request path.
+request is picked (stable|canary), features are looked up once, and each variant scores its rows with its own
+recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`); ``postprocess`` answers in the protocol
+the request came in. Metrics and the prediction log are filled here, the log off the request path.
 """
 
 from __future__ import annotations
@@ -22,18 +22,16 @@ import numpy as np
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from mlops_serving.batcher import MicroBatcher
-from mlops_serving.canary import CANARY, STABLE, CanaryRouter, Variant
-from mlops_serving.encoding import RecordsEncode, compile_encoder
+from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
-from mlops_serving.lookup import FeatureLookup, feature_defaults
+from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.predictor import ServedModel
+from mlops_serving.served import ServedModel
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
 log = logging.getLogger(__name__)
 
-Encode = Callable[[Any, dict[str, Any]], np.ndarray]
 Loader = Callable[[], tuple[ServedModel, ServedModel | None]]
 
 
@@ -77,7 +75,6 @@ class FraudModel(kserve.Model):
         *,
         loader: Loader,
         lookup: FeatureLookup,
-        encode: Encode,
         metrics: ServingMetrics,
         prediction_log: PredictionLogWriter | None,
         max_instances: int,
@@ -88,7 +85,6 @@ class FraudModel(kserve.Model):
         self.ready: bool = False
         self._loader = loader
         self._lookup = lookup
-        self._encode = encode
         self._metrics = metrics
         self._log = prediction_log
         self._max_instances = max_instances
@@ -96,7 +92,6 @@ class FraudModel(kserve.Model):
         self.router: CanaryRouter[ServedModel] | None = None
         self.reason = "loading"
         self._load_lock = threading.Lock()
-        self._encoders: dict[str, RecordsEncode] = {}
         self._series: dict[tuple[str, str], _Series] = {}
         self._batcher: MicroBatcher[_Batch, _Scored] = MicroBatcher(
             self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
@@ -123,13 +118,7 @@ class FraudModel(kserve.Model):
                 self.reason = f"{type(exc).__name__}: {exc}"
                 log.exception("model %s failed to load", self.name)
                 return False
-            defaults = feature_defaults(stable.encoder)
-            if canary is not None:
-                defaults.update(feature_defaults(canary.encoder))
-            self._lookup.configure(defaults)
-            self._encoders = {STABLE: compile_encoder(stable.encoder, self._encode)}
-            if canary is not None:
-                self._encoders[CANARY] = compile_encoder(canary.encoder, self._encode)
+            self._lookup.configure(*(m.encoder for m in (stable, canary) if m is not None))
             self.router = CanaryRouter(stable, canary, self._canary_percent)
             for variant in self.router.variants():
                 ref = variant.target.ref
@@ -140,9 +129,9 @@ class FraudModel(kserve.Model):
             return True
 
     def _check_feature_service(self, stable: ServedModel, canary: ServedModel | None) -> None:
-        service = getattr(self._lookup.source, "service_name", None)
+        service = self._lookup.source.service_name
         for loaded in (stable, canary):
-            if loaded is not None and service and loaded.feature_service and loaded.feature_service != service:
+            if loaded is not None and loaded.feature_service and loaded.feature_service != service:
                 raise ModelLoadError(
                     f"version {loaded.ref.version} was trained on FeatureService {loaded.feature_service!r} but "
                     f"the transformer reads {service!r}; set features.feature_service={loaded.feature_service}")
@@ -217,7 +206,7 @@ class FraudModel(kserve.Model):
             members = [i for i, v in enumerate(picked) if v.name == variant.name]
             records = [{**row, **found.features[bounds[i] + k]} for i in members
                        for k, row in enumerate(batches[i].rows)]
-            out = variant.target.score(self._encoders[variant.name](records))
+            out = variant.target.score_records(records)
             offset = 0
             for i in members:
                 n = len(batches[i].rows)

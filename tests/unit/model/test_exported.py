@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mlops_core.exported import ExportedModelError, build_tabular_mlp, load_exported, save_exported, weights_hash
+from mlops_model import ExportedModelError, build_tabular_mlp, load_exported, save_exported, weights_hash
 
 
 def test_round_trip_and_hash(tmp_path: Path) -> None:

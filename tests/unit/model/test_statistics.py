@@ -1,4 +1,5 @@
-"""The drift statistics against independent sources: scipy for KS and chi², hand arithmetic for PSI."""
+"""The shared statistics against independent sources: scipy for KS and chi², sklearn-free hand arithmetic for PSI
+and the binary metrics."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mlops_monitoring.statistics import chi2, ks_from_sketch, ks_sorted, ks_statistic_sorted, psi
+from mlops_model.statistics import binary_metrics, chi2, ks, ks_from_sketch, psi, quantile_bin_counts, roc_auc
 
 
 def test_psi_by_hand() -> None:
@@ -42,10 +43,9 @@ def test_ks_equals_scipy(n1: int, n2: int, kind: str) -> None:
     else:
         a, b = rng.normal(0, 1, n1), rng.normal(0.05, 1.1, n2)
     expected = stats.ks_2samp(a, b)
-    d, p = ks_sorted(np.sort(a), np.sort(b))
+    d, p = ks(a, b)
     assert d == pytest.approx(float(expected.statistic), abs=1e-12)
     assert p == pytest.approx(float(expected.pvalue), rel=1e-9, abs=1e-300)
-    assert ks_statistic_sorted(np.sort(a), np.sort(b)) == pytest.approx(float(expected.statistic), abs=1e-12)
 
 
 def test_ks_sketch_is_within_a_thousandth() -> None:
@@ -87,3 +87,27 @@ def test_ks_statistic_on_many_small_tied_samples() -> None:
             a, b = rng.normal(size=n1), rng.normal(rng.normal(), size=n2)
         expected = float(stats.ks_2samp(a, b).statistic)
         assert ks_statistic_sorted(np.sort(a), np.sort(b)) == pytest.approx(expected, abs=1e-12), (a, b)
+
+
+def test_canary_and_drift_psi_are_one_definition() -> None:
+    """A bin rarer than the floor is used as measured by both checks (the canary check once floored it)."""
+    from mlops_delivery.metrics import population_stability_index
+
+    expected = np.arange(100_000) / 100_000  # quantile bins of 0.5: two bins of 50,000
+    actual = np.concatenate([np.full(99_999, 0.1), [0.9]])  # shares 0.99999 and 0.00001 (below the 1e-4 floor)
+    hand = (0.99999 - 0.5) * math.log(0.99999 / 0.5) + (0.00001 - 0.5) * math.log(0.00001 / 0.5)
+    assert population_stability_index(expected, actual, bins=2) == pytest.approx(hand, rel=1e-12)
+    assert psi(*quantile_bin_counts(expected, actual, 2)) == pytest.approx(hand, rel=1e-12)
+
+
+def test_binary_metrics_by_hand() -> None:
+    y = np.array([0, 0, 1, 1, 0, 1])
+    s = np.array([0.1, 0.6, 0.6, 0.9, 0.2, 0.4])
+    m = binary_metrics(y, s, threshold=0.5)
+    # predicted positive: rows 1, 2, 3 -> tp 2 (rows 2, 3), fp 1 (row 1), fn 1 (row 5)
+    assert (m["precision"], m["recall"], m["f1"]) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
+    # Mann-Whitney by hand: pairs (pos, neg) with pos > neg count 1, ties 1/2
+    pos, neg = s[y == 1], s[y == 0]
+    u = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)
+    assert roc_auc(y, s) == pytest.approx(u / 9)
+    assert math.isnan(roc_auc(np.zeros(3), np.arange(3.0)))

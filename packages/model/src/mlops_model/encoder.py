@@ -1,0 +1,236 @@
+"""The one encoding from a training-set or request row to the model's float32 input.
+
+:class:`EncoderSpec` is fitted on the training split, travels inside the exported model's ``model.json``
+(``features.encoder``) and is validated when read back. Its columns, in order:
+
+- ``numeric``: ``{"name", "log", "mean", "std"}``; ``log`` columns go through ``sign(x) * log1p(|x|)``
+  before standardisation; a missing value encodes as the mean (0 after scaling).
+- ``derived``: ``{"name", "op", "args", "mean", "std"}`` computed from numeric columns (raw values);
+  ``log_ratio`` is ``log((|a| + 1) / (|b| + 1))`` (the amount against the user's usual amount).
+- ``categorical``: ``{"name", "vocab"}``; one-hot over the vocabulary plus one slot for anything else
+  (new or missing values).
+- ``input_dim``: width of the encoded row.
+
+One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; two thin adapters feed it columns:
+:meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation) and :meth:`EncoderSpec.encode_records`
+(a list of row dicts: serving's hot path, no DataFrame built per request). Same kernel, same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from mlops_model.contract import CATEGORICAL_FIELDS, MERCHANT_FEATURES, USER_FEATURES
+from mlops_model.errors import EncoderSpecError
+
+ENCODER_VERSION = 1
+DEFAULT_NUMERIC = ("amount", *USER_FEATURES, *MERCHANT_FEATURES)
+DEFAULT_DERIVED = (("amount_vs_user_mean_7d", "log_ratio", ("amount", "user_amount_mean_7d")),)
+LOG_PREFIXES = ("amount", "user_amount_sum", "user_amount_mean", "user_amount_std", "merchant_amount")
+"""Numeric columns whose names start with these are heavy-tailed money amounts: encoded on a log scale."""
+
+
+class _Column(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Column name in the training set / request row."""
+
+
+class _Scaled(_Column):
+    mean: float = Field(allow_inf_nan=False)
+    """Mean of the (log-transformed) training values."""
+    std: float = Field(gt=0, allow_inf_nan=False)
+    """Standard deviation of the (log-transformed) training values; 1 where they were constant."""
+
+
+class NumericColumn(_Scaled):
+    log: bool
+    """Whether ``sign(x) * log1p(|x|)`` is applied before standardising."""
+
+
+class DerivedColumn(_Scaled):
+    op: Literal["log_ratio"]
+    """How the column is computed from ``args``."""
+    args: tuple[str, str]
+    """The two numeric columns it is computed from (raw values)."""
+
+
+class CategoricalColumn(_Column):
+    vocab: tuple[str, ...]
+    """Known values, in slot order; one more slot follows for anything else."""
+
+
+class EncoderSpec(BaseModel):
+    """A fitted encoder: frozen, validated, JSON round-trippable (``to_dict`` / ``from_dict``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = ENCODER_VERSION
+    """Format version of the spec."""
+    numeric: tuple[NumericColumn, ...]
+    """Numeric columns, in output order."""
+    derived: tuple[DerivedColumn, ...] = ()
+    """Derived columns, after the numeric ones."""
+    categorical: tuple[CategoricalColumn, ...] = ()
+    """One-hot columns, last."""
+    input_dim: int
+    """Width of the encoded row; must equal the columns' total width."""
+
+    _slots: tuple[dict[str, int], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EncoderSpec:
+        names = [c.name for c in (*self.numeric, *self.derived, *self.categorical)]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"column names {repeated!r} appear more than once")
+        numeric = {c.name for c in self.numeric}
+        for d in self.derived:
+            if not set(d.args) <= numeric:
+                raise ValueError(f"derived column {d.name!r} reads {list(d.args)!r}; only numeric columns "
+                                 f"{sorted(numeric)!r} can be its arguments")
+        for c in self.categorical:
+            if len(set(c.vocab)) != len(c.vocab):
+                raise ValueError(f"categorical column {c.name!r} has repeated vocabulary values")
+        width = len(self.numeric) + len(self.derived) + sum(len(c.vocab) + 1 for c in self.categorical)
+        if self.input_dim != width:
+            raise ValueError(f"input_dim {self.input_dim!r} != {width}, the width of the columns listed")
+        return self
+
+    def model_post_init(self, context: Any) -> None:
+        self._slots = tuple({v: i for i, v in enumerate(c.vocab)} for c in self.categorical)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "encoder spec") -> EncoderSpec:
+        """Validate a spec read from JSON (``model.json``'s ``features.encoder``); errors name the bad field."""
+        if isinstance(data, EncoderSpec):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']} (got {e.get('input')!r:.80})"
+                                 for e in exc.errors())
+            raise EncoderSpecError(f"{source} is not a valid encoder spec (version {ENCODER_VERSION}): "
+                                   f"{problems}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form written into ``model.json``."""
+        return self.model_dump(mode="json")
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The row columns the spec reads, in spec order (derived columns read numeric ones)."""
+        return [c.name for c in self.numeric] + [c.name for c in self.categorical]
+
+    @classmethod
+    def fit(cls, df: pd.DataFrame, numeric: Sequence[str] | None = None,
+            categorical: Sequence[str] | None = None) -> EncoderSpec:
+        """Fit means, standard deviations and vocabularies on ``df`` (the training split only).
+
+        Args:
+            df: Training rows: request-time fields and feature columns.
+            numeric: Numeric columns; default: ``amount`` and every FeatureService column present in ``df``.
+            categorical: Categorical columns; default: the request-time categoricals present in ``df``.
+        """
+        if len(df) == 0:
+            raise EncoderSpecError("cannot fit an encoder on an empty DataFrame: expected training rows")
+        numeric = list(numeric) if numeric is not None else [c for c in DEFAULT_NUMERIC if c in df.columns]
+        categorical = (list(categorical) if categorical is not None
+                       else [c for c in CATEGORICAL_FIELDS if c in df.columns])
+        missing = [c for c in (*numeric, *categorical) if c not in df.columns]
+        if missing:
+            raise EncoderSpecError(f"columns {missing!r} are not in the DataFrame; it has {sorted(df.columns)!r}")
+        raw = {name: _frame_numeric(df, name) for name in numeric}
+        logs = {n: n.startswith(LOG_PREFIXES) for n in numeric}
+        num = [NumericColumn(name=n, log=logs[n], **_moments(_log(raw[n], logs[n]))) for n in numeric]
+        derived = [DerivedColumn(name=name, op=op, args=args, **_moments(_OPS[op](raw[args[0]], raw[args[1]])))
+                   for name, op, args in DEFAULT_DERIVED if all(a in raw for a in args)]
+        cats = [CategoricalColumn(name=n, vocab=tuple(sorted(df[n].dropna().astype(str).unique().tolist())))
+                for n in categorical]
+        width = len(num) + len(derived) + sum(len(c.vocab) + 1 for c in cats)
+        return cls(numeric=tuple(num), derived=tuple(derived), categorical=tuple(cats), input_dim=width)
+
+    def encode_frame(self, df: pd.DataFrame) -> np.ndarray:
+        """Encode DataFrame rows; returns ``float32`` of shape ``(len(df), input_dim)``."""
+        missing = [c for c in self.input_columns if c not in df.columns]
+        if missing:
+            raise EncoderSpecError(f"cannot encode: columns {missing!r} are missing; the encoder expects "
+                                   f"{self.input_columns!r}")
+
+        def categorical(name: str) -> Any:
+            return df[name].astype(object).where(df[name].notna(), None)
+
+        return self._encode(len(df), lambda name: _frame_numeric(df, name), categorical)
+
+    def encode_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Encode row dicts (a missing key counts as a missing value); same bytes as :meth:`encode_frame`."""
+
+        def numeric(name: str) -> np.ndarray:
+            try:
+                return np.array([r.get(name) for r in records], dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise EncoderSpecError(f"column {name!r} must be numeric for the encoder: {exc}") from None
+
+        def categorical(name: str) -> list[Any]:
+            return [None if (x := r.get(name)) is None or (isinstance(x, float) and x != x) else x for r in records]
+
+        return self._encode(len(records), numeric, categorical)
+
+    def _encode(self, n: int, numeric: Callable[[str], np.ndarray], categorical: Callable[[str], Any]) -> np.ndarray:
+        """The column kernel: ``numeric(name)`` gives raw float64 values (NaN = missing), ``categorical(name)``
+        the raw values (None = missing)."""
+        out = np.zeros((n, self.input_dim), dtype=np.float32)
+        raw: dict[str, np.ndarray] = {}
+        for col, spec in enumerate(self.numeric):
+            raw[spec.name] = numeric(spec.name)
+            out[:, col] = _scale(_log(raw[spec.name], spec.log), spec)
+        col = len(self.numeric)
+        for spec in self.derived:
+            out[:, col] = _scale(_OPS[spec.op](raw[spec.args[0]], raw[spec.args[1]]), spec)
+            col += 1
+        rows = np.arange(n)
+        for spec, index in zip(self.categorical, self._slots, strict=True):
+            other = len(index)
+            slots = np.fromiter((other if v is None else index.get(str(v), other) for v in categorical(spec.name)),
+                                dtype=np.int64, count=n)
+            out[rows, col + slots] = 1.0
+            col += other + 1
+        return out
+
+
+def _log_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log((np.abs(a) + 1.0) / (np.abs(b) + 1.0))
+
+
+_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {"log_ratio": _log_ratio}
+
+
+def _frame_numeric(df: pd.DataFrame, name: str) -> np.ndarray:
+    try:
+        return pd.to_numeric(df[name], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+    except (ValueError, TypeError) as exc:
+        raise EncoderSpecError(f"column {name!r} must be numeric for the encoder: {exc}") from None
+
+
+def _log(values: np.ndarray, log: bool) -> np.ndarray:
+    return np.sign(values) * np.log1p(np.abs(values)) if log else values
+
+
+def _moments(values: np.ndarray) -> dict[str, float]:
+    finite = values[np.isfinite(values)]
+    mean = float(finite.mean()) if finite.size else 0.0
+    std = float(finite.std()) if finite.size else 1.0
+    return {"mean": mean, "std": std if std > 1e-12 else 1.0}
+
+
+def _scale(values: np.ndarray, spec: _Scaled) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        scaled = (values - spec.mean) / spec.std
+    return np.where(np.isfinite(scaled), scaled, 0.0)

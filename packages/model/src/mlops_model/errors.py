@@ -1,0 +1,21 @@
+"""Errors of the model contract; all derive from :class:`mlops_core.errors.PlatformError`."""
+
+from __future__ import annotations
+
+from mlops_core.errors import PlatformError
+
+
+class ModelContractError(PlatformError):
+    """Root of the model-contract errors."""
+
+
+class EncoderSpecError(ModelContractError):
+    """An encoder spec is malformed, or rows cannot be encoded with it (a missing or non-numeric column)."""
+
+
+class ExportedModelError(ModelContractError):
+    """An exported model folder is missing a file, corrupt, or of an unknown format."""
+
+
+class StatisticsError(ModelContractError):
+    """A statistic got inputs it is not defined for (empty samples, mismatched bins, non-binary labels)."""

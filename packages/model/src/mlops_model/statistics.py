@@ -1,0 +1,154 @@
+"""The platform's statistics, one definition each: canary analysis, drift, training and the gates import them.
+
+- **PSI** (population stability index) = Σ (cur − ref) · ln(cur / ref) over bin *shares*. A share of
+  exactly 0 is replaced by ``floor`` (default 1e-4) on either side, so an empty bin contributes a large but
+  finite term; every non-empty share is used as measured. Why not floor every share (``max(share, floor)``):
+  that changes the value of any bin rarer than the floor, so two checks on the same data (canary and drift
+  once disagreed) would differ with the bin count; only an empty bin needs a stand-in, and only there is
+  the textbook sum undefined.
+- **KS**: ``scipy.stats.ks_2samp`` (two-sided, method ``auto``); against a reference known only by its ECDF
+  sketch, :func:`ks_from_sketch` (D within about one sketch step of the exact statistic).
+- **chi²**: ``scipy.stats.chi2_contingency`` on the 2 × k table of reference vs current counts, with
+  Cramér's V = sqrt(chi² / N) (2 rows: min(2, k) − 1 = 1) beside it.
+- **Binary classification**: counts at a threshold (score ≥ threshold is positive), precision, recall and F1
+  (0 where a denominator is 0); ROC AUC and average precision (PR AUC) from scikit-learn, NaN where a class
+  is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from mlops_model.errors import StatisticsError
+
+
+def psi(ref_counts: Any, cur_counts: Any, floor: float = 1e-4) -> float:
+    """PSI of two count vectors over the same bins (see the module doc: only empty shares are floored)."""
+    ref = np.asarray(ref_counts, dtype=np.float64)
+    cur = np.asarray(cur_counts, dtype=np.float64)
+    if ref.shape != cur.shape:
+        raise StatisticsError(f"PSI needs counts over the same bins, got shapes {ref.shape} and {cur.shape}")
+    if ref.sum() <= 0 or cur.sum() <= 0:
+        raise StatisticsError(f"PSI needs observations on both sides, got {ref.sum():g} and {cur.sum():g}")
+    ref_share = ref / ref.sum()
+    cur_share = cur / cur.sum()
+    ref_share[ref_share == 0] = floor
+    cur_share[cur_share == 0] = floor
+    return float(np.sum((cur_share - ref_share) * np.log(cur_share / ref_share)))
+
+
+def quantile_bin_counts(expected: Any, actual: Any, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of both samples over quantile bins of ``expected``: its distinct inner quantiles are the edges,
+    bin ``i`` holds ``edge[i-1] <= x < edge[i]``, the outer bins are open-ended."""
+    e = np.asarray(expected, dtype=np.float64)
+    a = np.asarray(actual, dtype=np.float64)
+    if e.size == 0 or a.size == 0:
+        raise StatisticsError(f"quantile bins need values on both sides, got {e.size} and {a.size}")
+    inner = np.unique(np.quantile(e, np.linspace(0, 1, bins + 1)[1:-1]))
+    count = inner.size + 1
+    return (np.bincount(np.searchsorted(inner, e, side="right"), minlength=count),
+            np.bincount(np.searchsorted(inner, a, side="right"), minlength=count))
+
+
+def ks(ref: Any, cur: Any) -> tuple[float, float]:
+    """Two-sample KS statistic and two-sided p-value (``scipy.stats.ks_2samp``, method ``auto``)."""
+    from scipy import stats
+
+    result = stats.ks_2samp(np.asarray(ref, dtype=np.float64), np.asarray(cur, dtype=np.float64))
+    return float(result.statistic), float(result.pvalue)
+
+
+def _last_of_ties(sorted_values: np.ndarray) -> np.ndarray:
+    mask = np.ones(sorted_values.shape[0], dtype=bool)
+    mask[:-1] = sorted_values[1:] != sorted_values[:-1]
+    return mask
+
+
+def ks_from_sketch(ecdf: np.ndarray, n_ref: int, cur_sorted: np.ndarray) -> tuple[float, float]:
+    """Approximate KS of a current sample against a reference known only by its ECDF sketch.
+
+    ``ecdf`` holds the reference quantiles at 0, 1/(k-1), …, 1. F_ref is the step function through them
+    (at a run of equal quantiles, the last one's level, which keeps discrete columns right), so D is within
+    about 1/(k-1) of the exact statistic; the p-value is scipy's asymptotic ``kstwo.sf`` with ``n_ref`` as the
+    reference size, as ``ks_2samp`` uses for large samples.
+    """
+    from scipy import stats
+
+    k = ecdf.shape[0]
+    n2 = cur_sorted.shape[0]
+    at_cur = _last_of_ties(cur_sorted)
+    cur_pts = cur_sorted[at_cur]
+    f_ref_at_cur = np.clip(np.searchsorted(ecdf, cur_pts, side="right") - 1, 0, None) / (k - 1)
+    f_ref_at_cur[cur_pts < ecdf[0]] = 0.0
+    d_cur = np.abs(f_ref_at_cur - (np.flatnonzero(at_cur) + 1) / n2)
+    at_ref = _last_of_ties(ecdf)
+    d_ref = np.abs(np.flatnonzero(at_ref) / (k - 1) - np.searchsorted(cur_sorted, ecdf[at_ref], side="right") / n2)
+    d = float(max(d_cur.max(), d_ref.max()))
+    m, n = sorted([float(n_ref), float(n2)], reverse=True)
+    return d, float(np.clip(stats.kstwo.sf(d, np.round(m * n / (m + n))), 0.0, 1.0))
+
+
+def chi2(ref_counts: Any, cur_counts: Any) -> tuple[float, float, float]:
+    """chi² statistic, p-value and Cramér's V of reference vs current counts over the same categories.
+
+    Categories empty on both sides are left out (their expected count is 0). One category left: no
+    evidence of a difference, statistic 0 and p-value 1.
+    """
+    from scipy import stats
+
+    table = np.vstack([np.asarray(ref_counts, dtype=np.int64), np.asarray(cur_counts, dtype=np.int64)])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 0.0, 1.0, 0.0
+    result = stats.chi2_contingency(table)
+    statistic = float(result.statistic)
+    return statistic, float(result.pvalue), math.sqrt(statistic / table.sum()) if table.sum() else 0.0
+
+
+def f1_counts(tp: Any, fp: Any, fn: Any) -> Any:
+    """F1 = 2tp / (2tp + fp + fn) from counts (arrays allowed); 0 where nothing is predicted nor actual."""
+    tp, fp, fn = np.asarray(tp), np.asarray(fp), np.asarray(fn)
+    denom = 2 * tp + fp + fn
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1), 0.0)
+
+
+def threshold_metrics(labels: Any, scores: Any, threshold: float = 0.5) -> dict[str, float]:
+    """``tp, fp, fn, tn, precision, recall, f1, accuracy`` at ``threshold`` (score ≥ threshold is positive)."""
+    from sklearn.metrics import confusion_matrix
+
+    y = np.asarray(labels).astype(np.int64)
+    pred = (np.asarray(scores, dtype=np.float64) >= threshold).astype(np.int64)
+    tn, fp, fn, tp = (int(c) for c in confusion_matrix(y, pred, labels=[0, 1]).ravel())
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
+            "f1": float(f1_counts(tp, fp, fn)), "accuracy": (tp + tn) / len(y) if len(y) else math.nan}
+
+
+def roc_auc(labels: Any, scores: Any) -> float:
+    """Area under the ROC curve (scikit-learn; ties count half); NaN unless both classes are present."""
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(labels).astype(np.int64)
+    return float(roc_auc_score(y, np.asarray(scores, dtype=np.float64))) if 0 < y.sum() < len(y) else math.nan
+
+
+def average_precision(labels: Any, scores: Any) -> float:
+    """PR AUC as average precision (scikit-learn: Σ (R_k − R_k−1) P_k over distinct thresholds); NaN without
+    positives."""
+    from sklearn.metrics import average_precision_score
+
+    y = np.asarray(labels).astype(np.int64)
+    return float(average_precision_score(y, np.asarray(scores, dtype=np.float64))) if y.sum() else math.nan
+
+
+def binary_metrics(labels: Any, scores: Any, threshold: float = 0.5) -> dict[str, float]:
+    """F1, precision, recall at ``threshold``, PR AUC (average precision) and ROC AUC, rows and positives."""
+    y = np.asarray(labels).astype(np.int64)
+    counts = threshold_metrics(y, scores, threshold)
+    return {"f1": counts["f1"], "precision": counts["precision"], "recall": counts["recall"],
+            "pr_auc": average_precision(y, scores), "roc_auc": roc_auc(y, scores),
+            "rows": float(len(y)), "positives": float(y.sum())}
