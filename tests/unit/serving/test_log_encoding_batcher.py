@@ -47,7 +47,7 @@ def test_log_round_trip_and_since(tmp_path: Path) -> None:
     naive = read_prediction_log(tmp_path, "fraud", since=datetime(2026, 1, 1, 0, 30))
     assert len(naive) == 2
     assert read_prediction_log(tmp_path, "other").empty
-    assert not list((tmp_path / "fraud").glob("*.tmp"))
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 def test_flush_interval_bounds_what_is_in_memory(tmp_path: Path) -> None:
