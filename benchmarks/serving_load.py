@@ -99,10 +99,11 @@ def run_ours(root: Path, redis_port: int, port: int, folder: Path, logging_on: b
 
 
 def _log_like_kserve(model: Any) -> None:
-    """KServe's own defaults: its per-request latency trace on (our server uses KServe's Model call path)."""
-    import logging
+    """KServe's logging defaults on our server: the per-request latency trace of KServe's Model call path (which
+    our server uses) and, with ``run_app(access_log=True)``, uvicorn's access log, both to stderr."""
+    from kserve.logging import configure_logging
 
-    logging.basicConfig(level=logging.INFO)
+    configure_logging()  # what ModelServer does by default (the baseline's setting)
     model.enable_latency_logging = True
 
 
@@ -112,6 +113,7 @@ def run_baseline(port: int, folder: Path, logging_on: bool) -> None:
     import numpy as np
     import torch
     from kserve.constants.constants import FASTAPI_APP_IMPORT_STRING
+    from kserve.logging import KSERVE_TRACE_LOGGER_NAME
     from kserve.model_server import ModelServer
     from kserve.protocol.rest.server import RESTServer
 
@@ -135,12 +137,15 @@ def run_baseline(port: int, folder: Path, logging_on: bool) -> None:
     server = ModelServer(http_port=port, enable_grpc=False, enable_latency_logging=logging_on)
     model = Plain()
     server.register_model(model)
-    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port,
-                      access_log_format=None)
+    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port)
     rest.config.host = "127.0.0.1"  # ModelServer binds 0.0.0.0 and has no host option: keep it on loopback
-    rest.config.access_log = logging_on  # the same as ours: uvicorn's access log on for both or off for both
+    # the same logging as ours: uvicorn's access log (on by default here) and KServe's per-request trace (its
+    # TimingMiddleware's PrintTimings and the model's latency line, both to the kserve.trace logger)
+    rest.config.access_log = logging_on
     if not logging_on:
-        rest.config.log_config = None
+        import logging
+
+        logging.getLogger(KSERVE_TRACE_LOGGER_NAME).setLevel(logging.WARNING)
     rest.run()
 
 

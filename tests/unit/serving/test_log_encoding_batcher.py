@@ -153,7 +153,6 @@ def test_loaded_model_scores_like_a_numpy_forward_pass(tmp_path: Path) -> None:
 
 def test_since_accepts_timedelta_arithmetic(tmp_path: Path) -> None:
     writer = PredictionLogWriter(tmp_path, "fraud", flush_s=60)
-    writer.folder.mkdir(parents=True)
     now = datetime.now(UTC)
     writer.append(_rows(1, (now - timedelta(hours=2)).timestamp()) + _rows(1, now.timestamp()))
     writer.flush()
