@@ -129,23 +129,19 @@ def source(redis_url: str, redis_prefix: str) -> RedisFeatures:
 
 @pytest.fixture
 def stable(tmp_path: Path, source: RedisFeatures) -> Iterator[Predictor]:
-    p = Predictor(export(tmp_path / "models" / "1", seed=11), tmp_path / "log-stable", source)
+    p = Predictor(export(tmp_path / "models" / "1", seed=11), tmp_path / "log", source)
     yield p
     p.stop()
 
 
 def run_canary(tmp_path: Path, stable: Predictor, canary_folder: Path, source: RedisFeatures) -> Any:
-    canary = Predictor(canary_folder, tmp_path / "log-canary", source)
+    canary = Predictor(canary_folder, tmp_path / "log", source)
     try:
         with httpx.Client(timeout=10) as client:
             drive(client, stable, canary, np.random.default_rng(5))
         time.sleep(1.0)  # the prediction log flushes every 0.2 s
-        merged = tmp_path / "log-merged" / "fraud"
-        merged.mkdir(parents=True)
-        for side in (stable, canary):
-            for part in sorted((side.log_dir / "fraud").glob("part-*.parquet")):
-                shutil.copy(part, merged / f"part-{side.log_dir.name}-{part.name.removeprefix('part-')}")
-        return analyze_canary_sources(CFG, tmp_path, merged.parent, "fraud", f"{stable.url}/metrics",
+        assert stable.log_dir == canary.log_dir  # one shared store, as in a cluster
+        return analyze_canary_sources(CFG, tmp_path, stable.log_dir, "fraud", f"{stable.url}/metrics",
                                       f"{canary.url}/metrics", stable_version=1, canary_version=2)
     finally:
         canary.stop()

@@ -22,6 +22,7 @@ from mlops_features.sample import generate_transactions
 from mlops_monitoring import MonitoringError
 from mlops_monitoring.exporter import metric_values
 from mlops_monitoring.monitor import run_monitor
+from mlops_serving import write_prediction_log
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +45,6 @@ def _rows(tmp: Path, seed: int, drift: str, n: int) -> pd.DataFrame:
 
 def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str, *, degraded: bool = False) -> None:
     """Write rows as a prediction-log part (contract columns), spread over the 50 minutes before ``ts_end``."""
-    folder = log_dir / "fraud"
-    folder.mkdir(parents=True, exist_ok=True)
     offsets = np.linspace(50 * 60, 1, len(rows))
     frame = rows.drop(columns=["is_fraud", "event_timestamp", "created"]).assign(
         request_id=[f"r{i}" for i in range(len(rows))],
@@ -53,7 +52,7 @@ def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str, *, degr
         model_name="fraud", model_version="2", variant="stable", degraded=degraded, latency_ms=3.0,
     )
     frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
-    frame.to_parquet(folder / f"part-{part}.parquet", index=False)
+    write_prediction_log(log_dir, "fraud", frame)
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -99,7 +98,7 @@ def sections(tmp_path: Path, webhook: tuple[str, list[dict]], monkeypatch: pytes
     monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     return {
         "monitoring": MonitoringConfig(webhook_url=webhook[0], webhook_token_env="MLOPS_TEST_WEBHOOK_TOKEN"),
-        "serving": ServingConfig(prediction_log_dir="log"),
+        "serving": ServingConfig(prediction_log_uri="log"),
         "tracking": TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
         "project": ProjectConfig(reports_dir="reports"),
     }

@@ -166,7 +166,7 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert f"serving fraud@champion = version {world['version']}" in err
-    log = read_prediction_log(root / world["cfg"].serving.prediction_log_dir, "fraud")
+    log = read_prediction_log(root / world["cfg"].serving.prediction_log_uri, "fraud")
     assert len(log) >= 8 + 1 + 1
     assert set(log["model_version"]) == {world["version"]}
     assert log["degraded"].any() and (~log["degraded"]).any()

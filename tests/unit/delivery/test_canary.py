@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from mlops_config import DeliveryConfig
 from mlops_delivery import MetricsError
 from mlops_delivery.canary import analyze_canary
+from mlops_serving import read_prediction_log, write_prediction_log
 from mlops_delivery.metrics import (
     counter_total,
     histogram_buckets,
@@ -53,14 +54,12 @@ def exposition(*, ok: int, errors_5xx: int = 0, errors_4xx: int = 0, latency_s: 
 
 
 def log_frame(tmp_path: Path, stable: np.ndarray, canary: np.ndarray) -> pd.DataFrame:
-    """A prediction log written to and read back from parquet (contract columns that the analysis reads)."""
+    """A prediction log written to and read back from the store (contract columns that the analysis reads)."""
     rows = [("1", "stable", s) for s in stable] + [("2", "canary", s) for s in canary]
     frame = pd.DataFrame(rows, columns=["model_version", "variant", "score"])
     frame["ts"] = pd.Timestamp("2026-11-30T08:00:00Z")
-    folder = tmp_path / "fraud"
-    folder.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(folder / "part-00001.parquet")
-    return pd.read_parquet(folder / "part-00001.parquet")
+    write_prediction_log(tmp_path, "fraud", frame)
+    return read_prediction_log(tmp_path, "fraud")
 
 
 def test_p99_interpolates_inside_the_bucket_like_promql() -> None:

@@ -50,8 +50,13 @@ class ServingConfig(Section):
     workers: int = Field(default=1, ge=1)
     """Server worker processes."""
 
-    prediction_log_dir: str = ".mlops/prediction_log"
-    """Folder of the prediction log (parquet parts)."""
+    prediction_log_uri: str = Field(default=".mlops/prediction_log", min_length=1)
+    """Store of the prediction log (parquet parts partitioned by model / version / hour): a folder (relative to
+    the repo root) or ``file://`` locally, ``s3://bucket/prefix`` in a cluster, so serving pods, the drift job and
+    the canary analysis all reach it."""
+
+    prediction_log_retention_hours: float = Field(default=720.0, gt=0)
+    """Hour partitions older than this are deleted (by each serving replica, once an hour)."""
 
     prediction_log_flush_s: float = Field(default=2.0, gt=0)
     """Flush interval of the prediction log; a crash loses at most this much."""

@@ -177,7 +177,7 @@ def analyze_canary(
 def analyze_canary_sources(
     delivery: DeliveryConfig,
     root: Path,
-    log_dir: Path,
+    log_uri: str | Path,
     model: str,
     stable_source: str,
     canary_source: str,
@@ -191,7 +191,7 @@ def analyze_canary_sources(
     Each source is one predictor's ``/metrics`` (or a saved copy), so every series in it counts. Versions
     default to what the production overlay under ``root`` says runs (its stable and canary versions).
     """
-    from mlops_serving import read_prediction_log  # the prediction log's one reader (docs/CONTRACTS.md)
+    from mlops_serving import PredictionLogError, read_prediction_log  # the log's one reader (docs/CONTRACTS.md)
 
     if stable_version is None or canary_version is None:
         from mlops_delivery.promotion import gitops_status, stage_env
@@ -202,7 +202,11 @@ def analyze_canary_sources(
         stable_version = prod.stable_version if stable_version is None else stable_version
         canary_version = prod.canary_version if canary_version is None else canary_version
     assert canary_version is not None
-    log = read_prediction_log(log_dir, model, since=since)
+    try:  # only the two versions' partitions of the window, and only the columns compared
+        log = read_prediction_log(log_uri, model, since=since, versions=[stable_version, canary_version],
+                                  columns=["model_version", "score"])
+    except PredictionLogError as exc:
+        raise MetricsError(str(exc)) from None
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
                           stable_version=stable_version, canary_version=canary_version)
 
@@ -210,7 +214,7 @@ def analyze_canary_sources(
 def analyze_until_decided(
     delivery: DeliveryConfig,
     root: Path,
-    log_dir: Path,
+    log_uri: str | Path,
     model: str,
     stable_source: str,
     canary_source: str,
@@ -227,7 +231,7 @@ def analyze_until_decided(
     """
     deadline = time.monotonic() + wait_s
     while True:
-        result = analyze_canary_sources(delivery, root, log_dir, model, stable_source, canary_source,
+        result = analyze_canary_sources(delivery, root, log_uri, model, stable_source, canary_source,
                                         stable_version=stable_version, canary_version=canary_version, since=since)
         if result.decision != "hold" or time.monotonic() + interval_s > deadline:
             return result

@@ -147,7 +147,10 @@ def run_monitor(
     if current is not None:
         frame, info = read_table(current, "current batch"), {"source": str(current)}
     else:
-        frame, info = load_window(root / serving.prediction_log_dir, model, window or monitoring.window, now=now)
+        from mlops_serving import resolve_prediction_log_uri
+
+        log_uri = resolve_prediction_log_uri(serving.prediction_log_uri, root)
+        frame, info = load_window(log_uri, model, window or monitoring.window, now=now)
     if "degraded" in frame.columns and frame["degraded"].any():
         # answered with default features while the online store was down: a serving incident, not drift
         info["degraded_rows_excluded"] = int(frame["degraded"].sum())

@@ -56,35 +56,32 @@ def read_table(path: Path, what: str) -> pd.DataFrame:
     raise MonitoringError(f"{what} {str(path)!r} has suffix {path.suffix!r}; expected .parquet, .csv or a folder")
 
 
-def read_log(log_dir: Path, model: str, since: datetime | None) -> pd.DataFrame:
-    """The prediction log of ``model`` since ``since``, through ``mlops_serving.read_prediction_log``.
+def read_log(log_uri: str | Path, model: str, since: datetime | None,
+             until: datetime | None = None) -> pd.DataFrame:
+    """The prediction log of ``model`` with ``since <= ts <= until``, through ``mlops_serving.read_prediction_log``.
 
-    Without ``mlops_serving`` installed the parquet parts are read directly, per docs/CONTRACTS.md.
+    Only the hour partitions of that window are opened (the store's layout: docs/CONTRACTS.md).
+
+    Raises:
+        MonitoringError: the store cannot be read.
     """
+    from mlops_serving import PredictionLogError, read_prediction_log
+
     try:
-        from mlops_serving import read_prediction_log
-    except ImportError:  # serving is optional for a monitor-only install; same contract, read directly
-        folder = log_dir / model
-        parts = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-        if not parts:
-            return pd.DataFrame()
-        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
-        if since is not None:
-            frame = frame[frame["ts"] >= pd.Timestamp(since)]
-        return frame.reset_index(drop=True)
-    return read_prediction_log(log_dir, model, since=since)
+        return read_prediction_log(log_uri, model, since=since, until=until)
+    except PredictionLogError as exc:
+        raise MonitoringError(str(exc)) from None
 
 
 def load_window(
-    log_dir: Path, model: str, window: str, *, now: datetime | None = None
+    log_uri: str | Path, model: str, window: str, *, now: datetime | None = None
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The last ``window`` of the prediction log (``ts`` in ``[now - window, now]``), and what it covers."""
     now = now or datetime.now(UTC)
     since = now - parse_window(window)
-    frame = read_log(log_dir, model, since)
-    if len(frame):
-        frame = frame[frame["ts"] <= pd.Timestamp(now)].reset_index(drop=True)
-    info = {"source": str(log_dir / model), "window": window, "since": since.isoformat(), "until": now.isoformat()}
+    frame = read_log(log_uri, model, since, now)
+    info = {"source": f"{str(log_uri).rstrip('/')}/model={model}", "window": window, "since": since.isoformat(),
+            "until": now.isoformat()}
     return frame, info
 
 

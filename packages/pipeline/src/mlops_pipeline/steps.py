@@ -248,7 +248,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
     percent = 50
     log_dir = ctx.work_dir / "canary_log"
     args = ["--alias", "champion", "--canary-alias", "canary", "--canary-percent", str(percent),
-            "--set", f"serving.prediction_log_dir={log_dir}"]
+            "--set", f"serving.prediction_log_uri={log_dir}"]
     # PSI of two samples of n from one distribution is ≈ (bins − 1)·(2/n): ~1,000 per side keeps that noise ≈ 0.02
     n = 2_000 if ctx.fast else 3_000
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
@@ -290,9 +290,9 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     champion_before = _aliases(ctx).get("champion")
     n = 600 if ctx.fast else 1_500
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-drift.log",
-                    ["--alias", "champion", "--set", f"serving.prediction_log_dir={log_dir}"]) as server:
+                    ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}"]) as server:
         traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
-    serving = cfg.serving.model_copy(update={"prediction_log_dir": str(log_dir)})
+    serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h",
                          html=not ctx.fast)
     after = _aliases(ctx)

@@ -1,7 +1,8 @@
 """KServe serving: transformer (Feast online features) + predictor (exported model), prediction log, canary.
 
-Public names only. ``read_prediction_log`` and the errors import cheaply (monitoring and delivery read the
-log); the server side (``serve``, ``create_app``, ...) pulls in kserve and torch, so it loads on first use.
+Public names only. The prediction-log store (``read_prediction_log``, ``write_prediction_log``,
+``prune_prediction_log``, ``resolve_prediction_log_uri``) and the errors import cheaply (monitoring and delivery
+read the log); the server side (``serve``, ``create_app``, ...) pulls in kserve and torch, so it loads on first use.
 """
 
 from __future__ import annotations
@@ -12,10 +13,16 @@ from mlops_serving.errors import (
     BadRequestError,
     FeatureStoreUnavailableError,
     ModelLoadError,
+    PredictionLogError,
     PredictorUnavailableError,
     ServingError,
 )
-from mlops_serving.prediction_log import read_prediction_log
+from mlops_serving.log_store import (
+    prune_prediction_log,
+    read_prediction_log,
+    resolve_prediction_log_uri,
+    write_prediction_log,
+)
 
 _LAZY = {
     "serve": "mlops_serving.service",
@@ -31,16 +38,20 @@ __all__ = [
     "BadRequestError",
     "FeatureStoreUnavailableError",
     "ModelLoadError",
+    "PredictionLogError",
     "PredictionLogWriter",
     "PredictorUnavailableError",
     "ServingError",
     "create_app",
     "create_predictor_app",
     "folder_loader",
+    "prune_prediction_log",
     "read_prediction_log",
     "registry_loader",
     "remote_loader",
+    "resolve_prediction_log_uri",
     "serve",
+    "write_prediction_log",
 ]
 
 

@@ -61,3 +61,9 @@ class PredictorUnavailableError(ServingError):
     """The transformer cannot reach its predictor, or the predictor refused an encoded batch."""
 
     http_status = 503
+
+
+class PredictionLogError(ServingError):
+    """The prediction-log store cannot be opened, written or read, or a read asks for something it lacks."""
+
+    http_status = 500

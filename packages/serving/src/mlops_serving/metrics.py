@@ -65,8 +65,13 @@ class ServingMetrics:
             "mlops_serving_prediction_log_rows", "Rows written to the prediction log.", ["model"], registry=r,
         )
         self.log_dropped = Counter(
-            "mlops_serving_prediction_log_dropped", "Rows not logged because the log queue was full.", ["model"],
-            registry=r,
+            "mlops_serving_prediction_log_dropped",
+            "Rows never written to the prediction log: the queue was full, or the store still failed at the stop.",
+            ["model"], registry=r,
+        )
+        self.log_flush_failures = Counter(
+            "mlops_serving_prediction_log_flush_failures",
+            "Prediction-log flushes that failed (their rows are kept for the next flush).", ["model"], registry=r,
         )
 
     def exposition(self) -> bytes:

@@ -1,62 +1,74 @@
-"""The prediction log: rows queued on the request path, written as parquet parts by a background thread.
+"""The prediction log's writer: rows queued on the request path, written as parquet parts by a background thread.
 
-Layout: ``<log_dir>/<model>/part-<UTC time>-<pid>-<seq>.parquet``; a part is written to a ``.tmp`` name and
-renamed, so readers never see half a file. Columns are those of docs/CONTRACTS.md (request_id, ts, model_name,
-model_version, variant, transaction_id, user_id, merchant_id, request-time fields, feature columns, score,
-degraded, latency_ms).
+Where the parts go and how they are laid out (partitioned by model / version / hour on a local folder or an
+object store) is :mod:`mlops_serving.log_store`. Columns are those of docs/CONTRACTS.md (request_id, ts,
+model_name, model_version, variant, transaction_id, user_id, merchant_id, request-time fields, feature
+columns, score, degraded, latency_ms).
 
 Loss bound: rows live in memory until the next flush, every ``flush_s`` seconds (and at a clean stop), so a
-killed process loses at most the last ``flush_s`` of predictions. The queue is bounded (``max_queue`` rows);
-when it is full, rows are counted as dropped in ``mlops_serving_prediction_log_dropped`` and a warning is
-logged: the request path never blocks on the log.
+killed process loses at most the last ``flush_s`` of predictions. A flush that fails (store unreachable, disk
+full) keeps the rows it could not write and writes them first next time; they are bounded by ``max_queue``
+rows in the queue plus ``max_queue`` rows held back. Beyond that, and for rows still unwritten when the
+server stops, rows are counted in ``mlops_serving_prediction_log_dropped`` and logged: never lost silently,
+and the request path never blocks on the log.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import pandas as pd
+from mlops_serving.errors import PredictionLogError
+from mlops_serving.log_store import PredictionLogStore, partition_rows, rows_table
 
 log = logging.getLogger(__name__)
 
-PART_GLOB = "part-*.parquet"
+PRUNE_EVERY_S = 3600.0
+"""How often the writer deletes partitions past the retention (hour partitions: more often finds nothing)."""
 
 
 class PredictionLogWriter:
-    """Append rows without blocking; a daemon thread flushes them to parquet parts every ``flush_s``."""
+    """Append rows without blocking; a daemon thread flushes them to the store every ``flush_s``."""
 
     def __init__(
         self,
-        log_dir: str | Path,
+        uri: str | Path,
         model: str,
         *,
         flush_s: float = 2.0,
         max_queue: int = 100_000,
+        retention_hours: float | None = None,
         on_written: Callable[[int], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
+        on_failed: Callable[[], None] | None = None,
     ) -> None:
-        self.folder = Path(log_dir) / model
+        self.store = PredictionLogStore(uri, model)
         self._flush_s = flush_s
+        self._max_pending = max_queue
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
+        self._pending: list[Mapping[str, Any]] = []  # rows a failed flush could not write: first in line
+        self._retention = timedelta(hours=retention_hours) if retention_hours else None
         self._on_written = on_written or (lambda n: None)
         self._on_dropped = on_dropped or (lambda n: None)
+        self._on_failed = on_failed or (lambda: None)
+        self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seq = 0
         self._dropped_since_warning = 0
 
+    @property
+    def pending(self) -> int:
+        """Rows held back by failed flushes."""
+        return len(self._pending)
+
     def start(self) -> None:
-        """Create the folder and start the flusher thread."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """Start the flusher thread (which also prunes past the retention, at start and once an hour)."""
         self._thread = threading.Thread(target=self._run, name="prediction-log", daemon=True)
         self._thread.start()
 
@@ -72,72 +84,88 @@ class PredictionLogWriter:
                 return
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Flush what is queued and stop the thread."""
+        """Flush what is queued and stop the thread; rows that still cannot be written are counted as dropped."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(timeout)  # its last act is a final flush
             self._thread = None
+        else:
+            self._flush_safely()
+        with self._flush_lock:
+            lost = len(self._pending) + self._queue.qsize()
+            if lost:
+                self._pending = []
+                self._drain(lost)
+                self._on_dropped(lost)
+                log.error("prediction log %s: %d row(s) could not be written before the stop and are dropped",
+                          self.store.model_dir, lost)
 
     def flush(self) -> int:
-        """Write everything queued now as one part; returns the number of rows written."""
+        """Write the held-back rows and everything queued now, one part per partition; returns rows written.
+
+        Raises:
+            PredictionLogError: a part could not be written; its rows and the rest are kept for the next flush.
+        """
+        with self._flush_lock:
+            self._pending.extend(self._drain(self._max_pending - len(self._pending)))
+            if not self._pending:
+                return 0
+            written = 0
+            unwritten: list[Mapping[str, Any]] = []
+            error: Exception | None = None
+            for (version, hour), rows in partition_rows(self._pending).items():
+                if error is None:
+                    try:
+                        self.store.write_part(version, hour, rows_table(rows))
+                        written += len(rows)
+                        continue
+                    except Exception as exc:  # filesystems and object stores raise many types
+                        error = exc
+                unwritten.extend(rows)  # after one failure the store is likely down: keep the rest untried
+            self._pending = unwritten
+        if written:
+            self._on_written(written)
+        if error is not None:
+            raise PredictionLogError(f"prediction log flush to {self.store.model_dir!r} failed; {len(unwritten)} "
+                                     f"row(s) kept for the next flush: {type(error).__name__}: {error}") from error
+        return written
+
+    def _drain(self, limit: int) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        while True:
+        while len(rows) < limit:
             try:
                 rows.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        if not rows:
-            return 0
-        self._write(rows)
-        return len(rows)
+        return rows
 
     def _run(self) -> None:
-        while not self._stop.wait(self._flush_s):
+        next_prune = time.monotonic()
+        while True:
+            if self._retention is not None and time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + PRUNE_EVERY_S
+                self._prune_safely()
+            if self._stop.wait(self._flush_s):
+                break
             self._flush_safely()
         self._flush_safely()
 
+    def _prune_safely(self) -> None:
+        assert self._retention is not None
+        try:
+            self.store.prune(self._retention, datetime.now(UTC))
+        except Exception:  # retention must not stop the log; the next hour tries again
+            log.exception("prediction log %s: pruning past the retention failed", self.store.model_dir)
+
     def _flush_safely(self) -> None:
         try:
-            n = self.flush()
-        except Exception:  # a full disk must not kill the thread; the next flush tries again
-            log.exception("prediction log flush to %s failed", self.folder)
-            return
-        if n:
-            self._on_written(n)
+            self.flush()
+        except Exception as exc:  # a store outage must not kill the thread; the rows wait for the next flush
+            self._on_failed()
+            log.error("%s", exc)
         if self._dropped_since_warning:
             log.warning("prediction log queue full: %d rows dropped", self._dropped_since_warning)
             self._dropped_since_warning = 0
-
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        # pyarrow straight from the dicts: ~6x cheaper than a DataFrame, and the GIL is the request path's too
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        self._seq += 1
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        final = self.folder / f"part-{stamp}-{os.getpid()}-{self._seq:06d}.parquet"
-        tmp = final.with_suffix(".parquet.tmp")
-        self.folder.mkdir(parents=True, exist_ok=True)  # also when someone removed it while serving
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        tmp.replace(final)
-
-
-def read_prediction_log(log_dir: str | Path, model: str, since: datetime | None = None) -> pd.DataFrame:
-    """All logged predictions of ``model`` (oldest first), optionally only those at or after ``since`` (UTC).
-
-    Returns an empty frame with no columns when nothing was logged yet.
-    """
-    import pandas as pd
-
-    folder = Path(log_dir) / model
-    parts = sorted(folder.glob(PART_GLOB)) if folder.is_dir() else []
-    if not parts:
-        return pd.DataFrame()
-    frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
-    if since is not None:
-        cutoff = pd.Timestamp(since if since.tzinfo else since.replace(tzinfo=UTC))
-        frame = frame[frame["ts"] >= cutoff]
-    return frame.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
 def log_rows(

@@ -13,6 +13,9 @@ from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 
+COMPLETE_MARK = ".download-complete"
+"""Written last into a downloaded version's folder: only folders holding it count as cached."""
+
 
 def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, cache_dir: Path) -> ModelRef:
     """Resolve ``alias`` of registered model ``model`` to a version once and download its exported folder.
@@ -20,7 +23,6 @@ def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, 
     Raises:
         ModelLoadError: the registry is unreachable, the alias is not set, or the artifacts have no model.json.
     """
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     name = registered_model_name(tracking, model)
@@ -36,16 +38,49 @@ def resolve_alias(tracking: TrackingConfig, root: Path, model: str, alias: str, 
         raise ModelLoadError(f"cannot reach the model registry at {tracking.uri!r}: {exc}") from None
     target = cache_dir / name / str(version.version)
     try:
-        if not any(target.rglob(META_FILE)):
-            target.mkdir(parents=True, exist_ok=True)
-            source = client.get_model_version_download_uri(name, version.version)
-            mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target),
-                                                tracking_uri=client.tracking_uri)
+        download_once(client.get_model_version_download_uri(name, version.version), target,
+                      tracking_uri=client.tracking_uri)
+    except ModelLoadError:
+        raise
     except Exception as exc:  # artifact stores raise many types
         raise ModelLoadError(f"cannot download {name!r} version {version.version}: {exc}") from None
     folder = find_exported_folder(target)
     log.info("alias %s of %s resolved to version %s", alias, name, version.version)
     return ModelRef(name=model, version=str(version.version), folder=folder, alias=alias, source="registry")
+
+
+def download_once(artifact_uri: str, target: Path, *, tracking_uri: str | None = None) -> None:
+    """Download ``artifact_uri`` to ``target`` unless a complete download is already there.
+
+    A download lands in a temporary sibling folder, is checked for ``model.json``, marked complete and only
+    then renamed into place: an interrupted download (a killed pod, a full disk) never looks cached. A
+    ``target`` without the mark (left by an older server, or by hand) is not trusted: it is downloaded again.
+    """
+    import shutil
+    import uuid
+
+    import mlflow
+
+    if (target / COMPLETE_MARK).is_file():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.download-{uuid.uuid4().hex[:8]}"
+    try:
+        mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=str(tmp), tracking_uri=tracking_uri)
+        find_exported_folder(tmp)  # refuses a version without model.json before it is cached
+        (tmp / COMPLETE_MARK).write_text(artifact_uri + "\n", encoding="utf-8")
+        if target.exists():  # an untrusted leftover; a concurrent complete download wins the race below
+            if (target / COMPLETE_MARK).is_file():
+                return
+            shutil.rmtree(target)
+            log.warning("discarded an incomplete model download in %s", target)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process renamed its complete copy into place first
+            if not (target / COMPLETE_MARK).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def find_exported_folder(path: Path) -> Path:

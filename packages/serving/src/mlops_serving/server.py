@@ -56,6 +56,7 @@ JSON_TYPES = ("application/json", "application/cloudevents+json")
 META_ROUTE = "/mlops/models/{model_name}/meta"
 """A predictor's model.json (version, encoder, FeatureService): what its transformer encodes for."""
 READY_CACHE_S = 1.0
+MODEL_REPOSITORY_PREFIX = "/v2/repository"
 
 
 class HostedModel(Protocol):
@@ -377,11 +378,24 @@ def build_app(
     extension = ModelRepositoryExtension(model_registry=registry)
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
+    drop_model_repository_routes(app)
 
     for error_type in (ServingError, *KSERVE_STATUS):
         app.add_exception_handler(error_type, errors.handle)
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
     return app
+
+
+def drop_model_repository_routes(app: FastAPI) -> None:
+    """Remove KServe's model-repository routes (``/v2/repository/index``, ``.../models/{name}/load|unload``).
+
+    KServe mounts them on the serving port with no protection: anyone who reaches it could unload the model,
+    after which predict answers 404 and readiness 503 while liveness stays 200, so nothing restarts the
+    replica. What a server serves is decided by its manifest and the registry, never over HTTP: these paths
+    answer 404 here.
+    """
+    app.router.routes[:] = [route for route in app.router.routes
+                            if not getattr(route, "path", "").startswith(MODEL_REPOSITORY_PREFIX)]
 
 
 def _load_until_ready(model: HostedModel, stop: threading.Event) -> None:
@@ -392,11 +406,11 @@ def _load_until_ready(model: HostedModel, stop: threading.Event) -> None:
         wait = min(30.0, wait * 2)
 
 
-def run_app(app: FastAPI, host: str, port: int) -> None:
+def run_app(app: FastAPI, host: str, port: int, *, access_log: bool = False) -> None:
     """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM (uvloop + httptools when installed)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=access_log, lifespan="on",
                             timeout_keep_alive=65, timeout_graceful_shutdown=10)
     log.info("serving on http://%s:%d", host, port)
     uvicorn.Server(config).run()

@@ -15,6 +15,7 @@ from typing import Any
 from mlops_config import FeaturesConfig, ServingConfig, TrackingConfig
 from mlops_model import ENTITY_KEYS
 from mlops_serving.errors import ServingError
+from mlops_serving.log_store import resolve_prediction_log_uri
 from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.transformer import FraudModel
@@ -31,17 +32,20 @@ def create_app(
     model_name: str,
     loader: Callable[[], tuple[ServedModel, ServedModel | None]],
     source: FeatureSource,
-    log_dir: Path,
+    log_dir: str | Path,
     retry_s: float | None = None,
 ) -> Any:
-    """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it)."""
+    """A ready-to-run ASGI app from parts (tests and :func:`serve` both use it); ``log_dir`` is the
+    prediction-log store (a folder or an fsspec URI such as ``s3://bucket/prefix``)."""
     from mlops_serving.server import StoreReadiness, build_app
 
     metrics = ServingMetrics()
     writer = PredictionLogWriter(
         log_dir, model_name, flush_s=serving.prediction_log_flush_s, max_queue=serving.prediction_log_max_queue,
+        retention_hours=serving.prediction_log_retention_hours,
         on_written=lambda n: metrics.log_rows.labels(model_name).inc(n),
         on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
+        on_failed=lambda: metrics.log_flush_failures.labels(model_name).inc(),
     )
     lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage,
                            retry_s=serving.feature_retry_s if retry_s is None else retry_s)
@@ -130,7 +134,7 @@ def serve(
         loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
     source = mlops_features.OnlineFeatures(features, root)
     app = create_app(serving, model_name=model, loader=loader, source=source,
-                     log_dir=root / serving.prediction_log_dir)
+                     log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root))
     if report is not None:
         report(f"listening on http://{serving.host}:{serving.port} (V1 /v1/models/{model}:predict, "
                f"V2 /v2/models/{model}/infer, /metrics)")

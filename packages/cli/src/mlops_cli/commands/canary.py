@@ -9,6 +9,7 @@ import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
 from mlops_delivery import analyze_until_decided
+from mlops_serving import resolve_prediction_log_uri
 
 app = typer.Typer(help="Canary analysis: error rate, p99 latency and prediction PSI, canary vs stable.",
                   no_args_is_help=True)
@@ -35,7 +36,8 @@ def analyze(
     """Decide whether the canary may take more traffic; print the decision and its evidence."""
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
-    result = analyze_until_decided(cfg.delivery, loaded.root, loaded.resolve_path(cfg.serving.prediction_log_dir),
+    result = analyze_until_decided(cfg.delivery, loaded.root,
+                                   resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root),
                                    cfg.project.model, stable_metrics, canary_metrics, wait_s=wait_s,
                                    interval_s=interval_s, stable_version=stable_version,
                                    canary_version=canary_version, since=since)
