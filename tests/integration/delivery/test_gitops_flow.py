@@ -61,26 +61,27 @@ def gate_report(version: str, passed: bool) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, register_exported: Any) -> Path:
     """A git repo holding infra/ and configs/, with a SQLite registry (under .mlops/) where fraud v1 passed its
-    gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy."""
-    from mlflow.tracking import MlflowClient
-
+    gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy.
+    Each version is a real exported model; promotions publish it to a local folder standing in for the bucket."""
     from mlops_core import lifecycle
     from mlops_core.tracking import configure_tracking
 
     root = tmp_path_factory.mktemp("seeded") / "repo"
     shutil.copytree(repo_root / "infra", root / "infra")
     shutil.copytree(repo_root / "configs", root / "configs")
+    bucket = (root.parent / "bucket").as_uri()
+    base = root / "configs" / "base.yaml"
+    base.write_text(base.read_text().replace(
+        "delivery:\n", f"delivery:\n  storage_uri_template: {bucket}/models/{{model}}/v{{version}}\n", 1))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", ".")
     git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
     tracking = TrackingConfig()
     configure_tracking(tracking, root)
-    client = MlflowClient()
-    client.create_registered_model("fraud")
-    for _ in range(2):
-        client.create_model_version("fraud", source=(root / "artifact").as_uri())
+    for seed in (1, 2):
+        register_exported(root, "fraud", seed)
     lifecycle.promote(tracking, root, "fraud", "1", "candidate", reason="trained", actor="test")
     lifecycle.promote(tracking, root, "fraud", "1", "staging", reason="gates passed", actor="test",
                       gate_report=gate_report("1", True))

@@ -2,6 +2,7 @@
 
 from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
 from mlops_delivery.manifest import ModelManifest, Placement
+from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.promotion import (
     ManifestChange,
     gitops_status,
@@ -20,9 +21,13 @@ __all__ = [
     "ModelManifest",
     "Placement",
     "PromotionRefusedError",
+    "PublishError",
+    "Published",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
     "promote_version",
+    "publish_folder",
+    "publish_model",
     "rollback_env",
 ]
