@@ -77,5 +77,5 @@ def test_missing_landing_area_or_version_is_a_clear_error(tmp_path: Path) -> Non
         ingest_landed(data, _workspace(tmp_path, "a"))
     with pytest.raises(DataError, match="data version 'latest' is not published"):
         pull_accepted(data, _workspace(tmp_path, "b"))
-    with pytest.raises(DataError, match="data.landing_uri is not set"):
+    with pytest.raises(DataError, match=r"data\.landing_uri is not set"):
         ingest_landed(DataConfig(), _workspace(tmp_path, "c"))

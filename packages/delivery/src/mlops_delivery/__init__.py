@@ -2,7 +2,6 @@
 
 from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
 from mlops_delivery.manifest import ModelManifest, Placement
-from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.promotion import (
     ManifestChange,
     gitops_status,
@@ -11,6 +10,7 @@ from mlops_delivery.promotion import (
     promote_version,
     rollback_env,
 )
+from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 
 __all__ = [
     "DeliveryError",

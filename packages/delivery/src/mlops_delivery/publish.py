@@ -126,8 +126,9 @@ def _upload(fs: Any, base: str, uri: str, folder: Path, files: dict[str, str]) -
     if fs.exists(marker):
         recorded = json.loads(fs.cat_file(marker))
         if recorded.get("files") != files:
-            raise PublishError(f"{uri!r} already holds a different model (its {MARKER} lists {recorded.get('files')!r}, "
-                               f"this version has {files!r}); published URIs are immutable: use a new version")
+            raise PublishError(f"{uri!r} already holds a different model (its {MARKER} lists "
+                               f"{recorded.get('files')!r}, this version has {files!r}); published URIs are "
+                               f"immutable: use a new version")
         return False
     if fs.exists(base) and fs.ls(base, detail=False):
         present = sorted(Path(str(p)).name for p in fs.ls(base, detail=False))
