@@ -39,7 +39,8 @@ def test_mlflow_server_requires_authentication(rendered: dict[str, list[dict[str
     path = env["MLFLOW_AUTH_CONFIG_PATH"]["value"]
     volume = _volume_of(pod, c, str(Path(path).parent))
     assert volume["secret"]["secretName"] == "mlflow-auth"  # admin credentials + auth DB URI: a Secret
-    assert env["MLFLOW_FLASK_SERVER_SECRET_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "mlflow-auth"
+    for var in ("MLFLOW_FLASK_SERVER_SECRET_KEY", "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        assert env[var]["valueFrom"]["secretKeyRef"]["name"] == "mlflow-auth", var
     init = next(d for d in rendered["platform"] if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
                 "postgres-initdb")
     assert "CREATE DATABASE mlflow_auth" in "".join(init["data"].values())

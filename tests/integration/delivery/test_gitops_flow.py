@@ -75,6 +75,9 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, register_e
     base = root / "configs" / "base.yaml"
     base.write_text(base.read_text().replace(
         "delivery:\n", f"delivery:\n  storage_uri_template: {bucket}/models/{{model}}/v{{version}}\n", 1))
+    for manifest in (PROD, STAGING):  # the manifests name what the template names
+        (root / manifest).write_text((root / manifest).read_text().replace("s3://mlops-artifacts/models",
+                                                                           f"{bucket}/models"))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", ".")
     git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")

@@ -44,6 +44,13 @@ def _get(url: str, user: str | None = None, password: str | None = None) -> int:
         return int(exc.code)
 
 
+def _answers(url: str) -> bool:
+    try:
+        return _get(url) == 200
+    except OSError:  # not listening yet
+        return False
+
+
 @pytest.fixture
 def auth_server(postgres_url: str, tmp_path: Path) -> Iterator[str]:
     import psycopg2
@@ -55,24 +62,25 @@ def auth_server(postgres_url: str, tmp_path: Path) -> Iterator[str]:
         for db in (stem, f"{stem}_auth"):
             cur.execute(f'CREATE DATABASE "{db}"')
     base = postgres_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1)
-    config = write_auth_config(tmp_path / "basic_auth.ini", database_uri=f"{base}/{stem}_auth",
-                               admin_username=ADMIN, admin_password=PASSWORD)
+    # As in the cluster: the file names the users' database, the admin comes from env (a Secret there).
+    config = write_auth_config(tmp_path / "basic_auth.ini", database_uri=f"{base}/{stem}_auth")
     port = _free_port()
     cmd = server_command(backend_store_uri=f"{base}/{stem}", artifacts_destination=(tmp_path / "bucket").as_uri(),
                          host="127.0.0.1", port=port)
     log = (tmp_path / "mlflow-server.log").open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**env, **server_env(config, secrets.token_hex(16))})
+                            env={**env, **server_env(config, secrets.token_hex(16), admin_username=ADMIN,
+                                                     admin_password=PASSWORD)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while _get(f"{url}{SEARCH}", ADMIN, PASSWORD) != 200:
+        deadline = time.monotonic() + 300  # migrations of two databases; minutes on a loaded 2-core machine
+        while not _answers(f"{url}/health"):  # the one route the auth app leaves open (for probes)
             if proc.poll() is not None:
                 pytest.fail(f"mlflow server exited {proc.returncode}: "
                             f"{(tmp_path / 'mlflow-server.log').read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                pytest.fail("mlflow server (basic-auth) did not answer within 120 s")
+                pytest.fail("mlflow server (basic-auth) did not answer within 300 s")
             time.sleep(0.5)
         yield url
     finally:

@@ -3,8 +3,10 @@
 The Deployment in ``infra/platform/mlflow.yaml`` and the rehearsal start the server with these flags
 (``tests/gitops`` checks that the manifest agrees). Authentication is MLflow's own ``basic-auth`` app:
 users and permissions in a database of their own (``database_uri``; PostgreSQL in the cluster, never the
-tracking store's database: both keep an ``alembic_version`` table), the first admin created from the
-auth config file, which therefore holds secrets and is mounted from a Secret. Clients send
+tracking store's database: both keep an ``alembic_version`` table). The auth config file names that
+database (its URI holds the DB password, so the file is a Secret); the first admin comes from
+``MLFLOW_AUTH_ADMIN_USERNAME`` / ``MLFLOW_AUTH_ADMIN_PASSWORD`` (env from a Secret; MLflow ships no default
+password and refuses to bootstrap without one) or from the file. Clients send
 ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (the env vars the profiles name); a request
 without them is answered 401.
 """
@@ -17,31 +19,33 @@ from pathlib import Path
 
 AUTH_APP = "basic-auth"
 AUTH_CONFIG_ENV = "MLFLOW_AUTH_CONFIG_PATH"
+ADMIN_USERNAME_ENV = "MLFLOW_AUTH_ADMIN_USERNAME"
+ADMIN_PASSWORD_ENV = "MLFLOW_AUTH_ADMIN_PASSWORD"
 SECRET_KEY_ENV = "MLFLOW_FLASK_SERVER_SECRET_KEY"
 
 
-def write_auth_config(path: str | Path, *, database_uri: str, admin_username: str, admin_password: str,
-                      default_permission: str = "READ") -> Path:
+def write_auth_config(path: str | Path, *, database_uri: str, admin_username: str | None = None,
+                      admin_password: str | None = None, default_permission: str = "READ") -> Path:
     """Write MLflow's basic-auth config (an INI file) and return its path.
 
     Args:
         path: Where to write it (mode 0600: it holds the admin password).
         database_uri: SQLAlchemy URI of the users/permissions database (``postgresql+psycopg2://…``).
-        admin_username: The admin MLflow creates on first start.
-        admin_password: Its password (MLflow refuses passwords shorter than 12 characters).
+        admin_username: The admin MLflow creates on first start (``None``: from ``MLFLOW_AUTH_ADMIN_USERNAME``).
+        admin_password: Its password, 12 characters or more (``None``: from ``MLFLOW_AUTH_ADMIN_PASSWORD``).
         default_permission: What an authenticated user may do without a grant: ``READ``, ``EDIT``,
             ``MANAGE`` or ``NO_PERMISSIONS``.
     """
     if default_permission not in {"READ", "EDIT", "MANAGE", "NO_PERMISSIONS"}:
         raise ValueError(f"default_permission {default_permission!r} is not one of READ, EDIT, MANAGE, NO_PERMISSIONS")
-    if len(admin_password) < 12:
-        raise ValueError("admin_password must be at least 12 characters (MLflow's own rule)")
+    if admin_password is not None and len(admin_password) < 12:
+        raise ValueError("admin_password must be at least 12 characters")
     parser = configparser.ConfigParser(interpolation=None)
     parser["mlflow"] = {
         "default_permission": default_permission,
         "database_uri": database_uri,
-        "admin_username": admin_username,
-        "admin_password": admin_password,
+        **({"admin_username": admin_username} if admin_username else {}),
+        **({"admin_password": admin_password} if admin_password else {}),
         "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
     }
     out = Path(path)
@@ -74,7 +78,14 @@ def server_command(*, backend_store_uri: str, artifacts_destination: str, host: 
                          port=port, workers=workers)]
 
 
-def server_env(auth_config: str | Path, secret_key: str) -> dict[str, str]:
-    """Env vars the server needs besides the inherited ones: the auth config's path and Flask's secret key."""
-    return {AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
-            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+def server_env(auth_config: str | Path, secret_key: str, *, admin_username: str | None = None,
+               admin_password: str | None = None) -> dict[str, str]:
+    """Env vars the server needs besides the inherited ones: the auth config's path, Flask's secret key and,
+    when given, the first admin's credentials (what the Deployment takes from the Secret ``mlflow-auth``)."""
+    env = {AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
+           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    if admin_username:
+        env[ADMIN_USERNAME_ENV] = admin_username
+    if admin_password:
+        env[ADMIN_PASSWORD_ENV] = admin_password
+    return env
