@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlops_config import DeliveryConfig, TrackingConfig
+from mlops_config import TrackingConfig, load_config
 from mlops_delivery import PromotionRefusedError, promote_version
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def repo(seeded: Path, tmp_path: Path) -> tuple[Path, TrackingConfig]:
 
 def test_gates_come_from_the_ledger_and_promotion_is_idempotent(repo: tuple[Path, TrackingConfig]) -> None:
     root, tracking = repo
-    cfg = DeliveryConfig()
+    cfg = load_config(config_dir=root / "configs", environ={}).config.delivery  # the bucket the manifests name
     before = (root / STAGING).read_text()
     with pytest.raises(PromotionRefusedError, match="fraud v2 has not passed its gates"):
         promote_version(cfg, tracking, root, "fraud", 2, "staging", commit=True)

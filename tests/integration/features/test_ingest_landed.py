@@ -29,6 +29,7 @@ def _workspace(tmp_path: Path, name: str) -> Path:
     return root
 
 
+@pytest.mark.timeout(1200)  # ~1 min alone: a dozen dvc processes; far longer when the cores are shared
 def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path) -> None:
     landing, remote = tmp_path / "landing", tmp_path / "dvc-remote"
     data = DataConfig(raw_dir="data/landed", validated_dir="data/accepted", landing_uri=landing.as_uri(),
