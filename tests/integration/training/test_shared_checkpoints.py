@@ -4,6 +4,7 @@ and ends bit-identical to an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +46,31 @@ def _node(config: PlatformConfig, private: Path, name: str, log: Path) -> subpro
                             start_new_session=True)
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (torchrun's workers run in sessions of their own, so a process-group
+    kill of the agent does not reach them; a dying pod takes all of them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _kill_node(proc: subprocess.Popen[bytes]) -> None:
+    for pid in reversed(_tree(proc.pid)):  # workers first, then the agent
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def _two_nodes(tiny_lm: Callable[..., PlatformConfig], shared: Path) -> PlatformConfig:
     return tiny_lm(*STEPS, "training.nproc=1", "training.nnodes=2", f"training.rdzv_endpoint=127.0.0.1:{_free_port()}",
                    f"training.checkpoint.dir={shared}")
@@ -73,8 +99,7 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
             assert a.poll() is None and b.poll() is None, (logs / "a.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint within 300 s"
             time.sleep(0.02)
-        os.killpg(b.pid, signal.SIGKILL)  # node b, agent and worker, is gone (a pod evicted)
-        b.wait(timeout=30)
+        _kill_node(b)  # node b, agent and worker, is gone (a pod evicted)
         try:
             assert a.wait(timeout=180) != 0  # node a fails on its dead peer; it does not train on alone
         except subprocess.TimeoutExpired:
@@ -82,8 +107,7 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
     finally:
         for p in (a, b):
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                _kill_node(p)
     done = _complete(run_dir)
     assert done and done[-1] < 60 and not (run_dir / "result.json").exists(), "the run finished before the kill"
 
@@ -96,7 +120,7 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
             assert p.wait(timeout=300) == 0, (logs / f"{n}2.log").read_text()[-3000:]
         finally:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                _kill_node(p)
     resumed = json.loads((run_dir / "result.json").read_text())
     assert resumed["resumed_from_step"] is not None and resumed["resumed_from_step"] >= done[0]
     # Nothing of the checkpoint lives in a node's private folder.

@@ -11,7 +11,7 @@ import difflib
 import io
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +92,7 @@ def edit_images(text: str, images: Mapping[str, str], *, path: Path) -> str:
     if not isinstance(entries, list):
         raise ManifestError(f"{str(path)!r}: images must be a list, got {type(entries).__name__}")
     for name, digest in images.items():
-        found = [e for e in entries if isinstance(e, Mapping) and _base_name(e) == name]
+        found = [e for e in entries if isinstance(e, MutableMapping) and _base_name(e) == name]
         if found:
             entry = found[0]
             entry.pop("newTag", None)  # a tag beside a digest is ignored by kustomize: drop it, don't mislead
