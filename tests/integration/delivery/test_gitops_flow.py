@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlops_config import DeliveryConfig, TrackingConfig
+from mlops_config import TrackingConfig, load_config
 from mlops_delivery import PromotionRefusedError, promote_version
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def gate_report(version: str, passed: bool) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, register_exported: Any) -> Path:
     """A git repo holding infra/ and configs/, with a SQLite registry (under .mlops/) where fraud v1 passed its
     gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy."""
     from mlops_core import lifecycle, mlflow_client
@@ -69,14 +69,19 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
     root = tmp_path_factory.mktemp("seeded") / "repo"
     shutil.copytree(repo_root / "infra", root / "infra")
     shutil.copytree(repo_root / "configs", root / "configs")
+    bucket = (root.parent / "bucket").as_uri()
+    base = root / "configs" / "base.yaml"
+    base.write_text(base.read_text().replace(
+        "delivery:\n", f"delivery:\n  storage_uri_template: {bucket}/models/{{model}}/v{{version}}\n", 1))
+    for manifest in (PROD, STAGING):  # the manifests name what the template names
+        (root / manifest).write_text((root / manifest).read_text().replace("s3://mlops-artifacts/models",
+                                                                           f"{bucket}/models"))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", ".")
     git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
     tracking = TrackingConfig()
-    client = mlflow_client(tracking, root)
-    client.create_registered_model("fraud")
-    for _ in range(2):
-        client.create_model_version("fraud", source=(root / "artifact").as_uri())
+    for seed in (1, 2):
+        register_exported(root, "fraud", seed)
     lifecycle.promote(tracking, root, "fraud", "1", "candidate", reason="trained", actor="test")
     lifecycle.promote(tracking, root, "fraud", "1", "staging", reason="gates passed", actor="test",
                       gate_report=gate_report("1", True))
@@ -96,7 +101,7 @@ def repo(seeded: Path, tmp_path: Path) -> tuple[Path, TrackingConfig]:
 
 def test_gates_come_from_the_ledger_and_promotion_is_idempotent(repo: tuple[Path, TrackingConfig]) -> None:
     root, tracking = repo
-    cfg = DeliveryConfig()
+    cfg = load_config(config_dir=root / "configs", environ={}).config.delivery  # the bucket the manifests name
     before = (root / STAGING).read_text()
     with pytest.raises(PromotionRefusedError, match="fraud v2 has not passed its gates"):
         promote_version(cfg, tracking, root, "fraud", 2, "staging", commit=True)

@@ -19,6 +19,14 @@ class DataConfig(Section):
     quarantine_dir: str = "data/quarantine"
     """Folder for rejected rows and batches, each with the failed expectations."""
 
+    landing_uri: str | None = None
+    """Where raw batches land on a cluster (fsspec URL, e.g. ``s3://mlops-data/fraud/landing``);
+    ``mlops data ingest`` validates the new ones. ``None``: nothing lands (the local profile generates data)."""
+
+    dvc_remote: str | None = None
+    """DVC remote URL the accepted area (``validated_dir``) is pushed to and training pulls from (``s3://…``
+    on a cluster, a folder in a rehearsal). ``None``: no remote, so no shared data version (local profile)."""
+
     rows: int = Field(default=60_000, ge=1)
     """Rows the sample generator writes across all days."""
 

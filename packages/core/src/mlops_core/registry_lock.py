@@ -5,6 +5,12 @@ SQLite and PostgreSQL, ``RESOURCE_ALREADY_EXISTS`` through ``mlflow server``). S
 ``m`` *is* the registered model ``m.lifecycle-lock``: whoever creates it holds it; deleting it releases
 it. The description carries a random token, the holder and an expiry, so a lock left by a killed process
 can be broken after ``ttl_s``; alias moves under it take well under a second.
+
+A live holder must never lose its lock to that expiry: one MLflow call can retry for minutes (the client's
+``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` with exponential back-off and a 120 s timeout per try), far past any
+TTL short enough to recover from a killed holder quickly. So while the lock is held a heartbeat thread
+pushes the expiry forward every ``ttl_s / 3``: a live holder keeps it however long its calls take, and a
+dead holder's lock still expires ``ttl_s`` after its last heartbeat.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -56,10 +63,14 @@ def _holder(client: MlflowClient, name: str) -> dict[str, Any] | None:
         return {}
 
 
+def _lock_info(token: str, ttl_s: float) -> dict[str, Any]:
+    return {"token": token, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+
+
 def _try_create(client: MlflowClient, name: str, token: str, ttl_s: float) -> bool:
     from mlflow.exceptions import MlflowException
 
-    info = {"token": token, "host": socket.gethostname(), "pid": os.getpid(), "expires": time.time() + ttl_s}
+    info = _lock_info(token, ttl_s)
     try:
         client.create_registered_model(name, tags={LOCK_TAG: "true"}, description=json.dumps(info))
         return True
@@ -114,10 +125,42 @@ def registry_lock(
             )
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 1.5, 0.25)
+    heartbeat = _Heartbeat(client, name, token, ttl_s)
+    heartbeat.start()
     try:
         yield token
     finally:
+        heartbeat.stop()
         _release(client, name, token)
+
+
+class _Heartbeat(threading.Thread):
+    """Renews a held lock's expiry every ``ttl_s / 3`` until stopped (daemon: dies with its process)."""
+
+    def __init__(self, client: MlflowClient, name: str, token: str, ttl_s: float) -> None:
+        super().__init__(name=f"lock-heartbeat-{name}", daemon=True)
+        self.client, self.lock, self.token, self.ttl_s = client, name, token, ttl_s
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=self.ttl_s)
+
+    def run(self) -> None:
+        from mlflow.exceptions import MlflowException
+
+        while not self._stop_event.wait(self.ttl_s / 3):
+            try:
+                holder = _holder(self.client, self.lock)
+                if holder is None or holder.get("token") != self.token:
+                    # Only possible when renewals failed for a whole TTL; the moves under the lock are
+                    # journalled, so the ledger's recovery step repairs a half-applied one.
+                    log.error("lifecycle lock %s was taken over by %s while held", self.lock, holder)
+                    return
+                info = _lock_info(self.token, self.ttl_s)
+                self.client.update_registered_model(self.lock, description=json.dumps(info))
+            except MlflowException as exc:  # a busy or unreachable backend: the next beat tries again
+                log.warning("renewing lifecycle lock %s failed: %s", self.lock, exc)
 
 
 def _release(client: MlflowClient, name: str, token: object) -> None:

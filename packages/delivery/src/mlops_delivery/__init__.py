@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
+from mlops_delivery.git import push_head
+from mlops_delivery.images import set_images
 from mlops_delivery.ledger import resolve_version
 from mlops_delivery.manifest import ModelManifest, Placement
 from mlops_delivery.promotion import (
@@ -18,6 +20,7 @@ from mlops_delivery.promotion import (
     promote_version,
     rollback_env,
 )
+from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
@@ -33,7 +36,6 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mlops_delivery' has no attribute {name!r}")
 
-
 __all__ = [
     "DeliveryError",
     "GitError",
@@ -43,14 +45,20 @@ __all__ = [
     "ModelManifest",
     "Placement",
     "PromotionRefusedError",
+    "PublishError",
+    "Published",
     "analyze_canary",
     "analyze_until_decided",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
     "promote_version",
+    "publish_folder",
+    "publish_model",
+    "push_head",
     "resolve_version",
     "rollback_env",
+    "set_images",
     "write_job_summary",
     "write_step_output",
 ]

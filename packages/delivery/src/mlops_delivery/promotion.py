@@ -19,6 +19,7 @@ from mlops_delivery.errors import PromotionRefusedError
 from mlops_delivery.git import commit_file, current_branch, push_branch, push_head, switch_branch
 from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, Placement, manifest_path, storage_uri
+from mlops_delivery.publish import publish_model
 from mlops_delivery.pull_request import open_pull_request, pull_request_endpoint
 
 logger = logging.getLogger(__name__)
@@ -269,13 +270,21 @@ def promote_version(
 
     ``version=None`` takes the version that holds the stage's registry alias (``staging``, ``canary``,
     ``champion``), so a workflow can pin what the registry step just moved.
+
+    Before the manifest is written, the version's exported model is published to the ``storageUri`` the
+    manifest will name (:func:`mlops_delivery.publish.publish_model`: immutable, verified by hash), so the
+    overlay never names a path that KServe's storage initializer would find empty.
     """
     if version is None:
         version = registry_version(tracking, root, model, to)
     gate = require_gates_passed(tracking, root, model, version)
     change = plan_promotion(delivery, root, model, version, to, percent=percent)
+    evidence: dict[str, Any] = {"gates": gate}
+    if change.changed:
+        uri = storage_uri(delivery.storage_uri_template, model, version)
+        evidence["published"] = publish_model(tracking, root, model, version, uri).to_dict()
     change = apply_change(change, delivery, root, commit=commit, push=push)
-    return replace(change, evidence={"gates": gate})
+    return replace(change, evidence=evidence)
 
 
 def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,

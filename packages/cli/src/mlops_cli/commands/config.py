@@ -61,3 +61,14 @@ def schema(
     target = out or find_config_dir() / "schema.json"
     target.write_text(json.dumps(config_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     console.print(f"wrote {target}")
+
+
+@app.command("require-shared")
+def require_shared(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None) -> None:
+    """Fail unless the registry and the data outlive this machine (the guard of the cluster workflows)."""
+    from mlops_core.environment import require_shared_state
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    require_shared_state(cfg.tracking, cfg.data, profile=cfg.project.profile)
+    console.print(f"profile {cfg.project.profile!r}: registry at {cfg.tracking.uri}, data from {cfg.data.dvc_remote}")

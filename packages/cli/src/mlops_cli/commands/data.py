@@ -82,3 +82,38 @@ def version(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = N
         print_json({"data_version": digest})
         return
     console.print(digest)
+
+
+
+@app.command("ingest")
+def ingest(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    no_push: Annotated[bool, typer.Option("--no-push", help="Version locally only (no dvc push).")] = False,
+) -> None:
+    """Validate batches new under data.landing_uri; version the accepted area (dvc add + push to data.dvc_remote)."""
+    from mlops_features.landing import ingest_landed
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    report = ingest_landed(loaded.config.data, loaded.root, push=not no_push)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    console.print(f"{len(report.new)} new batch(es) of {len(report.landed)} landed; accepted area "
+                  f"{report.data_md5 or '-'}{' pushed' if report.pushed else ''}")
+
+
+@app.command("pull")
+def pull(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    data_version: Annotated[str, typer.Option("--data-version", help="md5 of a published version, or latest.")
+                            ] = "latest",
+) -> None:
+    """Fetch a published version of the accepted area from data.dvc_remote (what training reads)."""
+    from mlops_features.landing import pull_accepted
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    md5 = pull_accepted(loaded.config.data, loaded.root, data_version)
+    if as_json:
+        print_json({"data_md5": md5})
+        return
+    console.print(f"pulled accepted area {md5}")

@@ -12,8 +12,10 @@ from mlops_delivery import (
     ManifestChange,
     gitops_status,
     promote_version,
+    push_head,
     resolve_version,
     rollback_env,
+    set_images,
     write_job_summary,
     write_step_output,
 )
@@ -126,3 +128,38 @@ def resolve(
     version = resolve_version(loaded.config.tracking, loaded.root, loaded.config.project.model, alias)
     write_step_output(output, str(version))
     typer.echo(str(version))
+
+
+@app.command("set-images")
+def set_images_cmd(
+    images: Annotated[list[str], typer.Option("--image", help="NAME@sha256:<digest> (repeat for each image).")],
+    kustomizations: Annotated[list[str] | None, typer.Option(
+        "--kustomization", help="Kustomization file to edit (repeatable); default: every overlay's and "
+        "infra/platform's.")] = None,
+    commit: CommitOpt = False,
+    push: PushOpt = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pin images by digest in the kustomizations' ``images:`` (what the release workflow commits)."""
+    if push and not commit:
+        raise typer.BadParameter("--push needs --commit", param_hint="--push")
+    loaded = load(profile, model, sets, check_secrets=False)
+    delivery = loaded.config.delivery
+    infra = loaded.root / delivery.infra_dir
+    paths = [loaded.root / k for k in kustomizations] if kustomizations else [
+        *(infra / "overlays" / env / "kustomization.yaml" for env in delivery.environments),
+        infra / "platform" / "kustomization.yaml"]
+    change = set_images(paths, images, root=loaded.root, commit=commit, author=delivery.git_author)
+    pushed = push_head(loaded.root, delivery.git_remote) if (push and change.commit) else False
+    if as_json:
+        print_json({**change.to_dict(), "pushed": pushed})
+        return
+    if not change.changed:
+        console.print("images already pinned at these digests, nothing changed")
+        return
+    typer.echo(change.diff, nl=False)
+    console.print(f"pinned {len(change.images)} image(s)" + (f"; committed {change.commit[:12]}" if change.commit
+                                                               else "") + ("; pushed" if pushed else ""))

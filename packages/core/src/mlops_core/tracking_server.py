@@ -1,0 +1,91 @@
+"""How the platform runs ``mlflow server``: basic-auth, PostgreSQL, proxied artifacts — one definition.
+
+The Deployment in ``infra/platform/mlflow.yaml`` and the rehearsal start the server with these flags
+(``tests/gitops`` checks that the manifest agrees). Authentication is MLflow's own ``basic-auth`` app:
+users and permissions in a database of their own (``database_uri``; PostgreSQL in the cluster, never the
+tracking store's database: both keep an ``alembic_version`` table). The auth config file names that
+database (its URI holds the DB password, so the file is a Secret); the first admin comes from
+``MLFLOW_AUTH_ADMIN_USERNAME`` / ``MLFLOW_AUTH_ADMIN_PASSWORD`` (env from a Secret; MLflow ships no default
+password and refuses to bootstrap without one) or from the file. Clients send
+``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (the env vars the profiles name); a request
+without them is answered 401.
+"""
+
+from __future__ import annotations
+
+import configparser
+import sys
+from pathlib import Path
+
+AUTH_APP = "basic-auth"
+AUTH_CONFIG_ENV = "MLFLOW_AUTH_CONFIG_PATH"
+ADMIN_USERNAME_ENV = "MLFLOW_AUTH_ADMIN_USERNAME"
+ADMIN_PASSWORD_ENV = "MLFLOW_AUTH_ADMIN_PASSWORD"
+SECRET_KEY_ENV = "MLFLOW_FLASK_SERVER_SECRET_KEY"
+
+
+def write_auth_config(path: str | Path, *, database_uri: str, admin_username: str | None = None,
+                      admin_password: str | None = None, default_permission: str = "READ") -> Path:
+    """Write MLflow's basic-auth config (an INI file) and return its path.
+
+    Args:
+        path: Where to write it (mode 0600: it holds the admin password).
+        database_uri: SQLAlchemy URI of the users/permissions database (``postgresql+psycopg2://…``).
+        admin_username: The admin MLflow creates on first start (``None``: from ``MLFLOW_AUTH_ADMIN_USERNAME``).
+        admin_password: Its password, 12 characters or more (``None``: from ``MLFLOW_AUTH_ADMIN_PASSWORD``).
+        default_permission: What an authenticated user may do without a grant: ``READ``, ``EDIT``,
+            ``MANAGE`` or ``NO_PERMISSIONS``.
+    """
+    if default_permission not in {"READ", "EDIT", "MANAGE", "NO_PERMISSIONS"}:
+        raise ValueError(f"default_permission {default_permission!r} is not one of READ, EDIT, MANAGE, NO_PERMISSIONS")
+    if admin_password is not None and len(admin_password) < 12:
+        raise ValueError("admin_password must be at least 12 characters")
+    parser = configparser.ConfigParser(interpolation=None)
+    parser["mlflow"] = {
+        "default_permission": default_permission,
+        "database_uri": database_uri,
+        **({"admin_username": admin_username} if admin_username else {}),
+        **({"admin_password": admin_password} if admin_password else {}),
+        "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+    }
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.touch(mode=0o600, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        parser.write(fh)
+    return out
+
+
+def server_args(*, backend_store_uri: str, artifacts_destination: str, host: str, port: int,
+                workers: int = 1) -> list[str]:
+    """The ``mlflow server`` arguments (after ``server``): auth app, backend store, proxied artifacts."""
+    return [
+        f"--app-name={AUTH_APP}",
+        f"--host={host}",
+        f"--port={port}",
+        f"--workers={workers}",
+        f"--backend-store-uri={backend_store_uri}",
+        f"--artifacts-destination={artifacts_destination}",
+        "--serve-artifacts",
+    ]
+
+
+def server_command(*, backend_store_uri: str, artifacts_destination: str, host: str, port: int,
+                   workers: int = 1) -> list[str]:
+    """``[<venv>/bin/mlflow, "server", *server_args(...)]``: the command a rehearsal starts."""
+    return [str(Path(sys.executable).with_name("mlflow")), "server",
+            *server_args(backend_store_uri=backend_store_uri, artifacts_destination=artifacts_destination, host=host,
+                         port=port, workers=workers)]
+
+
+def server_env(auth_config: str | Path, secret_key: str, *, admin_username: str | None = None,
+               admin_password: str | None = None) -> dict[str, str]:
+    """Env vars the server needs besides the inherited ones: the auth config's path, Flask's secret key and,
+    when given, the first admin's credentials (what the Deployment takes from the Secret ``mlflow-auth``)."""
+    env = {AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
+           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    if admin_username:
+        env[ADMIN_USERNAME_ENV] = admin_username
+    if admin_password:
+        env[ADMIN_PASSWORD_ENV] = admin_password
+    return env

@@ -1,0 +1,85 @@
+"""What only a running cluster would show, checked on the rendered manifests and workflows: MLflow requires a
+login, training keeps checkpoints on a volume every node mounts, data reaches training through the ingestion
+job and DVC (never the generator), and the train workflow refuses a throw-away profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlops_config import load_config
+from mlops_core.tracking_server import server_args
+
+from .conftest import REPO
+
+
+def _profile(env: str) -> Any:
+    return load_config(profile=env, config_dir=REPO / "configs", environ={}, check_secrets=False).config
+
+
+def _volume_of(pod: dict[str, Any], container: dict[str, Any], mount_path: str) -> dict[str, Any]:
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    assert mount_path in mounts, f"{container['name']} does not mount {mount_path}: {sorted(mounts)}"
+    return next(v for v in pod["volumes"] if v["name"] == mounts[mount_path])
+
+
+def test_mlflow_server_requires_authentication(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    deploy = next(d for d in rendered["platform"] if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow")
+    pod = deploy["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    # The same flags as mlops_core.tracking_server (what the rehearsal starts), with the cluster's values.
+    wanted = server_args(backend_store_uri="X", artifacts_destination="s3://mlops-artifacts", host="0.0.0.0",
+                         port=5000, workers=2)
+    flags = {a.split("=", 1)[0] for a in c["args"][1:]}
+    assert flags == {a.split("=", 1)[0] for a in wanted}
+    assert "--app-name=basic-auth" in c["args"] and "--serve-artifacts" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    path = env["MLFLOW_AUTH_CONFIG_PATH"]["value"]
+    volume = _volume_of(pod, c, str(Path(path).parent))
+    assert volume["secret"]["secretName"] == "mlflow-auth"  # admin credentials + auth DB URI: a Secret
+    for var in ("MLFLOW_FLASK_SERVER_SECRET_KEY", "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        assert env[var]["valueFrom"]["secretKeyRef"]["name"] == "mlflow-auth", var
+    init = next(d for d in rendered["platform"] if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
+                "postgres-initdb")
+    assert "CREATE DATABASE mlflow_auth" in "".join(init["data"].values())
+    for env_name in ("staging", "production"):
+        tracking = _profile(env_name).tracking
+        assert tracking.username_env == "MLFLOW_TRACKING_USERNAME"
+        assert tracking.password_env == "MLFLOW_TRACKING_PASSWORD"
+
+
+def test_every_training_node_mounts_the_shared_checkpoint_store(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for env in ("staging", "production"):
+        ckpt = _profile(env).training.checkpoint.dir
+        assert Path(ckpt).is_absolute(), f"{env}: checkpoint.dir {ckpt!r} is relative to a per-pod folder"
+        job = next(d for d in rendered[env] if d["kind"] == "PyTorchJob")
+        claims = set()
+        for spec in job["spec"]["pytorchReplicaSpecs"].values():
+            pod = spec["template"]["spec"]
+            volume = _volume_of(pod, pod["containers"][0], ckpt)
+            assert "emptyDir" not in volume, f"{env}: {ckpt} is a per-pod emptyDir"
+            claims.add(volume["persistentVolumeClaim"]["claimName"])
+        assert len(claims) == 1, f"{env}: the nodes mount different claims {claims}"
+        pvc = next(d for d in rendered[env] if d["kind"] == "PersistentVolumeClaim"
+                   and d["metadata"]["name"] in claims)
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_cluster_data_path_is_ingestion_and_dvc_never_the_generator(rendered: dict[str, list[dict[str, Any]]]
+                                                                    ) -> None:
+    for env in ("staging", "production"):
+        data = _profile(env).data
+        assert data.landing_uri and data.dvc_remote, f"{env}: no landing area or DVC remote"
+        job = next(d for d in rendered[env] if d["kind"] == "CronJob" and d["metadata"]["name"] == "fraud-ingest")
+        c = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        assert c["command"] == ["mlops", "data", "ingest"]
+    train = yaml.safe_load((REPO / ".github/workflows/train.yml").read_text())
+    assert "'local'" not in str(train["env"]["MLOPS_PROFILE"]), "train.yml falls back to the local profile"
+    runs = [s.get("run", "") for s in train["jobs"]["train"]["steps"]]
+    guard = next(i for i, r in enumerate(runs) if "mlops config require-shared" in r)
+    pull = next(i for i, r in enumerate(runs) if "mlops data pull" in r)
+    fit = next(i for i, r in enumerate(runs) if "mlops train run" in r)
+    assert guard < pull < fit
+    assert not any("repro" in r or "data generate" in r for r in runs), "train.yml still runs the generator"
