@@ -10,6 +10,7 @@ from mlops_delivery.promotion import (
     promote_version,
     rollback_env,
 )
+from mlops_delivery.rollback import RollbackCommit, commit_rollback
 
 __all__ = [
     "DeliveryError",
@@ -20,6 +21,8 @@ __all__ = [
     "ModelManifest",
     "Placement",
     "PromotionRefusedError",
+    "RollbackCommit",
+    "commit_rollback",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
