@@ -75,7 +75,8 @@ def start_alertmanager(folder: Path, port: int | None = None) -> Process:
     return p
 
 
-def start_prometheus(folder: Path, targets: list[str], *, rule_files: list[Path] = (), scrape_s: float = 1.0) -> Process:
+def start_prometheus(folder: Path, targets: list[str], *, rule_files: tuple[Path, ...] = (),
+                     scrape_s: float = 1.0) -> Process:
     """Prometheus scraping ``targets`` (``host:port``) every ``scrape_s`` seconds as job ``mlops-serving``."""
     assert Path(PROMETHEUS).exists(), "prometheus is missing: `make prometheus` installs it"
     folder.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ refused with the offered location; a 307 to the same origin is followed with the
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,9 +120,3 @@ def test_production_accepts_only_an_https_alert_url(config_dir: Path) -> None:
     local = load_config(config_dir=config_dir, environ={}, overrides=[f"monitoring.webhook_url={bad}"])
     assert local.config.monitoring.webhook_url == bad
 
-
-def test_json_format_body_is_one_object(servers, monkeypatch: pytest.MonkeyPatch) -> None:
-    receiver, _, seen, setting = servers
-    setting.update(status=307, location="/final")
-    post_json(f"{receiver}/alerts", {"model": "fraud"}, token_env=None, timeout_s=5)
-    assert json.loads(seen[0]["body"]) == {"model": "fraud"}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -127,8 +127,7 @@ def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvi
     return "promote", tuple(f"ok: {p}" for p in passed)
 
 
-DecideFn = Callable[[DeliveryConfig, "VariantEvidence", "VariantEvidence", "float | None"],
-                    "tuple[Decision, tuple[str, ...]]"]
+DecideFn = Callable[[DeliveryConfig, VariantEvidence, VariantEvidence, float | None], tuple[Decision, tuple[str, ...]]]
 """The decision rule: evidence of both variants and the prediction PSI in, decision and reasons out.
 :func:`decide` is the default; a sequential test can stand in for it (``decide_fn=``)."""
 

@@ -96,4 +96,5 @@ def push_if_unchanged(root: Path, remote: str, branch: str, env: dict[str, str] 
         logger.info("push to %s/%s rejected: the branch moved on", remote, branch)
         return False
     detail = text.strip().splitlines()
-    raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {detail[-1] if detail else proc.returncode}")
+    last = detail[-1] if detail else proc.returncode
+    raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {last}")

@@ -39,7 +39,8 @@ def query(prometheus_url: str, promql: str, *, timeout_s: float = 10.0) -> list[
     try:
         response = httpx.get(url, params={"query": promql}, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise MetricsError(f"Prometheus at {prometheus_url!r} is unreachable: {exc}; check delivery.prometheus_url") from exc
+        raise MetricsError(
+            f"Prometheus at {prometheus_url!r} is unreachable: {exc}; check delivery.prometheus_url") from exc
     try:
         body = response.json()
     except ValueError:

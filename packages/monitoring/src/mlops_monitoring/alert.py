@@ -133,7 +133,8 @@ def dispatch(
             results.append(ActionResult("rollback", False, f"cannot roll back {alert.model}: {why}", {"failed": True}))
         elif execute is None:
             results.append(ActionResult("rollback", False, "decided, not carried out: no executor given "
-                                        "(mlops_pipeline.run_monitoring carries it out)", {"decision": decision.to_dict()}))
+                                        "(mlops_pipeline.run_monitoring carries it out)",
+                                        {"decision": decision.to_dict()}))
         else:
             try:
                 results.append(execute(decision))
@@ -143,7 +144,8 @@ def dispatch(
     return results
 
 
-def decide_rollback(tracking: TrackingConfig, root: Path, model: str, served_alias: str, alert: Alert) -> RollbackDecision:
+def decide_rollback(tracking: TrackingConfig, root: Path, model: str, served_alias: str,
+                    alert: Alert) -> RollbackDecision:
     """The rollback a CRITICAL ``alert`` calls for: from the version ``served_alias`` names to the ``fallback``."""
     from mlops_core.lifecycle import FALLBACK, aliases
 

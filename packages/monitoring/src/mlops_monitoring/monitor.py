@@ -28,8 +28,8 @@ from mlops_monitoring.alert import (
 )
 from mlops_monitoring.drift import SCORE, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
-from mlops_monitoring.notify import state_path
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
+from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
 from mlops_monitoring.quality import RealizedQuality, realized_quality
 from mlops_monitoring.source import (

@@ -28,8 +28,9 @@ def rule_groups(manifest: Path) -> dict[str, Any]:
     if not manifest.is_file():
         raise MonitoringError(f"Prometheus rules {str(manifest)!r} do not exist")
     doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
-    if not isinstance(doc, dict) or doc.get("kind") != "PrometheusRule":
-        raise MonitoringError(f"{str(manifest)!r} is not a PrometheusRule (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or kind != "PrometheusRule":
+        raise MonitoringError(f"{str(manifest)!r} is not a PrometheusRule (kind {kind!r})")
     spec = doc.get("spec") or {}
     if not isinstance(spec.get("groups"), list) or not spec["groups"]:
         raise MonitoringError(f"{str(manifest)!r} has no spec.groups")
