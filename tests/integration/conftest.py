@@ -76,13 +76,13 @@ def start_alertmanager(folder: Path, port: int | None = None) -> Process:
 
 
 def start_prometheus(folder: Path, targets: list[str], *, rule_files: tuple[Path, ...] = (),
-                     scrape_s: float = 1.0) -> Process:
+                     scrape_s: int = 1) -> Process:
     """Prometheus scraping ``targets`` (``host:port``) every ``scrape_s`` seconds as job ``mlops-serving``."""
     assert Path(PROMETHEUS).exists(), "prometheus is missing: `make prometheus` installs it"
     folder.mkdir(parents=True, exist_ok=True)
     rules = "".join(f"  - {r}\n" for r in rule_files)
     (folder / "prometheus.yml").write_text(
-        f"global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\n"
+        f"global:\n  scrape_interval: {int(scrape_s)}s\n  evaluation_interval: {int(scrape_s)}s\n"
         + (f"rule_files:\n{rules}" if rules else "")
         + "scrape_configs:\n  - job_name: mlops-serving\n    static_configs:\n"
         + f"      - targets: [{', '.join(targets)}]\n")

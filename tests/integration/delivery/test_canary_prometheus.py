@@ -83,7 +83,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, start_prometheus) -> Itera
         m.request_latency.labels(model, version, variant)
         for status in errors:
             m.errors.labels(model, version, "internal", status)
-    prom = start_prometheus(tmp / "prometheus", [addr for _, addr in servers], scrape_s=1.0)
+    prom = start_prometheus(tmp / "prometheus", [addr for _, addr in servers], scrape_s=1)
     try:
         _wait(lambda: len(_q(prom.url, "mlops_serving_requests_total")) == len(TRAFFIC))
         time.sleep(1.5)

@@ -66,13 +66,16 @@ def remote(tmp_path: Path, repo_root: Path) -> Path:
     return remote
 
 
-def _registry(root: Path) -> None:
-    """v2 champion, v1 fallback, promoted through the lifecycle (so the ledger explains them)."""
+@pytest.fixture(scope="module")
+def registry_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A registry (MLflow on SQLite) with v2 champion and v1 fallback, promoted through the lifecycle so the
+    ledger explains them; built once, copied into each test's root."""
     from mlflow.tracking import MlflowClient
 
     from mlops_core import lifecycle
     from mlops_core.tracking import configure_tracking
 
+    root = tmp_path_factory.mktemp("registry")
     configure_tracking(TRACKING, root)
     client = MlflowClient()
     client.create_registered_model("fraud")
@@ -82,6 +85,19 @@ def _registry(root: Path) -> None:
         for to in ("candidate", "staging", "canary", "champion"):
             lifecycle.promote(TRACKING, root, "fraud", mv.version, to, reason="setup", actor="test", required_gates={})
     assert lifecycle.aliases(TRACKING, root, "fraud") == {"champion": "2", "fallback": "1"}
+    return root
+
+
+@pytest.fixture
+def registry(registry_template: Path):
+    """Copy the template registry into ``root`` (call it with the test's repository root)."""
+
+    def copy(root: Path) -> Path:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copy(registry_template / "mlflow.db", root / "mlflow.db")
+        return root
+
+    return copy
 
 
 def _ledger_rollbacks(root: Path) -> list:
@@ -111,12 +127,11 @@ def _rows(tmp: Path, seed: int, drift: str, n: int) -> pd.DataFrame:
 
 
 def test_monitor_run_critical_commits_the_fallback_to_the_overlay_then_moves_alias_and_ledger(
-        tmp_path: Path, config_dir: Path, remote: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, config_dir: Path, remote: Path, registry, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlops_cli.app import app
 
-    root = config_dir.parent
+    root = registry(config_dir.parent)
     monkeypatch.chdir(root)
-    _registry(root)
     _rows(tmp_path, 1, "none", 20_000).to_parquet(tmp_path / "ref.parquet")
     _rows(tmp_path, 5, "covariate", 3000).to_parquet(tmp_path / "cur.parquet")
     before = git(remote, "rev-parse", "main")
@@ -135,10 +150,8 @@ def test_monitor_run_critical_commits_the_fallback_to_the_overlay_then_moves_ali
     _three_agree(root, remote)
 
 
-def test_a_rerun_completes_what_a_crash_left_and_never_commits_twice(tmp_path: Path, remote: Path) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _registry(root)
+def test_a_rerun_completes_what_a_crash_left_and_never_commits_twice(tmp_path: Path, remote: Path, registry) -> None:
+    root = registry(tmp_path / "repo")
     delivery = DeliveryConfig(gitops_repo=str(remote), git_branch="main")
     # the process died after the push, before the alias moved
     first = commit_rollback(delivery, "fraud", from_version=2, to_version=1, reason="crash test")
@@ -152,12 +165,10 @@ def test_a_rerun_completes_what_a_crash_left_and_never_commits_twice(tmp_path: P
     _three_agree(root, remote)
 
 
-def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, remote: Path) -> None:
+def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, remote: Path, registry) -> None:
     from mlops_delivery import PromotionRefusedError
 
-    root = tmp_path / "repo"
-    root.mkdir()
-    _registry(root)
+    root = registry(tmp_path / "repo")
     work = tmp_path / "other"
     git(tmp_path, "clone", "-q", str(remote), str(work))
     manifest = ModelManifest(work / OVERLAY, "production", "fraud")
@@ -172,11 +183,10 @@ def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, rem
 
 
 @pytest.mark.slow
-def test_two_monitors_firing_at_once_make_one_commit_and_one_ledger_entry(tmp_path: Path, remote: Path) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _registry(root)
-    start_at = time.time() + 6  # both processes import, then start together
+def test_two_monitors_firing_at_once_make_one_commit_and_one_ledger_entry(tmp_path: Path, remote: Path,
+                                                                          registry) -> None:
+    root = registry(tmp_path / "repo")
+    start_at = time.time() + 15  # both processes import (slow on a loaded machine), then start together
     outs = [tmp_path / f"worker-{i}.json" for i in range(2)]
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(root), str(remote), str(start_at), str(out)], cwd=root)
              for out in outs]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import httpx
@@ -29,15 +30,18 @@ logger = logging.getLogger(__name__)
 FIVE_XX = 'status=~"5.."'
 
 
-def query(prometheus_url: str, promql: str, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """Run an instant query; returns the result vector (``[{"metric": {...}, "value": [ts, "v"]}, ...]``).
+def query(prometheus_url: str, promql: str, *, at: float | None = None,
+          timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Run an instant query (at Unix time ``at``, default now); returns the result vector
+    (``[{"metric": {...}, "value": [ts, "v"]}, ...]``).
 
     Raises:
         MetricsError: Prometheus is unreachable, refuses the query, or answers something other than a vector.
     """
     url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
-        response = httpx.get(url, params={"query": promql}, timeout=timeout_s)
+        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+        response = httpx.get(url, params=params, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise MetricsError(
             f"Prometheus at {prometheus_url!r} is unreachable: {exc}; check delivery.prometheus_url") from exc
@@ -84,7 +88,10 @@ def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -
         "p99_s": f"histogram_quantile(0.99, sum by (version, le) "
                  f"(rate({delivery.latency_metric}_bucket{_selector(model)}[{w}])))",
     }
-    figures = {name: by_version(query(prometheus_url, promql)) for name, promql in queries.items()}
+    # one evaluation time for all three: increase() extrapolates to the window's end, so queries evaluated
+    # a moment apart would scale answered requests and errors differently and skew their ratio
+    at = time.time()
+    figures = {name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
     if not figures["answered"]:
         raise MetricsError(
             f"Prometheus at {prometheus_url!r} holds no {requests!r} series for model {model!r} in the last {w}: "
