@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup browser demo test unit lint bench lock clean help checkov-setup gitops-check repro repro-smoke
+.PHONY: setup browser prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro repro-smoke
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
@@ -47,7 +47,12 @@ unit: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: setup browser checkov-setup lint
+# Debian's Prometheus (with promtool) and Alertmanager: `promtool check|test rules` on our rules, and the real
+# servers the alerting and canary-analysis tests run against. Installed, never started as services.
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
+
+test: setup browser prometheus checkov-setup lint
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
 
 # checkov pins shared packages differently from constraints.txt, so it gets a venv of its own, installed
@@ -60,8 +65,8 @@ $(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt
 	$(CHECKOV_VENV)/bin/pip install -q --no-deps -r tools/checkov/constraints.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	@touch $@
 
-# The offline GitOps checks alone: actionlint, kustomize + schemas, checkov, workflow run steps.
-gitops-check: setup checkov-setup
+# The offline GitOps checks alone: actionlint, kustomize + schemas, checkov, workflow run steps, promtool.
+gitops-check: setup prometheus checkov-setup
 	$(BIN)/pytest tests/gitops $(PYTEST_ARGS)
 
 # The data pipeline (dvc.yaml; params come from the resolved config its `config` stage writes).

@@ -173,11 +173,20 @@ def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections:
 
     monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlops_config import DeliveryConfig
+    from mlops_pipeline import rollback_executor
+
     _, profile = reference
+    # without an executor the monitor only decides (it never deploys by itself)
     _register(sections, tmp_path, profile)
     _log(tmp_path / "log", _rows(tmp_path, 5, "covariate", 3000), NOW, "drifted")
-    # no --reference: the profile comes from the run of the served champion (v2)
-    result = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW)
+    decided = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW)
+    assert decided.decision is not None and (decided.decision.from_version, decided.decision.to_version) == ("2", "1")
+    assert next(a for a in decided.actions if a.action == "rollback").detail.startswith("decided, not carried out")
+    assert lifecycle.aliases(sections["tracking"], tmp_path, "fraud")["champion"] == "2"
+    # no --reference: the profile comes from the run of the served champion (v2); no gitops_repo: registry only
+    execute = rollback_executor(DeliveryConfig(), sections["tracking"], tmp_path)
+    result = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW, execute=execute)
     assert result.level == "CRITICAL" and any("amount PSI" in r for r in result.reasons)
     rollback = next(a for a in result.actions if a.action == "rollback")
     assert rollback.ok, rollback.detail

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from mlops_pipeline import plots
 from mlops_pipeline.report import Section, render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps

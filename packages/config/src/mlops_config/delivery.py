@@ -59,6 +59,20 @@ class DeliveryConfig(Section):
     latency_metric: str = "mlops_serving_request_seconds"
     """Prometheus histogram of request latency in seconds (p99 is read from its buckets)."""
 
+    prometheus_url: str | None = None
+    """Prometheus HTTP API base (``http://prometheus:9090``) the canary analysis queries for error rate and
+    p99 per version; ``None``: scrape the predictors' ``/metrics`` directly (local demo)."""
+
+    canary_rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smh]$")
+    """PromQL range of the canary queries' ``rate()`` / ``increase()`` (e.g. ``5m``): the evidence window."""
+
+    gitops_repo: str | None = None
+    """Git URL (or path) of the GitOps repository that a monitor's rollback commits to and pushes, on
+    ``git_branch``; ``None``: nothing deploys from git (local profile), a rollback moves the registry alias only."""
+
+    git_branch: str = "main"
+    """Branch of ``gitops_repo`` whose overlays Argo CD syncs."""
+
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
     """Author of promotion commits."""
 

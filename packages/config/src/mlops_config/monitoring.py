@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from mlops_config._base import Section
@@ -44,6 +46,21 @@ class MonitoringConfig(Section):
     webhook_token_env: str | None = None
     """Name of the env var holding the webhook's bearer token (secret)."""
 
+    webhook_format: Literal["json", "alertmanager"] = "json"
+    """Body of an alert: ``json`` (one object, any receiver) or ``alertmanager`` (Alertmanager's
+    ``/api/v2/alerts``: a JSON array of ``{labels, annotations, startsAt, endsAt, generatorURL}``)."""
+
+    webhook_https_only: bool = False
+    """Refuse a ``webhook_url`` that is not ``https://`` (production: the bearer token never travels in clear)."""
+
+    alert_valid_s: float = Field(default=7200.0, ge=60)
+    """A firing alert's ``endsAt`` is this far ahead, so it stays active between hourly runs without a
+    re-send; a run at a lower level resolves it at once (``endsAt`` = now)."""
+
+    alert_state_file: str = "monitoring/alerts-{model}.json"
+    """Under ``project.state_dir``: the alert firing now (to resolve it later) and the outbox of alerts
+    not yet delivered, re-sent first on the next run; ``{model}`` is filled in."""
+
     auto_rollback: bool = True
     """Roll traffic back to the ``fallback`` model on CRITICAL."""
 
@@ -76,6 +93,15 @@ class MonitoringConfig(Section):
 
     evidently_max_rows: int = Field(default=50_000, ge=100)
     """Rows per side sampled into the Evidently report (it is slow on large frames; our verdicts use all rows)."""
+
+    @model_validator(mode="after")
+    def _https_webhook(self) -> MonitoringConfig:
+        if self.webhook_https_only and self.webhook_url and not self.webhook_url.startswith("https://"):
+            raise ValueError(
+                f"webhook_url {self.webhook_url!r} is not https:// but webhook_https_only is true; "
+                "alerts carry a bearer token: use the receiver's https:// URL"
+            )
+        return self
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> MonitoringConfig:

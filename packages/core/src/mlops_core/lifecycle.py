@@ -262,35 +262,66 @@ def promote(
     return done
 
 
+def _rollback_done(entries: Sequence[LedgerEntry], replacing: str, target: str | None) -> LedgerEntry | None:
+    """The applied rollback entry that replaced ``replacing`` (with ``target``, when given), newest first."""
+    for entry in reversed(entries):
+        if entry.action != "rollback" or entry.status != "applied":
+            continue
+        if str(entry.extra.get("replaced")) == replacing and (target is None or entry.version == target):
+            return entry
+    return None
+
+
 def rollback(
-    tracking: TrackingConfig, root: Path, model: str, *, reason: str, actor: str, lock_timeout_s: float = 30.0
+    tracking: TrackingConfig, root: Path, model: str, *, reason: str, actor: str, lock_timeout_s: float = 30.0,
+    replacing: str | int | None = None, to_version: str | int | None = None, extra: Mapping[str, Any] | None = None,
 ) -> LedgerEntry:
     """Make the ``fallback`` version ``champion`` again and record it; the replaced version keeps no alias.
 
+    With ``replacing`` the call is idempotent, for callers that may run twice or at once (a monitor
+    re-run after a crash, two monitors firing together): under the lock, if a rollback that replaced
+    ``replacing`` (by ``to_version``, when given) is already applied and its target is still champion, that
+    entry is returned and nothing moves; if ``replacing`` is not champion any more, it is refused.
+    ``to_version`` must then be the fallback, and ``extra`` is stored on the entry (e.g. the GitOps commit).
+
     Raises:
-        LifecycleError: there is no fallback to restore.
+        LifecycleError: there is no fallback to restore, or the registry is not in the state named.
     """
     if not reason or not reason.strip():
         raise LifecycleError("a rollback needs a reason (it goes in the ledger); pass --reason")
     client = _client(tracking, root)
     name = registered_model_name(tracking, model)
     commit = git_info(root).commit
+    replaced_v = None if replacing is None else str(replacing)
+    target_v = None if to_version is None else str(to_version)
     with registry_lock(client, name, timeout_s=lock_timeout_s):
         entries = _recover(client, name, actor)
         before = _lifecycle_aliases(_registered(client, name))
+        if replaced_v is not None:
+            done = _rollback_done(entries, replaced_v, target_v)
+            if done is not None and before.get("champion") == done.version:
+                log.info("%s: rollback of version %s already recorded (ledger #%d)", name, replaced_v, done.seq)
+                return done
+            if before.get("champion") != replaced_v:
+                raise LifecycleError(
+                    f"{name!r}: cannot roll back version {replaced_v!r}: champion is {before.get('champion')!r} "
+                    f"(aliases: {before}); the registry moved since the rollback was decided"
+                )
         target = before.get(FALLBACK)
         if target is None:
             raise LifecycleError(
                 f"{name!r} has no {FALLBACK!r} version to roll back to (aliases: {before}); "
                 "a fallback exists once a second version has become champion"
             )
+        if target_v is not None and target != target_v:
+            raise LifecycleError(f"{name!r}: the {FALLBACK!r} version is {target!r}, not {target_v!r} as decided")
         after = {a: v for a, v in before.items() if a != FALLBACK}
         after["champion"] = target
         entry = LedgerEntry(
             seq=(entries[-1].seq if entries else 0) + 1, model=name, action="rollback", version=target,
             from_alias=FALLBACK, to_alias="champion", actor=actor, reason=reason.strip(), ts=now_iso(),
             aliases_before=before, aliases_after=after, git_commit=commit,
-            extra={"replaced": before.get("champion")},
+            extra={**dict(extra or {}), "replaced": before.get("champion")},
         )
         write_entry(client, name, entry)
         _apply(client, name, before, after)

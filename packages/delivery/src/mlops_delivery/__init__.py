@@ -35,6 +35,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mlops_delivery' has no attribute {name!r}")
+from mlops_delivery.rollback import RollbackCommit, commit_rollback
 
 __all__ = [
     "DeliveryError",
@@ -49,6 +50,8 @@ __all__ = [
     "Published",
     "analyze_canary",
     "analyze_until_decided",
+    "RollbackCommit",
+    "commit_rollback",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -126,6 +127,11 @@ def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvi
     return "promote", tuple(f"ok: {p}" for p in passed)
 
 
+DecideFn = Callable[[DeliveryConfig, VariantEvidence, VariantEvidence, float | None], tuple[Decision, tuple[str, ...]]]
+"""The decision rule: evidence of both variants and the prediction PSI in, decision and reasons out.
+:func:`decide` is the default; a sequential test can stand in for it (``decide_fn=``)."""
+
+
 def _scores(log: pd.DataFrame, version: int) -> np.ndarray:
     if log.empty:
         return np.empty(0)
@@ -145,6 +151,7 @@ def analyze_canary(
     stable_version: int,
     canary_version: int,
     model: str | None = None,
+    decide_fn: DecideFn | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable and decide.
 
@@ -156,16 +163,22 @@ def analyze_canary(
         stable_version: Registry version of the stable model (selects its log rows).
         canary_version: Registry version of the canary model.
         model: When set, only metric series with this ``model`` label count.
+        decide_fn: The decision rule (default :func:`decide`).
     """
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
     stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
     stable = variant_evidence(delivery, stable_metrics, stable_scores, stable_version, source="stable", model=model)
     canary = variant_evidence(delivery, canary_metrics, canary_scores, canary_version, source="canary", model=model)
+    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide)
+
+
+def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence, stable_scores: np.ndarray,
+              canary_scores: np.ndarray, decide_fn: DecideFn) -> CanaryAnalysis:
     psi = (population_stability_index(stable_scores, canary_scores, bins=delivery.psi_bins, floor=delivery.psi_floor)
            if stable_scores.size and canary_scores.size else None)
-    decision, reasons = decide(delivery, stable, canary, psi)
-    logger.info("canary v%s vs stable v%s: %s", canary_version, stable_version, decision)
+    decision, reasons = decide_fn(delivery, stable, canary, psi)
+    logger.info("canary v%s vs stable v%s: %s", canary.version, stable.version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
                   "max_prediction_psi": delivery.max_prediction_psi,
@@ -174,24 +187,89 @@ def analyze_canary(
                           thresholds=thresholds)
 
 
+def prometheus_evidence(figures: dict[str, dict[str, float]], scores: np.ndarray, version: int) -> VariantEvidence:
+    """One version's evidence from :func:`mlops_delivery.prometheus.version_figures` and its logged scores."""
+    key = str(version)
+    answered = figures["answered"].get(key, 0.0)
+    errors = figures["errors"].get(key, 0.0)
+    requests = answered + errors
+    p99 = figures["p99_s"].get(key) if answered > 0 else None
+    return VariantEvidence(version=version, requests=requests, errors=errors,
+                           error_rate=errors / requests if requests > 0 else None, p99_s=p99,
+                           logged_predictions=int(scores.size))
+
+
+def _read_scores(log_uri: str | Path, model: str, since: datetime | None, versions: list[int]) -> pd.DataFrame:
+    """Only the two versions' partitions of the window, and only the columns compared."""
+    from mlops_serving import PredictionLogError, read_prediction_log  # the log's one reader (docs/CONTRACTS.md)
+
+    try:
+        return read_prediction_log(log_uri, model, since=since, versions=versions, columns=["model_version", "score"])
+    except PredictionLogError as exc:
+        raise MetricsError(str(exc)) from None
+
+
+def analyze_canary_prometheus(
+    delivery: DeliveryConfig,
+    prometheus_url: str,
+    log_uri: str | Path,
+    model: str,
+    *,
+    stable_version: int,
+    canary_version: int,
+    since: datetime | None = None,
+    decide_fn: DecideFn | None = None,
+) -> CanaryAnalysis:
+    """Compare canary with stable from Prometheus (error rate, p99 per version) and the shared prediction log.
+
+    Runs the same from a workflow runner or a Job: it needs only Prometheus's HTTP API and the log's
+    location, never a predictor's address.
+
+    Args:
+        delivery: Thresholds, metric names, ``canary_rate_window``.
+        prometheus_url: Prometheus HTTP API base (``delivery.prometheus_url``).
+        log_uri: The prediction log (``serving.prediction_log_uri``), read through ``mlops_serving``.
+        model: Model name (the ``model`` label and the log's model).
+        stable_version: Registry version serving the rest of the traffic.
+        canary_version: Registry version under test.
+        since: Only prediction-log rows at or after this time (UTC), e.g. when the canary step started.
+        decide_fn: The decision rule (default :func:`decide`).
+    """
+    from mlops_delivery.prometheus import version_figures
+
+    if stable_version == canary_version:
+        raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
+    figures = version_figures(delivery, prometheus_url, model)
+    log = _read_scores(log_uri, model, since, [stable_version, canary_version])
+    stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
+    stable = prometheus_evidence(figures, stable_scores, stable_version)
+    canary = prometheus_evidence(figures, canary_scores, canary_version)
+    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide)
+
+
 def analyze_canary_sources(
     delivery: DeliveryConfig,
     root: Path,
     log_uri: str | Path,
     model: str,
-    stable_source: str,
-    canary_source: str,
+    stable_source: str | None,
+    canary_source: str | None,
     *,
     stable_version: int | None = None,
     canary_version: int | None = None,
     since: datetime | None = None,
 ) -> CanaryAnalysis:
-    """Scrape (or read) both predictors' metrics, read the prediction log, and decide.
+    """Read the metrics (Prometheus, or both predictors' ``/metrics``), read the prediction log, and decide.
 
-    Each source is one predictor's ``/metrics`` (or a saved copy), so every series in it counts. Versions
-    default to what the production overlay under ``root`` says runs (its stable and canary versions).
+    With no sources the figures come from ``delivery.prometheus_url`` (:func:`analyze_canary_prometheus`);
+    otherwise each source is one predictor's ``/metrics`` (or a saved copy), so every series in it counts.
+    Versions default to what the production overlay under ``root`` says runs (its stable and canary versions).
     """
-    from mlops_serving import PredictionLogError, read_prediction_log  # the log's one reader (docs/CONTRACTS.md)
+    if (stable_source is None) != (canary_source is None):
+        raise MetricsError("give both --stable-metrics and --canary-metrics, or neither (then Prometheus is asked)")
+    if stable_source is None and not delivery.prometheus_url:
+        raise MetricsError("no metrics source: set delivery.prometheus_url, or give --stable-metrics and "
+                           "--canary-metrics (the predictors' /metrics)")
 
     if stable_version is None or canary_version is None:
         from mlops_delivery.promotion import gitops_status, stage_env
@@ -202,11 +280,11 @@ def analyze_canary_sources(
         stable_version = prod.stable_version if stable_version is None else stable_version
         canary_version = prod.canary_version if canary_version is None else canary_version
     assert canary_version is not None
-    try:  # only the two versions' partitions of the window, and only the columns compared
-        log = read_prediction_log(log_uri, model, since=since, versions=[stable_version, canary_version],
-                                  columns=["model_version", "score"])
-    except PredictionLogError as exc:
-        raise MetricsError(str(exc)) from None
+    if stable_source is None or canary_source is None:
+        assert delivery.prometheus_url is not None
+        return analyze_canary_prometheus(delivery, delivery.prometheus_url, log_uri, model,
+                                         stable_version=stable_version, canary_version=canary_version, since=since)
+    log = _read_scores(log_uri, model, since, [stable_version, canary_version])
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
                           stable_version=stable_version, canary_version=canary_version)
 
@@ -216,8 +294,8 @@ def analyze_until_decided(
     root: Path,
     log_uri: str | Path,
     model: str,
-    stable_source: str,
-    canary_source: str,
+    stable_source: str | None,
+    canary_source: str | None,
     *,
     wait_s: float = 0.0,
     interval_s: float = 30.0,

@@ -68,3 +68,33 @@ def push_branch(root: Path, branch: str, remote: str = "origin") -> None:
 def head_commit(root: Path) -> str:
     """SHA of HEAD."""
     return _git(root, "rev-parse", "HEAD")
+
+
+REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "failed to update ref", "cannot lock ref")
+
+
+def run_git(root: Path | None, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run git (in ``root`` when given) and return the finished process, whatever its exit status."""
+    cmd = ["git", *(["-C", str(root)] if root is not None else []), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+
+
+def push_if_unchanged(root: Path, remote: str, branch: str, env: dict[str, str] | None = None) -> bool:
+    """Push HEAD to ``remote``'s ``branch`` only if that branch has not moved since we fetched it.
+
+    A plain (non-force) push is git's compare-and-swap on the branch ref: the remote accepts it only as a
+    fast-forward of what it holds. Returns ``False`` when another writer got there first.
+
+    Raises:
+        GitError: the push failed for any other reason (no access, no such remote, ...).
+    """
+    proc = run_git(root, "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}", env=env)
+    if proc.returncode == 0:
+        return True
+    text = proc.stdout + proc.stderr
+    if any(marker in text for marker in REJECTED):
+        logger.info("push to %s/%s rejected: the branch moved on", remote, branch)
+        return False
+    detail = text.strip().splitlines()
+    last = detail[-1] if detail else proc.returncode
+    raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {last}")

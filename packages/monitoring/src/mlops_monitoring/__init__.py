@@ -1,8 +1,26 @@
-"""Drift monitoring: PSI / KS / chi² against the training reference, alert policy, fallback action, reports."""
+"""Drift monitoring: PSI / KS / chi² against the training reference, alert policy, rollback decision, reports."""
 
+from mlops_monitoring.alert import ActionResult, Alert, RollbackDecision, RollbackExecutor
 from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
-from mlops_monitoring.errors import AlertDeliveryError, MonitoringError
-from mlops_monitoring.monitor import run_monitor
+from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
+from mlops_monitoring.monitor import MonitorResult, run_monitor
+from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.policy import Level
 
-__all__ = ["AlertDeliveryError", "ColumnDrift", "DriftReport", "Level", "MonitoringError", "compare", "run_monitor"]
+__all__ = [
+    "ActionResult",
+    "Alert",
+    "AlertDeliveryError",
+    "ColumnDrift",
+    "DriftReport",
+    "Level",
+    "MonitorResult",
+    "MonitoringError",
+    "RollbackDecision",
+    "RollbackExecutor",
+    "RollbackFailedError",
+    "compare",
+    "notify",
+    "run_monitor",
+    "state_path",
+]

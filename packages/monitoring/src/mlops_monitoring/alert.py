@@ -1,4 +1,4 @@
-"""Alerts and their actions: INFO is logged, WARNING is POSTed to the webhook, CRITICAL also rolls back.
+"""Alerts and their actions: INFO is logged, WARNING is POSTed to the webhook, CRITICAL also decides a rollback.
 
 Every alert carries its evidence: the window, the columns at INFO or above with their PSI / statistic /
 p-value, realized quality when labels arrived, and the reasons in words.
@@ -6,18 +6,17 @@ p-value, realized quality when labels arrived, and the reasons in words.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from mlops_config import MonitoringConfig, TrackingConfig
+from mlops_core.errors import PlatformError
 from mlops_monitoring.drift import DriftReport
-from mlops_monitoring.errors import AlertDeliveryError, MonitoringError
+from mlops_monitoring.notify import notify
 from mlops_monitoring.policy import Level
 from mlops_monitoring.quality import RealizedQuality
 
@@ -70,76 +69,92 @@ def build_alert(
     )
 
 
-def post_webhook(url: str, payload: dict[str, Any], *, token_env: str | None, timeout_s: float) -> int:
-    """POST ``payload`` as JSON; returns the HTTP status.
+@dataclass(frozen=True)
+class RollbackDecision:
+    """What a CRITICAL run asks of the layer above: serve ``to_version`` instead of ``from_version``.
 
-    Raises:
-        MonitoringError: ``token_env`` names an env var that is not set.
-        AlertDeliveryError: the receiver answered with an error or could not be reached.
+    Monitoring decides; it does not deploy. The layer that composes monitoring with delivery
+    (``mlops_pipeline.execute_rollback``) carries the decision out: the GitOps commit first, then the
+    registry alias and the ledger entry.
     """
-    headers = {"Content-Type": "application/json", "User-Agent": "mlops-monitoring"}
-    if token_env:
-        token = os.environ.get(token_env)
-        if not token:
-            raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
-        headers["Authorization"] = f"Bearer {token}"
-    body = json.dumps(payload, default=str).encode("utf-8")
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        raise AlertDeliveryError(f"webhook {url!r} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise AlertDeliveryError(f"webhook {url!r} is unreachable: {reason}") from None
+
+    model: str
+    from_version: str | None
+    """The version the drift was measured on (the served alias's version when the run started)."""
+    to_version: str | None
+    """The registry's ``fallback`` version then (``None``: there is none to roll back to)."""
+    reason: str
+    level: str
+    actor: str = ACTOR
+    problem: str | None = None
+    """Why no target could be named (registry unreachable, no fallback), when ``to_version`` is ``None``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form."""
+        return asdict(self)
 
 
-def roll_back(tracking: TrackingConfig, root: Path, model: str, alert: Alert) -> ActionResult:
-    """Move ``champion`` back to the ``fallback`` version through the lifecycle API (recorded in the ledger)."""
-    from mlops_core import rollback
-
-    reason = f"drift monitor {alert.level}: " + "; ".join(alert.reasons)
-    try:
-        entry = rollback(tracking, root, model, reason=reason[:1000], actor=ACTOR)
-    except Exception as exc:  # the ledger/registry reports why; the alert must still go out
-        log.error("rollback of %s failed: %s", model, exc)
-        return ActionResult("rollback", False, f"rollback failed: {exc}")
-    done = entry.as_dict()
-    return ActionResult("rollback", True, f"champion -> v{entry.version} (ledger #{entry.seq})",
-                        {"version": entry.version, "seq": entry.seq, "replaced": done.get("extra", {}).get("replaced")})
+RollbackExecutor = Callable[[RollbackDecision], ActionResult]
+"""Carries a :class:`RollbackDecision` out and reports how it went (supplied by the layer above)."""
 
 
 def dispatch(
-    alert: Alert, monitoring: MonitoringConfig, tracking: TrackingConfig, root: Path, *, rollback: bool = True
+    alert: Alert, monitoring: MonitoringConfig, *, state_file: Path, decision: RollbackDecision | None = None,
+    execute: RollbackExecutor | None = None, dry_run: bool = False, now: datetime | None = None,
 ) -> list[ActionResult]:
     """Take the actions the alert's level calls for; each outcome is returned, failures included.
 
-    ``rollback=False`` (a dry run) reports the rollback CRITICAL calls for without doing it.
+    Alerts (fire at WARNING and above, resolve when the level drops) go out first, after whatever an
+    earlier run could not deliver (the outbox in ``state_file``). At CRITICAL, ``decision`` is handed to
+    ``execute``; without an executor it is reported as decided but not carried out. ``dry_run`` reports
+    the rollback CRITICAL calls for without doing it.
     """
     level = Level(alert.level)
     results: list[ActionResult] = []
-    if level is Level.OK:
-        return results
-    log_fn = log.info if level is Level.INFO else log.warning
-    log_fn("%s alert for %s: %s", level.value, alert.model, "; ".join(alert.reasons))
-    results.append(ActionResult("log", True, level.value))
-    if level.rank >= Level.WARNING.rank:
-        if monitoring.webhook_url:
-            try:
-                status = post_webhook(monitoring.webhook_url, alert.to_dict(), token_env=monitoring.webhook_token_env,
-                                      timeout_s=monitoring.webhook_timeout_s)
-                results.append(ActionResult("webhook", True, f"HTTP {status}", {"url": monitoring.webhook_url}))
-            except AlertDeliveryError as exc:
-                log.error("%s", exc)
-                results.append(ActionResult("webhook", False, str(exc), {"url": monitoring.webhook_url}))
-        else:
-            results.append(ActionResult("webhook", False, "no monitoring.webhook_url configured"))
+    if level is not Level.OK:
+        log_fn = log.info if level is Level.INFO else log.warning
+        log_fn("%s alert for %s: %s", level.value, alert.model, "; ".join(alert.reasons))
+        results.append(ActionResult("log", True, level.value))
+    if monitoring.webhook_url:
+        generator = Path(alert.report_path).resolve().as_uri() if alert.report_path else ""
+        for sent in notify(alert.to_dict(), monitoring, state_file, now=now, generator_url=generator):
+            results.append(ActionResult("webhook", sent.ok, sent.detail,
+                                        {"url": sent.url, "kind": sent.kind, "status": sent.status,
+                                         "outbox": str(state_file)}))
+    elif level.rank >= Level.WARNING.rank:
+        results.append(ActionResult("webhook", False, "no monitoring.webhook_url configured"))
     if level is Level.CRITICAL:
         if not monitoring.auto_rollback:
             results.append(ActionResult("rollback", False, "monitoring.auto_rollback is false"))
-        elif not rollback:
+        elif dry_run:
             results.append(ActionResult("rollback", False, "skipped: dry run (--dry-run)"))
+        elif decision is None or decision.to_version is None:
+            why = decision.problem if decision is not None else "no decision was made"
+            results.append(ActionResult("rollback", False, f"cannot roll back {alert.model}: {why}", {"failed": True}))
+        elif execute is None:
+            results.append(ActionResult("rollback", False, "decided, not carried out: no executor given "
+                                        "(mlops_pipeline.run_monitoring carries it out)",
+                                        {"decision": decision.to_dict()}))
         else:
-            results.append(roll_back(tracking, root, alert.model, alert))
+            try:
+                results.append(execute(decision))
+            except PlatformError as exc:  # the alert is out; the failure is reported and fails the run
+                log.error("rollback of %s failed: %s", alert.model, exc)
+                results.append(ActionResult("rollback", False, f"rollback failed: {exc}", {"failed": True}))
     return results
+
+
+def decide_rollback(tracking: TrackingConfig, root: Path, model: str, served_alias: str,
+                    alert: Alert) -> RollbackDecision:
+    """The rollback a CRITICAL ``alert`` calls for: from the version ``served_alias`` names to the ``fallback``."""
+    from mlops_core.lifecycle import FALLBACK, aliases
+
+    reason = (f"drift monitor {alert.level}: " + "; ".join(alert.reasons))[:1000]
+    try:
+        current = aliases(tracking, root, model)
+    except PlatformError as exc:
+        return RollbackDecision(model, None, None, reason, alert.level, problem=f"registry: {exc}")
+    source, target = current.get(served_alias), current.get(FALLBACK)
+    problem = None if target else (f"the registry has no {FALLBACK!r} version (aliases: {current}); a fallback "
+                                   "exists once a second version has become champion")
+    return RollbackDecision(model, source, target, reason, alert.level, problem=problem)

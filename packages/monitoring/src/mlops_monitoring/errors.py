@@ -10,4 +10,20 @@ class MonitoringError(PlatformError):
 
 
 class AlertDeliveryError(MonitoringError):
-    """An alert could not be delivered (webhook refused or unreachable)."""
+    """An alert could not be delivered (webhook refused, redirected elsewhere, or unreachable).
+
+    ``url`` is the configured receiver, ``status`` the HTTP status it answered (``None``: no answer).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class RollbackFailedError(MonitoringError):
+    """A rollback the monitor decided on could not be carried out (the alert itself went out)."""
+
+    exit_code = 1

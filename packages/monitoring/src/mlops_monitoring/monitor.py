@@ -17,10 +17,19 @@ from typing import Any
 import pandas as pd
 
 from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
-from mlops_monitoring.alert import ActionResult, Alert, build_alert, dispatch
+from mlops_monitoring.alert import (
+    ActionResult,
+    Alert,
+    RollbackDecision,
+    RollbackExecutor,
+    build_alert,
+    decide_rollback,
+    dispatch,
+)
 from mlops_monitoring.drift import SCORE, DriftReport, compare
-from mlops_monitoring.errors import MonitoringError
+from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
+from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
 from mlops_monitoring.quality import RealizedQuality, realized_quality
 from mlops_monitoring.source import (
@@ -48,6 +57,27 @@ class MonitorResult:
     alert: Alert
     actions: list[ActionResult]
     outputs: dict[str, str] = field(default_factory=dict)
+    decision: RollbackDecision | None = None
+    """The rollback this run decided on (CRITICAL), whether or not it was carried out."""
+
+    def check(self) -> None:
+        """Raise when an action this run owed failed: an alert not delivered, a rollback not done.
+
+        Raises:
+            AlertDeliveryError: names the receiver's URL, its HTTP status and where the alert is kept.
+            RollbackFailedError: the decided rollback failed.
+        """
+        failed = [a for a in self.actions if a.action == "webhook" and not a.ok and a.extra.get("url")]
+        if failed:
+            first = failed[0]
+            status = first.extra.get("status")
+            raise AlertDeliveryError(
+                f"{self.level} alert for {self.model} not delivered to {first.extra['url']!r} "
+                f"({'HTTP ' + str(status) if status else 'no HTTP answer'}): {first.detail}; kept in "
+                f"{first.extra.get('outbox')!r} and re-sent on the next run", url=first.extra["url"], status=status)
+        broken = [a for a in self.actions if a.action == "rollback" and a.extra.get("failed")]
+        if broken:
+            raise RollbackFailedError(f"{self.level} for {self.model}: {broken[0].detail}")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the drift report's fields plus quality, actions and output paths."""
@@ -60,6 +90,7 @@ class MonitorResult:
             "quality": self.quality.to_dict() if self.quality else None,
             "actions": [asdict(a) for a in self.actions],
             "outputs": dict(self.outputs),
+            "decision": self.decision.to_dict() if self.decision else None,
         }
 
 
@@ -117,7 +148,7 @@ def run_monitor(
     monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
     root: Path, model: str, *, window: str | None = None, current: Path | None = None,
     reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, execute: RollbackExecutor | None = None,
 ) -> MonitorResult:
     """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
 
@@ -135,6 +166,10 @@ def run_monitor(
         dry_run: Report the actions without rolling back.
         html: Write Evidently's HTML report (default ``monitoring.evidently_html``).
         now: End of the window (default: now, UTC).
+        execute: Carries out the :class:`RollbackDecision` a CRITICAL run makes (the layer above supplies it;
+            ``None``: the decision is reported, not carried out).
+
+    The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
 
     Raises:
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
@@ -184,7 +219,11 @@ def run_monitor(
         outputs["html"] = str(out_dir / "drift.html")
 
     alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
-    actions = dispatch(alert, monitoring, tracking, root, rollback=not dry_run)
+    decision = None
+    if level is Level.CRITICAL and monitoring.auto_rollback and not dry_run:
+        decision = decide_rollback(tracking, root, model, serving.alias, alert)
+    actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
+                       decision=decision, execute=execute, dry_run=dry_run, now=now)
     done = {a.action: a.ok for a in actions}
     registry = build_registry(model, report, level, time.time(), quality, done)
     outputs["metrics"] = str(write_metrics(registry, root / project.reports_dir / monitoring.metrics_file))
@@ -196,7 +235,7 @@ def run_monitor(
             log.error("%s", exc)
             actions.append(ActionResult("pushgateway", False, str(exc)))
     result = MonitorResult(model=model, level=level.value, reasons=reasons, report=report, quality=quality,
-                           alert=alert, actions=actions, outputs=outputs)
+                           alert=alert, actions=actions, outputs=outputs, decision=decision)
     (out_dir / "drift.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     log.info("monitor %s: %s (%s)", model, level.value, outputs["json"])
     return result

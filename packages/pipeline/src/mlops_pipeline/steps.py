@@ -277,6 +277,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     """A drifted day goes through the champion; `monitor run` says CRITICAL and rolls back to the fallback."""
     from mlops_features import generate_transactions
     from mlops_monitoring import run_monitor
+    from mlops_pipeline.rollback import rollback_executor
 
     cfg = ctx.cfg
     last_seen = pd.to_datetime(ctx.validated()["event_timestamp"]).max()
@@ -294,7 +295,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
         traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h",
-                         html=not ctx.fast)
+                         html=not ctx.fast, execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root))
     after = _aliases(ctx)
     ctx.facts["drift"] = result.to_dict()
     rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)

@@ -19,8 +19,12 @@ EXIT_CODES = {"promote": 0, "hold": 3, "rollback": 4}
 
 @app.command("analyze")
 def analyze(
-    stable_metrics: Annotated[str, typer.Option(help="Stable predictor's /metrics URL or a saved exposition file.")],
-    canary_metrics: Annotated[str, typer.Option(help="Canary predictor's /metrics URL or a saved exposition file.")],
+    stable_metrics: Annotated[str | None, typer.Option(
+        help="Stable predictor's /metrics URL or a saved exposition file; default: ask delivery.prometheus_url.")
+    ] = None,
+    canary_metrics: Annotated[str | None, typer.Option(
+        help="Canary predictor's /metrics URL or a saved exposition file; default: ask delivery.prometheus_url.")
+    ] = None,
     stable_version: Annotated[int | None, typer.Option(help="Default: production overlay's stable version.")] = None,
     canary_version: Annotated[int | None, typer.Option(help="Default: production overlay's canary version.")] = None,
     since: Annotated[datetime | None, typer.Option(help="Only prediction-log rows at or after this UTC time.")] = None,
@@ -33,7 +37,11 @@ def analyze(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Decide whether the canary may take more traffic; print the decision and its evidence."""
+    """Decide whether the canary may take more traffic; print the decision and its evidence.
+
+    Latency and errors come from Prometheus (``delivery.prometheus_url``) unless both ``--*-metrics`` are given;
+    scores from the shared prediction log (``serving.prediction_log_uri``).
+    """
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     result = analyze_until_decided(cfg.delivery, loaded.root,

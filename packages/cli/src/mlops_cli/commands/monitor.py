@@ -29,17 +29,18 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report the actions, do not roll back.")] = False,
     html: Annotated[bool | None, typer.Option("--html/--no-html", help="Write Evidently's HTML report.")] = None,
 ) -> None:
-    """Compare a window with the reference, alert at WARNING, roll back to the fallback at CRITICAL."""
-    from mlops_monitoring import run_monitor
+    """Compare a window with the reference, alert at WARNING, roll back to the fallback at CRITICAL.
+
+    Exits non-zero when an alert could not be delivered (it is kept and re-sent next run) or the rollback failed.
+    """
+    from mlops_pipeline import run_monitoring
 
     loaded = load(profile, model, sets)
-    cfg = loaded.config
-    result = run_monitor(
-        cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
-        current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
-    )
+    result = run_monitoring(loaded, window=window, current=current, reference=reference, labels=labels,
+                            dry_run=dry_run, html=html)
     if as_json:
         print_json(result.to_dict())
+        result.check()
         return
     table = Table(title=f"{result.model}: [{_STYLE[result.level]}]{result.level}[/]  "
                         f"({result.report.n_current} rows vs {result.report.n_reference})")
@@ -60,3 +61,4 @@ def run(
         console.print(f"  {action.action}: {'ok' if action.ok else 'NOT DONE'} — {action.detail}")
     for kind, path in result.outputs.items():
         console.print(f"  {kind}: {path}")
+    result.check()

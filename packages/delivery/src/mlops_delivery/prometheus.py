@@ -1,0 +1,100 @@
+"""Canary evidence from Prometheus: error rate and p99 latency per served version, through PromQL.
+
+The serving exporter (``mlops_serving.metrics``) labels every series with ``model`` and ``version``, so
+one query answers for both variants wherever they run (two InferenceService revisions, or one local
+process serving both). Queries go to the HTTP API's ``/api/v1/query`` (an instant vector at "now"):
+
+- answered: ``sum by (version) (increase(<requests_total>{model=M}[w]))``
+- 5xx:      ``sum by (version) (increase(<errors_total>{model=M, status=~"5.."}[w]))``
+- p99:      ``histogram_quantile(0.99, sum by (version, le) (rate(<latency>_bucket{model=M}[w])))``
+
+``w`` is ``delivery.canary_rate_window``. ``increase`` extrapolates to the window's edges, so counts are
+estimates (a few percent off for short windows); ratios and quantiles of series scraped together are not
+affected, which is what the thresholds compare.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import httpx
+
+from mlops_config import DeliveryConfig
+from mlops_delivery.errors import MetricsError
+
+logger = logging.getLogger(__name__)
+
+FIVE_XX = 'status=~"5.."'
+
+
+def query(prometheus_url: str, promql: str, *, at: float | None = None,
+          timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Run an instant query (at Unix time ``at``, default now); returns the result vector
+    (``[{"metric": {...}, "value": [ts, "v"]}, ...]``).
+
+    Raises:
+        MetricsError: Prometheus is unreachable, refuses the query, or answers something other than a vector.
+    """
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    try:
+        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+        response = httpx.get(url, params=params, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise MetricsError(
+            f"Prometheus at {prometheus_url!r} is unreachable: {exc}; check delivery.prometheus_url") from exc
+    try:
+        body = response.json()
+    except ValueError:
+        raise MetricsError(f"Prometheus at {url!r} answered HTTP {response.status_code} without JSON") from None
+    if response.status_code != 200 or body.get("status") != "success":
+        raise MetricsError(f"Prometheus refused {promql!r}: HTTP {response.status_code} {body.get('error', body)}")
+    data = body.get("data") or {}
+    if data.get("resultType") != "vector":
+        raise MetricsError(f"{promql!r} gave a {data.get('resultType')!r}, expected an instant vector")
+    return list(data.get("result") or [])
+
+
+def by_version(result: list[dict[str, Any]]) -> dict[str, float]:
+    """``{version label: value}`` of a vector (NaN values, e.g. a quantile of no observations, dropped)."""
+    out: dict[str, float] = {}
+    for sample in result:
+        value = float(sample["value"][1])
+        if not math.isnan(value):
+            out[str(sample["metric"].get("version", ""))] = value
+    return out
+
+
+def _selector(model: str, extra: str = "") -> str:
+    quoted = model.replace("\\", "\\\\").replace('"', '\\"')
+    return "{" + f'model="{quoted}"' + (f", {extra}" if extra else "") + "}"
+
+
+def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -> dict[str, dict[str, float]]:
+    """``{"answered"|"errors"|"p99_s": {version: value}}`` over ``delivery.canary_rate_window``.
+
+    Raises:
+        MetricsError: a query fails, or Prometheus holds no request series of ``model`` at all.
+    """
+    w = delivery.canary_rate_window
+    requests = delivery.requests_metric if delivery.requests_metric.endswith("_total") else \
+        f"{delivery.requests_metric}_total"
+    errors = delivery.errors_metric if delivery.errors_metric.endswith("_total") else f"{delivery.errors_metric}_total"
+    queries = {
+        "answered": f"sum by (version) (increase({requests}{_selector(model)}[{w}]))",
+        "errors": f"sum by (version) (increase({errors}{_selector(model, FIVE_XX)}[{w}]))",
+        "p99_s": f"histogram_quantile(0.99, sum by (version, le) "
+                 f"(rate({delivery.latency_metric}_bucket{_selector(model)}[{w}])))",
+    }
+    # one evaluation time for all three: increase() extrapolates to the window's end, so queries evaluated
+    # a moment apart would scale answered requests and errors differently and skew their ratio
+    at = time.time()
+    figures = {name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
+    if not figures["answered"]:
+        raise MetricsError(
+            f"Prometheus at {prometheus_url!r} holds no {requests!r} series for model {model!r} in the last {w}: "
+            "is it scraping the predictors? (delivery.requests_metric names the counter)")
+    logger.debug("canary figures from %s: %s", prometheus_url, figures)
+    return figures
