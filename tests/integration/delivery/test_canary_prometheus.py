@@ -162,6 +162,6 @@ def test_cli_asks_prometheus_when_no_metrics_urls_are_given(scraped: tuple[str, 
     result = CliRunner().invoke(app, [
         "canary", "analyze", "--model", "fraud", "--stable-version", "1", "--canary-version", "2", "--exit-code",
         "--set", f"delivery.prometheus_url={url}", "--set", "delivery.canary_rate_window=5m",
-        "--set", f"serving.prediction_log_dir={log}"], env=env)
+        "--set", f"serving.prediction_log_uri={log}"], env=env)
     assert result.exit_code == 4, result.output  # rollback
     assert "rollback" in result.stdout

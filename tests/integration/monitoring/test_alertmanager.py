@@ -56,7 +56,7 @@ def _alerts(am_url: str) -> list[dict]:
 
 
 def _run(root: Path, monitoring: MonitoringConfig, batches: dict[str, Path], which: str, now: datetime):
-    return run_monitor(monitoring, ServingConfig(prediction_log_dir="log"),
+    return run_monitor(monitoring, ServingConfig(prediction_log_uri="log"),
                        TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
                        ProjectConfig(reports_dir="reports"), root, "fraud", current=batches[which],
                        reference=batches["reference"], dry_run=True, html=False, now=now)
