@@ -1,5 +1,8 @@
 """Canary analysis: is the canary version as healthy as the stable one? Answers promote, hold or rollback.
 
+The verdict is ``mlops_delivery.sequential``'s (always-valid tests, ``delivery.sequential``) unless
+``delivery.sequential.verdict`` is ``threshold``; the fixed thresholds below then only veto a promotion.
+
 Evidence per variant comes from its predictor's Prometheus metrics (5xx error rate; p99 latency from the
 latency histogram) and from the prediction log (score distribution, compared by PSI). Thresholds are the
 ``delivery`` section's. Too few canary requests, or no stable baseline, means ``hold``: not enough evidence
@@ -28,6 +31,14 @@ from mlops_delivery.metrics import (
     population_stability_index,
     read_metrics_text,
 )
+from mlops_delivery.sequential import (
+    SequentialVerdict,
+    arm_counts,
+    band_counts,
+    guarded_decision,
+    sequential_verdict,
+    slow_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +57,10 @@ class VariantEvidence:
     error_rate: float | None
     p99_s: float | None
     logged_predictions: int
+    slow_requests: float | None = None
+    """Requests slower than ``delivery.sequential.slow_ms`` (sequential verdict only)..."""
+    latency_count: float | None = None
+    """... out of this many in the latency histogram."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +73,16 @@ class CanaryAnalysis:
     canary: VariantEvidence
     prediction_psi: float | None
     thresholds: dict[str, float]
+    threshold_decision: Decision | None = None
+    """What the fixed thresholds alone answer (the guard), when the sequential verdict decides."""
+    sequential: SequentialVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
         return {"decision": self.decision, "reasons": list(self.reasons), "stable": asdict(self.stable),
-                "canary": asdict(self.canary), "prediction_psi": self.prediction_psi, "thresholds": self.thresholds}
+                "canary": asdict(self.canary), "prediction_psi": self.prediction_psi, "thresholds": self.thresholds,
+                "threshold_decision": self.threshold_decision,
+                "sequential": self.sequential.to_dict() if self.sequential else None}
 
 
 def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.ndarray, version: int, *,
@@ -82,11 +102,14 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
     answered = counter_total(samples, delivery.requests_metric, labels=labels)
     errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
     requests = answered + errors
-    p99 = histogram_quantile(0.99, histogram_buckets(samples, delivery.latency_metric, labels=labels)) \
-        if answered > 0 else None
+    buckets = histogram_buckets(samples, delivery.latency_metric, labels=labels)
+    p99 = histogram_quantile(0.99, buckets) if answered > 0 else None
+    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"{source} {delivery.latency_metric}")
+            if delivery.sequential.verdict == "sequential" else None)
     return VariantEvidence(version=version, requests=requests, errors=errors,
                            error_rate=errors / requests if requests > 0 else None, p99_s=p99,
-                           logged_predictions=int(scores.size))
+                           logged_predictions=int(scores.size), slow_requests=slow,
+                           latency_count=buckets[-1][1] if buckets else 0.0)
 
 
 def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence,
@@ -165,13 +188,25 @@ def analyze_canary(
     psi = (population_stability_index(stable_scores, canary_scores, bins=delivery.psi_bins, floor=delivery.psi_floor)
            if stable_scores.size and canary_scores.size else None)
     decision, reasons = decide(delivery, stable, canary, psi)
+    threshold_decision, verdict = None, None
+    if delivery.sequential.verdict == "sequential":
+        verdict = sequential_verdict(delivery.sequential, _arm(delivery, stable, stable_scores),
+                                     _arm(delivery, canary, canary_scores), min_requests=delivery.min_canary_requests)
+        threshold_decision = decision
+        decision, reasons = guarded_decision(verdict, decision, reasons, guard=delivery.sequential.threshold_guard)
     logger.info("canary v%s vs stable v%s: %s", canary_version, stable_version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
                   "max_prediction_psi": delivery.max_prediction_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return CanaryAnalysis(decision=decision, reasons=reasons, stable=stable, canary=canary, prediction_psi=psi,
-                          thresholds=thresholds)
+                          thresholds=thresholds, threshold_decision=threshold_decision, sequential=verdict)
+
+
+def _arm(delivery: DeliveryConfig, evidence: VariantEvidence, scores: np.ndarray) -> Any:
+    return arm_counts(requests=evidence.requests, errors=evidence.errors,
+                      answered=evidence.latency_count or 0.0, slow=evidence.slow_requests or 0.0,
+                      bands=band_counts(scores, delivery.sequential.score_edges))
 
 
 def analyze_canary_sources(
