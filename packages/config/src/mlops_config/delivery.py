@@ -38,9 +38,10 @@ class SequentialCanaryConfig(Section):
     score_edges: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
     """Inner edges of the score bands; a band is ``(lower, upper]`` like the serving score histogram's buckets."""
 
-    score_margin: float = Field(default=0.05, gt=0, lt=1)
+    score_margin: float = Field(default=0.1, gt=0, lt=1)
     """Largest tolerated change of any score band's share (absolute, either direction): a bigger shift shown
-    by the test rolls back; promotion needs every band's shift shown smaller."""
+    by the test rolls back; promotion needs every band's shift shown smaller. A retrained model moves its
+    scores somewhat; 0.1 moved between two mid bands is a PSI near 0.06, inside ``max_prediction_psi``."""
 
     mixture_scale: float = Field(default=1.0, gt=0)
     """Standard deviation of the mSPRT's normal mixture, in units of each test's margin: the effect size the
@@ -48,6 +49,10 @@ class SequentialCanaryConfig(Section):
 
     threshold_guard: bool = True
     """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
+
+    max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
+    """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
+    ``monitoring.skew_sample_rows``) whose mismatch rate is at most this; without one, or above it, it holds."""
 
     @field_validator("score_edges")
     @classmethod

@@ -37,6 +37,7 @@ from mlops_delivery.sequential import (
     band_counts,
     guarded_decision,
     sequential_verdict,
+    skew_guard,
     slow_count,
 )
 
@@ -168,6 +169,7 @@ def analyze_canary(
     stable_version: int,
     canary_version: int,
     model: str | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable and decide.
 
@@ -179,6 +181,8 @@ def analyze_canary(
         stable_version: Registry version of the stable model (selects its log rows).
         canary_version: Registry version of the canary model.
         model: When set, only metric series with this ``model`` label count.
+        skew_mismatch_rate: A skew replay's mismatch rate; a promotion needs one at most
+            ``delivery.sequential.max_skew_mismatch_rate`` when that is set.
     """
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
@@ -194,6 +198,7 @@ def analyze_canary(
                                      _arm(delivery, canary, canary_scores), min_requests=delivery.min_canary_requests)
         threshold_decision = decision
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=delivery.sequential.threshold_guard)
+    decision, reasons = skew_guard(decision, reasons, skew_mismatch_rate, delivery.sequential.max_skew_mismatch_rate)
     logger.info("canary v%s vs stable v%s: %s", canary_version, stable_version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
@@ -220,6 +225,7 @@ def analyze_canary_sources(
     stable_version: int | None = None,
     canary_version: int | None = None,
     since: datetime | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Scrape (or read) both predictors' metrics, read the prediction log, and decide.
 
@@ -239,7 +245,8 @@ def analyze_canary_sources(
     assert canary_version is not None
     log = read_prediction_log(log_dir, model, since=since)
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
-                          stable_version=stable_version, canary_version=canary_version)
+                          stable_version=stable_version, canary_version=canary_version,
+                          skew_mismatch_rate=skew_mismatch_rate)
 
 
 def analyze_until_decided(
@@ -255,6 +262,7 @@ def analyze_until_decided(
     stable_version: int | None = None,
     canary_version: int | None = None,
     since: datetime | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Analyze, and while the answer is ``hold`` analyze again every ``interval_s`` for up to ``wait_s``.
 
@@ -263,7 +271,8 @@ def analyze_until_decided(
     deadline = time.monotonic() + wait_s
     while True:
         result = analyze_canary_sources(delivery, root, log_dir, model, stable_source, canary_source,
-                                        stable_version=stable_version, canary_version=canary_version, since=since)
+                                        stable_version=stable_version, canary_version=canary_version, since=since,
+                                        skew_mismatch_rate=skew_mismatch_rate)
         if result.decision != "hold" or time.monotonic() + interval_s > deadline:
             return result
         logger.info("canary analysis: hold (%s); again in %.0f s", "; ".join(result.reasons), interval_s)

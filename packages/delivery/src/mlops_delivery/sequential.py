@@ -15,7 +15,7 @@ Every metric here is a difference of proportions, canary minus stable:
   the threshold analysis guards; a share has a known variance, a quantile's ratio has none that is simple);
 - **score bands**: the share of scores in each band ``(e_i, e_i+1]``. Per-band shares rather than a single
   distance (PSI, KS): a distance is biased upwards and has no martingale form, whereas each share is a
-  mean of indicators, so the same test applies, and the margin reads as "at most 5 points of traffic
+  mean of indicators, so the same test applies, and the margin reads as "at most 10 points of traffic
   move between score bands".
 
 For an estimate ``d`` of a difference with variance ``V`` (plug-in: smoothed proportions ``(x+1)/(n+2)``)
@@ -367,6 +367,23 @@ def sequential_verdict(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: A
     reasons.sort(key=lambda r: order.get(r.split(":", 1)[0], 4))
     return SequentialVerdict(decision=decision, reasons=tuple(reasons), alpha=cfg.alpha, canary_requests=n_canary,
                              stable_requests=int(stable.requests), tests=evidence)
+
+
+def skew_guard(decision: Decision, reasons: Sequence[str], mismatch_rate: float | None,
+               limit: float | None) -> tuple[Decision, tuple[str, ...]]:
+    """Hold a promotion while a required skew replay is missing or shows too many mismatched feature values.
+
+    Skew is a fault of the feature pipeline, not evidence about the canary, so it never rolls back.
+    """
+    if limit is None:
+        return decision, tuple(reasons)
+    if mismatch_rate is None:
+        note = f"insufficient: a skew replay is required (mismatch rate <= {limit:g}) and none was given"
+    elif mismatch_rate > limit:
+        note = f"guard: skew replay mismatch rate {mismatch_rate:.4f} > {limit:g}"
+    else:
+        return decision, (*reasons, f"ok: skew replay mismatch rate {mismatch_rate:.4f} <= {limit:g}")
+    return ("hold" if decision == "promote" else decision), (note, *reasons)
 
 
 def guarded_decision(verdict: SequentialVerdict, threshold: Decision, threshold_reasons: Sequence[str], *,
