@@ -236,3 +236,16 @@ def test_analyze_canary_decides_by_the_sequential_verdict_and_reports_both(tmp_p
     assert slow.threshold_decision == "promote"
     assert slow.reasons[0].startswith("WORSE: slow_share(>100ms)")
     assert slow.canary.slow_requests == 15 and slow.canary.latency_count == 2000
+
+
+def test_required_skew_replay_only_holds_a_promotion() -> None:
+    from mlops_delivery.sequential import skew_guard
+
+    assert skew_guard("promote", ["ok: x"], None, None) == ("promote", ("ok: x",))
+    decision, reasons = skew_guard("promote", ["ok: x"], None, 0.01)
+    assert decision == "hold" and reasons[0].startswith("insufficient: a skew replay is required")
+    decision, reasons = skew_guard("promote", ["ok: x"], 0.2, 0.01)
+    assert decision == "hold" and reasons[0] == "guard: skew replay mismatch rate 0.2000 > 0.01"
+    assert skew_guard("rollback", ["WORSE: y"], 0.2, 0.01)[0] == "rollback"
+    assert skew_guard("promote", ["ok: x"], 0.005, 0.01) == (
+        "promote", ("ok: x", "ok: skew replay mismatch rate 0.0050 <= 0.01"))

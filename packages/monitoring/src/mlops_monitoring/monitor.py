@@ -16,13 +16,14 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_config import FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
 from mlops_monitoring.alert import ActionResult, Alert, build_alert, dispatch
 from mlops_monitoring.drift import SCORE, DriftReport, compare
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
 from mlops_monitoring.policy import Level, highest, quality_level
 from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.skew import SkewReport, replay_skew, skew_registry
 from mlops_monitoring.source import (
     fetch_reference_profile,
     load_reference,
@@ -48,6 +49,8 @@ class MonitorResult:
     alert: Alert
     actions: list[ActionResult]
     outputs: dict[str, str] = field(default_factory=dict)
+    skew: SkewReport | None = None
+    """The training/serving skew replay, when ``monitoring.skew_sample_rows`` > 0 and features were given."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the drift report's fields plus quality, actions and output paths."""
@@ -60,6 +63,7 @@ class MonitorResult:
             "quality": self.quality.to_dict() if self.quality else None,
             "actions": [asdict(a) for a in self.actions],
             "outputs": dict(self.outputs),
+            "skew": self.skew.to_dict() if self.skew else None,
         }
 
 
@@ -117,7 +121,7 @@ def run_monitor(
     monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
     root: Path, model: str, *, window: str | None = None, current: Path | None = None,
     reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, features: FeaturesConfig | None = None,
 ) -> MonitorResult:
     """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
 
@@ -135,6 +139,8 @@ def run_monitor(
         dry_run: Report the actions without rolling back.
         html: Write Evidently's HTML report (default ``monitoring.evidently_html``).
         now: End of the window (default: now, UTC).
+        features: The ``features`` section the served model reads; with ``monitoring.skew_sample_rows`` > 0
+            the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
 
     Raises:
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
@@ -148,6 +154,9 @@ def run_monitor(
         frame, info = read_table(current, "current batch"), {"source": str(current)}
     else:
         frame, info = load_window(root / serving.prediction_log_dir, model, window or monitoring.window, now=now)
+    skew = None
+    if features is not None and monitoring.skew_sample_rows > 0 and current is None:  # a batch has no serving time
+        skew = replay_skew(features, root, frame, model=model, sample=monitoring.skew_sample_rows, seed=project.seed)
     if "degraded" in frame.columns and frame["degraded"].any():
         # answered with default features while the online store was down: a serving incident, not drift
         info["degraded_rows_excluded"] = int(frame["degraded"].sum())
@@ -184,7 +193,11 @@ def run_monitor(
     actions = dispatch(alert, monitoring, tracking, root, rollback=not dry_run)
     done = {a.action: a.ok for a in actions}
     registry = build_registry(model, report, level, time.time(), quality, done)
-    outputs["metrics"] = str(write_metrics(registry, root / project.reports_dir / monitoring.metrics_file))
+    metrics_path = root / project.reports_dir / monitoring.metrics_file
+    outputs["metrics"] = str(write_metrics(registry, metrics_path))
+    if skew is not None:
+        skew_path = metrics_path.with_name(f"{metrics_path.stem}-skew.prom")
+        outputs["skew_metrics"] = str(write_metrics(skew_registry(skew), skew_path))
     if monitoring.pushgateway_url:
         try:
             push_metrics(registry, monitoring.pushgateway_url, model)
@@ -193,7 +206,7 @@ def run_monitor(
             log.error("%s", exc)
             actions.append(ActionResult("pushgateway", False, str(exc)))
     result = MonitorResult(model=model, level=level.value, reasons=reasons, report=report, quality=quality,
-                           alert=alert, actions=actions, outputs=outputs)
+                           alert=alert, actions=actions, outputs=outputs, skew=skew)
     (out_dir / "drift.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     log.info("monitor %s: %s (%s)", model, level.value, outputs["json"])
     return result

@@ -36,7 +36,7 @@ def run(
     cfg = loaded.config
     result = run_monitor(
         cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
-        current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
+        current=current, reference=reference, labels=labels, dry_run=dry_run, html=html, features=cfg.features,
     )
     if as_json:
         print_json(result.to_dict())
