@@ -159,7 +159,8 @@ def test_equal_canary_promotes_only_with_enough_requests() -> None:
     assert small.decision == "hold"
     few = sequential_verdict(CFG, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
                              _arm(10000, 50, 300, [int(10000 * s) for s in shares]), min_requests=20000)
-    assert few.decision == "hold" and few.reasons[0] == "insufficient: only 10000 canary requests, need 20000 to promote"
+    assert few.decision == "hold"
+    assert few.reasons[0] == "insufficient: only 10000 canary requests, need 20000 to promote"
 
 
 def test_shifted_scores_roll_back_and_a_small_shift_still_promotes() -> None:

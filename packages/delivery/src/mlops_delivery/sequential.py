@@ -271,7 +271,7 @@ class TestEvidence:
     estimate: float | None
     """Canary minus stable proportion."""
     promote_interval: tuple[float, float] | None
-    """Always-valid confidence interval at ``alpha``: promotion needs it inside (-inf, margin) (or (-margin, margin))."""
+    """Always-valid confidence interval at ``alpha``: promotion needs it below the margin (or inside +-margin)."""
     rollback_interval: tuple[float, float] | None
     """At the rollback level: rollback when it lies above 0 (or entirely outside [-margin, margin])."""
     promote_statistic: float | None

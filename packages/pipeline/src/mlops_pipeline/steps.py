@@ -10,8 +10,8 @@ import json
 import logging
 import os
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
