@@ -32,7 +32,9 @@ from mlops_delivery.metrics import (
 )
 
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 1.0)
-CFG = DeliveryConfig()
+# These tests pin down the fixed thresholds, so they decide alone here; the sequential verdict (the default)
+# is tested in test_sequential.py and below.
+CFG = DeliveryConfig(sequential={"verdict": "threshold"})
 
 
 def exposition(*, ok: int, errors_5xx: int = 0, errors_4xx: int = 0, latency_s: list[float] | None = None,

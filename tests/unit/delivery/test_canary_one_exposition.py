@@ -16,9 +16,11 @@ mlops_serving_errors_total{model="fraud",version="",type="NotReady",status="503"
 mlops_serving_errors_total{model="fraud",version="2",type="Internal",status="500"} 4.0
 # TYPE mlops_serving_request_seconds histogram
 mlops_serving_request_seconds_bucket{model="fraud",version="1",variant="stable",le="0.005"} 300.0
+mlops_serving_request_seconds_bucket{model="fraud",version="1",variant="stable",le="0.1"} 300.0
 mlops_serving_request_seconds_bucket{model="fraud",version="1",variant="stable",le="+Inf"} 300.0
 mlops_serving_request_seconds_bucket{model="fraud",version="2",variant="canary",le="0.005"} 0.0
 mlops_serving_request_seconds_bucket{model="fraud",version="2",variant="canary",le="0.05"} 100.0
+mlops_serving_request_seconds_bucket{model="fraud",version="2",variant="canary",le="0.1"} 100.0
 mlops_serving_request_seconds_bucket{model="fraud",version="2",variant="canary",le="+Inf"} 100.0
 """
 

@@ -1,7 +1,7 @@
 """The platform's one config layer: typed sections and the layered loader."""
 
 from mlops_config.data import DataConfig
-from mlops_config.delivery import DeliveryConfig
+from mlops_config.delivery import DeliveryConfig, SequentialCanaryConfig
 from mlops_config.errors import ConfigError, PlatformError
 from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
@@ -27,6 +27,7 @@ __all__ = [
     "PlatformConfig",
     "PlatformError",
     "ProjectConfig",
+    "SequentialCanaryConfig",
     "ServingConfig",
     "TrackingConfig",
     "TrainingConfig",

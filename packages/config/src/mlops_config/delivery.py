@@ -9,6 +9,59 @@ from pydantic import Field, field_validator
 from mlops_config._base import Section
 
 
+class SequentialCanaryConfig(Section):
+    """The sequential canary verdict: always-valid (mixture SPRT) tests, safe however often the analysis looks.
+
+    Each metric is a difference of proportions, canary minus stable (error rate, share of slow requests, share
+    of scores in each band). Promote when every test shows the canary is not worse than stable by its margin;
+    roll back when a test shows it is worse; hold otherwise. See ``mlops_delivery.sequential``.
+    """
+
+    verdict: Literal["sequential", "threshold"] = "sequential"
+    """Which analysis decides: ``sequential`` (the thresholds then only veto a promotion, if ``threshold_guard``)
+    or ``threshold`` (the fixed thresholds alone, as before; no error-rate guarantee under repeated looks)."""
+
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    """Guaranteed bound on the chance of promoting a canary worse than stable by a margin on some metric, and on
+    the chance of rolling back one that is as good as stable (split across the metrics), over any number of looks."""
+
+    error_margin: float = Field(default=0.005, gt=0, lt=1)
+    """Non-inferiority margin on the 5xx error rate (absolute): a canary worse than this is never promoted."""
+
+    slow_ms: float = Field(default=100.0, gt=0)
+    """A request is slow above this latency; must be an upper bound (``le``) of the latency histogram's buckets,
+    so the slow count is read exactly from them."""
+
+    slow_margin: float = Field(default=0.01, gt=0, lt=1)
+    """Non-inferiority margin on the share of slow requests (absolute)."""
+
+    score_edges: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
+    """Inner edges of the score bands; a band is ``(lower, upper]`` like the serving score histogram's buckets."""
+
+    score_margin: float = Field(default=0.1, gt=0, lt=1)
+    """Largest tolerated change of any score band's share (absolute, either direction): a bigger shift shown
+    by the test rolls back; promotion needs every band's shift shown smaller. A retrained model moves its
+    scores somewhat; 0.1 moved between two mid bands is a PSI near 0.06, inside ``max_prediction_psi``."""
+
+    mixture_scale: float = Field(default=1.0, gt=0)
+    """Standard deviation of the mSPRT's normal mixture, in units of each test's margin: the effect size the
+    tests are most sensitive to."""
+
+    threshold_guard: bool = True
+    """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
+
+    max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
+    """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
+    ``monitoring.skew_sample_rows``) whose mismatch rate is at most this; without one, or above it, it holds."""
+
+    @field_validator("score_edges")
+    @classmethod
+    def _edges_increase(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or list(v) != sorted(set(v)) or v[0] <= 0 or v[-1] >= 1:
+            raise ValueError(f"score_edges must strictly increase inside (0, 1), got {list(v)!r}")
+        return v
+
+
 class DeliveryConfig(Section):
     infra_dir: str = "infra"
     """Kustomize root with ``base/`` and ``overlays/<env>/``."""
@@ -72,6 +125,8 @@ class DeliveryConfig(Section):
 
     git_branch: str = "main"
     """Branch of ``gitops_repo`` whose overlays Argo CD syncs."""
+    sequential: SequentialCanaryConfig = SequentialCanaryConfig()
+    """The sequential canary verdict (always-valid tests) and its guaranteed error rate."""
 
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
     """Author of promotion commits."""

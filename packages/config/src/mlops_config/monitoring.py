@@ -85,6 +85,10 @@ class MonitoringConfig(Section):
     metrics_file: str = "monitoring/metrics.prom"
     """Prometheus text file written each run (node-exporter textfile format), under ``project.reports_dir``."""
 
+    skew_sample_rows: int = Field(default=0, ge=0)
+    """Prediction-log rows of the window replayed against the offline store each run (training/serving skew,
+    ``mlops_monitoring.skew``); 0 turns the replay off. Its metrics go to ``<metrics_file>-skew.prom``."""
+
     pushgateway_url: str | None = None
     """Prometheus Pushgateway the drift CronJob pushes its metrics to (``None``: only the file)."""
 

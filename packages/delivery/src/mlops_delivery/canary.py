@@ -1,5 +1,8 @@
 """Canary analysis: is the canary version as healthy as the stable one? Answers promote, hold or rollback.
 
+The verdict is ``mlops_delivery.sequential``'s (always-valid tests, ``delivery.sequential``) unless
+``delivery.sequential.verdict`` is ``threshold``; the fixed thresholds below then only veto a promotion.
+
 Evidence per variant comes from its predictor's Prometheus metrics (5xx error rate; p99 latency from the
 latency histogram) and from the prediction log (score distribution, compared by PSI). Thresholds are the
 ``delivery`` section's. Too few canary requests, or no stable baseline, means ``hold``: not enough evidence
@@ -29,6 +32,15 @@ from mlops_delivery.metrics import (
     population_stability_index,
     read_metrics_text,
 )
+from mlops_delivery.sequential import (
+    SequentialVerdict,
+    arm_counts,
+    band_counts,
+    guarded_decision,
+    sequential_verdict,
+    skew_guard,
+    slow_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +59,10 @@ class VariantEvidence:
     error_rate: float | None
     p99_s: float | None
     logged_predictions: int
+    slow_requests: float | None = None
+    """Requests slower than ``delivery.sequential.slow_ms`` (sequential verdict only)..."""
+    latency_count: float | None = None
+    """... out of this many in the latency histogram."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +75,16 @@ class CanaryAnalysis:
     canary: VariantEvidence
     prediction_psi: float | None
     thresholds: dict[str, float]
+    threshold_decision: Decision | None = None
+    """What the fixed thresholds alone answer (the guard), when the sequential verdict decides."""
+    sequential: SequentialVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
         return {"decision": self.decision, "reasons": list(self.reasons), "stable": asdict(self.stable),
-                "canary": asdict(self.canary), "prediction_psi": self.prediction_psi, "thresholds": self.thresholds}
+                "canary": asdict(self.canary), "prediction_psi": self.prediction_psi, "thresholds": self.thresholds,
+                "threshold_decision": self.threshold_decision,
+                "sequential": self.sequential.to_dict() if self.sequential else None}
 
 
 def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.ndarray, version: int, *,
@@ -83,11 +104,14 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
     answered = counter_total(samples, delivery.requests_metric, labels=labels)
     errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
     requests = answered + errors
-    p99 = histogram_quantile(0.99, histogram_buckets(samples, delivery.latency_metric, labels=labels)) \
-        if answered > 0 else None
+    buckets = histogram_buckets(samples, delivery.latency_metric, labels=labels)
+    p99 = histogram_quantile(0.99, buckets) if answered > 0 else None
+    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"{source} {delivery.latency_metric}")
+            if delivery.sequential.verdict == "sequential" else None)
     return VariantEvidence(version=version, requests=requests, errors=errors,
                            error_rate=errors / requests if requests > 0 else None, p99_s=p99,
-                           logged_predictions=int(scores.size))
+                           logged_predictions=int(scores.size), slow_requests=slow,
+                           latency_count=buckets[-1][1] if buckets else 0.0)
 
 
 def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence,
@@ -129,7 +153,8 @@ def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvi
 
 DecideFn = Callable[[DeliveryConfig, VariantEvidence, VariantEvidence, float | None], tuple[Decision, tuple[str, ...]]]
 """The decision rule: evidence of both variants and the prediction PSI in, decision and reasons out.
-:func:`decide` is the default; a sequential test can stand in for it (``decide_fn=``)."""
+:func:`decide` is the default; under ``delivery.sequential.verdict: sequential`` it only guards (vetoes) a
+promotion that the sequential verdict makes."""
 
 
 def _scores(log: pd.DataFrame, version: int) -> np.ndarray:
@@ -152,6 +177,7 @@ def analyze_canary(
     canary_version: int,
     model: str | None = None,
     decide_fn: DecideFn | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable and decide.
 
@@ -164,27 +190,43 @@ def analyze_canary(
         canary_version: Registry version of the canary model.
         model: When set, only metric series with this ``model`` label count.
         decide_fn: The decision rule (default :func:`decide`).
+        skew_mismatch_rate: A skew replay's mismatch rate; a promotion needs one at most
+            ``delivery.sequential.max_skew_mismatch_rate`` when that is set.
     """
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
     stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
     stable = variant_evidence(delivery, stable_metrics, stable_scores, stable_version, source="stable", model=model)
     canary = variant_evidence(delivery, canary_metrics, canary_scores, canary_version, source="canary", model=model)
-    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide)
+    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide,
+                     skew_mismatch_rate)
 
 
 def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence, stable_scores: np.ndarray,
-              canary_scores: np.ndarray, decide_fn: DecideFn) -> CanaryAnalysis:
+              canary_scores: np.ndarray, decide_fn: DecideFn, skew_mismatch_rate: float | None) -> CanaryAnalysis:
     psi = (population_stability_index(stable_scores, canary_scores, bins=delivery.psi_bins, floor=delivery.psi_floor)
            if stable_scores.size and canary_scores.size else None)
     decision, reasons = decide_fn(delivery, stable, canary, psi)
+    threshold_decision, verdict = None, None
+    if delivery.sequential.verdict == "sequential":
+        verdict = sequential_verdict(delivery.sequential, _arm(delivery, stable, stable_scores),
+                                     _arm(delivery, canary, canary_scores), min_requests=delivery.min_canary_requests)
+        threshold_decision = decision
+        decision, reasons = guarded_decision(verdict, decision, reasons, guard=delivery.sequential.threshold_guard)
+    decision, reasons = skew_guard(decision, reasons, skew_mismatch_rate, delivery.sequential.max_skew_mismatch_rate)
     logger.info("canary v%s vs stable v%s: %s", canary.version, stable.version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
                   "max_prediction_psi": delivery.max_prediction_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return CanaryAnalysis(decision=decision, reasons=reasons, stable=stable, canary=canary, prediction_psi=psi,
-                          thresholds=thresholds)
+                          thresholds=thresholds, threshold_decision=threshold_decision, sequential=verdict)
+
+
+def _arm(delivery: DeliveryConfig, evidence: VariantEvidence, scores: np.ndarray) -> Any:
+    return arm_counts(requests=evidence.requests, errors=evidence.errors,
+                      answered=evidence.latency_count or 0.0, slow=evidence.slow_requests or 0.0,
+                      bands=band_counts(scores, delivery.sequential.score_edges))
 
 
 def prometheus_evidence(figures: dict[str, dict[str, float]], scores: np.ndarray, version: int) -> VariantEvidence:
@@ -219,6 +261,7 @@ def analyze_canary_prometheus(
     canary_version: int,
     since: datetime | None = None,
     decide_fn: DecideFn | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable from Prometheus (error rate, p99 per version) and the shared prediction log.
 
@@ -233,7 +276,8 @@ def analyze_canary_prometheus(
         stable_version: Registry version serving the rest of the traffic.
         canary_version: Registry version under test.
         since: Only prediction-log rows at or after this time (UTC), e.g. when the canary step started.
-        decide_fn: The decision rule (default :func:`decide`).
+        decide_fn: The threshold rule (default :func:`decide`).
+        skew_mismatch_rate: A skew replay's mismatch rate (see :func:`analyze_canary`).
     """
     from mlops_delivery.prometheus import version_figures
 
@@ -244,7 +288,8 @@ def analyze_canary_prometheus(
     stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
     stable = prometheus_evidence(figures, stable_scores, stable_version)
     canary = prometheus_evidence(figures, canary_scores, canary_version)
-    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide)
+    return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide,
+                     skew_mismatch_rate)
 
 
 def analyze_canary_sources(
@@ -258,6 +303,7 @@ def analyze_canary_sources(
     stable_version: int | None = None,
     canary_version: int | None = None,
     since: datetime | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Read the metrics (Prometheus, or both predictors' ``/metrics``), read the prediction log, and decide.
 
@@ -283,10 +329,12 @@ def analyze_canary_sources(
     if stable_source is None or canary_source is None:
         assert delivery.prometheus_url is not None
         return analyze_canary_prometheus(delivery, delivery.prometheus_url, log_uri, model,
-                                         stable_version=stable_version, canary_version=canary_version, since=since)
+                                         stable_version=stable_version, canary_version=canary_version, since=since,
+                                         skew_mismatch_rate=skew_mismatch_rate)
     log = _read_scores(log_uri, model, since, [stable_version, canary_version])
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
-                          stable_version=stable_version, canary_version=canary_version)
+                          stable_version=stable_version, canary_version=canary_version,
+                          skew_mismatch_rate=skew_mismatch_rate)
 
 
 def analyze_until_decided(
@@ -302,6 +350,7 @@ def analyze_until_decided(
     stable_version: int | None = None,
     canary_version: int | None = None,
     since: datetime | None = None,
+    skew_mismatch_rate: float | None = None,
 ) -> CanaryAnalysis:
     """Analyze, and while the answer is ``hold`` analyze again every ``interval_s`` for up to ``wait_s``.
 
@@ -310,7 +359,8 @@ def analyze_until_decided(
     deadline = time.monotonic() + wait_s
     while True:
         result = analyze_canary_sources(delivery, root, log_uri, model, stable_source, canary_source,
-                                        stable_version=stable_version, canary_version=canary_version, since=since)
+                                        stable_version=stable_version, canary_version=canary_version, since=since,
+                                        skew_mismatch_rate=skew_mismatch_rate)
         if result.decision != "hold" or time.monotonic() + interval_s > deadline:
             return result
         logger.info("canary analysis: hold (%s); again in %.0f s", "; ".join(result.reasons), interval_s)

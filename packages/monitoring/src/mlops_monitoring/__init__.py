@@ -6,6 +6,7 @@ from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, Rollbac
 from mlops_monitoring.monitor import MonitorResult, run_monitor
 from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.policy import Level
+from mlops_monitoring.skew import FeatureSkew, SkewReport, replay_skew, skew_metrics_text
 
 __all__ = [
     "ActionResult",
@@ -13,14 +14,18 @@ __all__ = [
     "AlertDeliveryError",
     "ColumnDrift",
     "DriftReport",
+    "FeatureSkew",
     "Level",
     "MonitorResult",
     "MonitoringError",
     "RollbackDecision",
     "RollbackExecutor",
     "RollbackFailedError",
+    "SkewReport",
     "compare",
     "notify",
+    "replay_skew",
     "run_monitor",
+    "skew_metrics_text",
     "state_path",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_config import FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
 from mlops_monitoring.alert import (
     ActionResult,
     Alert,
@@ -32,6 +32,7 @@ from mlops_monitoring.exporter import build_registry, push_metrics, write_metric
 from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
 from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.skew import SkewReport, replay_skew, skew_registry
 from mlops_monitoring.source import (
     fetch_reference_profile,
     load_reference,
@@ -57,6 +58,8 @@ class MonitorResult:
     alert: Alert
     actions: list[ActionResult]
     outputs: dict[str, str] = field(default_factory=dict)
+    skew: SkewReport | None = None
+    """The training/serving skew replay, when ``monitoring.skew_sample_rows`` > 0 and features were given."""
     decision: RollbackDecision | None = None
     """The rollback this run decided on (CRITICAL), whether or not it was carried out."""
 
@@ -91,6 +94,7 @@ class MonitorResult:
             "actions": [asdict(a) for a in self.actions],
             "outputs": dict(self.outputs),
             "decision": self.decision.to_dict() if self.decision else None,
+            "skew": self.skew.to_dict() if self.skew else None,
         }
 
 
@@ -148,7 +152,7 @@ def run_monitor(
     monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
     root: Path, model: str, *, window: str | None = None, current: Path | None = None,
     reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
-    now: datetime | None = None, execute: RollbackExecutor | None = None,
+    now: datetime | None = None, execute: RollbackExecutor | None = None, features: FeaturesConfig | None = None,
 ) -> MonitorResult:
     """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
 
@@ -170,6 +174,8 @@ def run_monitor(
             ``None``: the decision is reported, not carried out).
 
     The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
+        features: The ``features`` section the served model reads; with ``monitoring.skew_sample_rows`` > 0
+            the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
 
     Raises:
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
@@ -186,6 +192,9 @@ def run_monitor(
 
         log_uri = resolve_prediction_log_uri(serving.prediction_log_uri, root)
         frame, info = load_window(log_uri, model, window or monitoring.window, now=now)
+    skew = None
+    if features is not None and monitoring.skew_sample_rows > 0 and current is None:  # a batch has no serving time
+        skew = replay_skew(features, root, frame, model=model, sample=monitoring.skew_sample_rows, seed=project.seed)
     if "degraded" in frame.columns and frame["degraded"].any():
         # answered with default features while the online store was down: a serving incident, not drift
         info["degraded_rows_excluded"] = int(frame["degraded"].sum())
@@ -226,7 +235,11 @@ def run_monitor(
                        decision=decision, execute=execute, dry_run=dry_run, now=now)
     done = {a.action: a.ok for a in actions}
     registry = build_registry(model, report, level, time.time(), quality, done)
-    outputs["metrics"] = str(write_metrics(registry, root / project.reports_dir / monitoring.metrics_file))
+    metrics_path = root / project.reports_dir / monitoring.metrics_file
+    outputs["metrics"] = str(write_metrics(registry, metrics_path))
+    if skew is not None:
+        skew_path = metrics_path.with_name(f"{metrics_path.stem}-skew.prom")
+        outputs["skew_metrics"] = str(write_metrics(skew_registry(skew), skew_path))
     if monitoring.pushgateway_url:
         try:
             push_metrics(registry, monitoring.pushgateway_url, model)
@@ -235,7 +248,7 @@ def run_monitor(
             log.error("%s", exc)
             actions.append(ActionResult("pushgateway", False, str(exc)))
     result = MonitorResult(model=model, level=level.value, reasons=reasons, report=report, quality=quality,
-                           alert=alert, actions=actions, outputs=outputs, decision=decision)
+                           alert=alert, actions=actions, outputs=outputs, decision=decision, skew=skew)
     (out_dir / "drift.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     log.info("monitor %s: %s (%s)", model, level.value, outputs["json"])
     return result

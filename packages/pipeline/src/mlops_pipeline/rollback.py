@@ -118,4 +118,4 @@ def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: 
     cfg = loaded.config
     return run_monitor(cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model,
                        window=window, current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
-                       execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root))
+                       execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features)

@@ -79,6 +79,14 @@ def gates_section(ctx: PipelineContext) -> Section | None:
                    table={"header": ["gate", "verdict", "reason"], "rows": rows}, plots=figures)
 
 
+def _verdict_text(analysis: dict[str, Any], looks: list[dict[str, Any]]) -> str:
+    seq = analysis.get("sequential")
+    if not seq:
+        return "; fixed thresholds decided"
+    return (f"; sequential verdict (always-valid, alpha {seq['alpha']}) after {len(looks)} looks and "
+            f"{seq['canary_requests']} canary requests; the thresholds alone said {analysis['threshold_decision']}")
+
+
 def canary_section(ctx: PipelineContext) -> Section | None:
     canary = ctx.facts.get("canary")
     if not canary:
@@ -90,7 +98,7 @@ def canary_section(ctx: PipelineContext) -> Section | None:
     scores = {f"v{k} ({'canary' if k == canary['canary'] else 'stable'})": v for k, v in canary["scores"].items()}
     return Section("canary", f"Canary analysis: {a['decision']}",
                    text=f"stable v{canary['stable']} vs canary v{canary['canary']} at {canary['percent']}%; "
-                   f"prediction PSI {_fmt(a['prediction_psi'])}",
+                   f"prediction PSI {_fmt(a['prediction_psi'])}" + _verdict_text(a, canary.get("looks") or []),
                    table={"header": ["check"], "rows": [[r] for r in a["reasons"]]},
                    plots=[plots.grouped_bar_chart("canary-compare", {"requests": reqs, "p99 ms": ms,
                                                                      "error rate": err}, title="stable vs canary"),

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -237,7 +238,12 @@ def step_gates(ctx: PipelineContext) -> dict[str, Any]:
 
 
 def step_canary(ctx: PipelineContext) -> dict[str, Any]:
-    """Serve champion (stable) + candidate (canary) with a split, send traffic, analyse, promote to champion."""
+    """Serve champion (stable) + candidate (canary) with a split, send traffic, analyse, promote to champion.
+
+    Traffic goes in chunks and the analysis looks after each one, as the workflow does: the sequential
+    verdict (``delivery.sequential``) stays valid however often it looks, and stops at the first promote or
+    rollback; a hold when the traffic budget runs out fails the step like the workflow's timeout.
+    """
     from mlops_delivery import analyze_canary
     from mlops_serving import read_prediction_log
 
@@ -247,25 +253,40 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
         _promote(ctx, version, "canary", "staged; canary starts")
     percent = 50
     log_dir = ctx.work_dir / "canary_log"
+    flush_s = 0.2
     args = ["--alias", "champion", "--canary-alias", "canary", "--canary-percent", str(percent),
-            "--set", f"serving.prediction_log_uri={log_dir}"]
-    # PSI of two samples of n from one distribution is ≈ (bins − 1)·(2/n): ~1,000 per side keeps that noise ≈ 0.02
-    n = 2_000 if ctx.fast else 3_000
+            "--set", f"serving.prediction_log_uri={log_dir}", "--set", f"serving.prediction_log_flush_s={flush_s}"]
+    budget = 8_000 if ctx.fast else 16_000
+    chunk = 1_000
+    rows = request_rows(ctx.validated(), budget, ctx.cfg.project.seed)
+    looks: list[dict[str, Any]] = []
+    traffic: dict[str, Any] = {"requests": 0, "statuses": {}}
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
-        traffic = send_traffic(server, request_rows(ctx.validated(), n, ctx.cfg.project.seed))
-        metrics = server.metrics_text()
-    served = read_prediction_log(log_dir, ctx.model)
-    analysis = analyze_canary(ctx.cfg.delivery, metrics, metrics, served, stable_version=int(stable),
-                              canary_version=int(version), model=ctx.model)
+        for start in range(0, len(rows), chunk):
+            sent = send_traffic(server, rows[start : start + chunk])
+            traffic["requests"] += sent["requests"]
+            for status, n in sent["statuses"].items():
+                traffic["statuses"][status] = traffic["statuses"].get(status, 0) + n
+            metrics = server.metrics_text()
+            time.sleep(3 * flush_s)  # every answered row reaches the log before this look reads it
+            served = read_prediction_log(log_dir, ctx.model)
+            analysis = analyze_canary(ctx.cfg.delivery, metrics, metrics, served, stable_version=int(stable),
+                                      canary_version=int(version), model=ctx.model)
+            looks.append({"requests": traffic["requests"], "canary_requests": analysis.canary.requests,
+                          "decision": analysis.decision, "threshold_decision": analysis.threshold_decision})
+            if analysis.decision != "hold":
+                break
     ctx.facts["canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "percent": percent,
-                           "stable": stable, "canary": version,
+                           "stable": stable, "canary": version, "looks": looks,
                            "scores": {v: served.loc[served["model_version"].astype(str) == v, "score"].tolist()
                                       for v in (stable, version)}}
     if analysis.decision != "promote":
-        raise PipelineError(f"canary v{version} not promoted ({analysis.decision}): " + "; ".join(analysis.reasons))
+        raise PipelineError(f"canary v{version} not promoted ({analysis.decision} after {len(looks)} looks, "
+                            f"{traffic['requests']} requests): " + "; ".join(analysis.reasons))
     entry = _promote(ctx, version, "champion", "canary analysis: promote")
     return {"stable": stable, "canary": version, "percent": percent, "requests": traffic["requests"],
-            "statuses": traffic["statuses"], "decision": analysis.decision,
+            "statuses": traffic["statuses"], "decision": analysis.decision, "looks": len(looks),
+            "verdict": "sequential" if analysis.sequential else "threshold",
             "champion_now": entry["aliases_after"].get("champion"),
             "fallback_now": entry["aliases_after"].get("fallback")}
 
@@ -295,7 +316,8 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
         traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h",
-                         html=not ctx.fast, execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root))
+                         html=not ctx.fast, execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root),
+                         features=cfg.features)
     after = _aliases(ctx)
     ctx.facts["drift"] = result.to_dict()
     rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,10 +13,23 @@ from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, loa
 from mlops_delivery import analyze_until_decided
 from mlops_serving import resolve_prediction_log_uri
 
-app = typer.Typer(help="Canary analysis: error rate, p99 latency and prediction PSI, canary vs stable.",
+app = typer.Typer(help="Canary analysis: sequential tests (error rate, slow share, score bands) + threshold guard.",
                   no_args_is_help=True)
 
 EXIT_CODES = {"promote": 0, "hold": 3, "rollback": 4}
+
+
+def read_skew_rate(path: Path) -> float:
+    """The mismatch rate of a skew replay: a monitor report's ``skew`` entry or a bare replay report."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"--skew-report {str(path)!r} is not a readable JSON file: {exc}") from None
+    skew = doc.get("skew", doc) if isinstance(doc, dict) else None
+    if not isinstance(skew, dict) or not isinstance(skew.get("mismatch_rate"), int | float):
+        raise typer.BadParameter(f"--skew-report {str(path)!r} holds no 'mismatch_rate' (nor 'skew.mismatch_rate'): "
+                                 f"run `mlops monitor run --json` with monitoring.skew_sample_rows > 0")
+    return float(skew["mismatch_rate"])
 
 
 @app.command("analyze")
@@ -32,6 +47,9 @@ def analyze(
                       ] = 0.0,
     interval_s: Annotated[float, typer.Option("--interval-s", min=1, help="Seconds between retries.")] = 30.0,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 0 promote, 3 hold, 4 rollback.")] = False,
+    skew_report: Annotated[Path | None, typer.Option(
+        help="JSON of a skew replay (`mlops monitor run --json` with monitoring.skew_sample_rows > 0, or its "
+             "drift.json); required when delivery.sequential.max_skew_mismatch_rate is set.")] = None,
     profile: ProfileOpt = None,
     model: ModelOpt = None,
     sets: SetOpt = None,
@@ -44,16 +62,21 @@ def analyze(
     """
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
+    skew_rate = read_skew_rate(skew_report) if skew_report is not None else None
     result = analyze_until_decided(cfg.delivery, loaded.root,
                                    resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root),
                                    cfg.project.model, stable_metrics, canary_metrics, wait_s=wait_s,
                                    interval_s=interval_s, stable_version=stable_version,
-                                   canary_version=canary_version, since=since)
+                                   canary_version=canary_version, since=since, skew_mismatch_rate=skew_rate)
     if as_json:
         print_json(result.to_dict())
     else:
         console.print(f"[bold]{result.decision}[/bold]: {cfg.project.model} canary v{result.canary.version} "
                       f"vs stable v{result.stable.version}")
+        if result.sequential is not None:
+            console.print(f"  sequential verdict (always-valid, alpha {result.sequential.alpha}, "
+                          f"{result.sequential.canary_requests} canary requests); thresholds alone: "
+                          f"{result.threshold_decision}")
         for reason in result.reasons:
             console.print(f"  - {reason}")
     if exit_code and EXIT_CODES[result.decision]:
