@@ -1,5 +1,6 @@
 """Shared platform core: errors, logging, seeding, lineage and MLflow tracking."""
 
+from mlops_core.atomic import atomic_dir, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
 from mlops_core.lineage import GitInfo, git_info, hash_files
 from mlops_core.logs import setup_logging
@@ -11,6 +12,10 @@ __all__ = [
     "GitInfo",
     "PlatformError",
     "TrackingError",
+    "atomic_dir",
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_text",
     "configure_tracking",
     "ensure_experiment",
     "git_info",

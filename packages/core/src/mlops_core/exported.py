@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlops_core.atomic import atomic_dir
 from mlops_core.errors import PlatformError
 
 if TYPE_CHECKING:
@@ -56,11 +57,11 @@ def save_exported(folder: str | Path, state_dict: Mapping[str, torch.Tensor], me
     if "kind" not in meta or "architecture" not in meta:
         raise ExportedModelError(f"model meta needs 'kind' and 'architecture', got keys {sorted(meta)!r}")
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(out / WEIGHTS_FILE))
     full = {"format_version": FORMAT_VERSION, **meta, "weights_sha256": weights_hash(tensors)}
-    (out / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    with atomic_dir(out) as tmp:  # readers see the old pair or the new pair, never weights without their meta
+        save_file(tensors, str(tmp / WEIGHTS_FILE))
+        (tmp / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return out
 
 
