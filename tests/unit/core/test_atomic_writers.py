@@ -58,15 +58,15 @@ def test_exported_model_survives_a_failed_re_export(tmp_path: Path) -> None:
         f"""
         import torch
         from mlops_core.exported import save_exported
-        state = {{"w": torch.ones(200_000)}}  # 800 kB of weights against a 100 kB limit
-        meta = {meta!r}
+        state = {{"w": torch.ones(20_000)}}  # 80 kB of weights fit under the limit,
+        meta = {{**{meta!r}, "lineage": {{"notes": "x" * 300_000}}}}  # 300 kB of model.json do not
         """,
-        f"save_exported({str(folder)!r}, state, meta)", limit=100_000, cwd=tmp_path)
+        f"save_exported({str(folder)!r}, state, meta)", limit=150_000, cwd=tmp_path)
     assert "failed mid-write" in out
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     tensors, _ = load_exported(folder)  # weights still match their meta's hash
     assert torch.equal(tensors["w"], old["w"])
-    assert no_temporaries(tmp_path) == []
+    assert no_temporaries(tmp_path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 def test_evaluation_report_survives_a_failed_rewrite(tmp_path: Path) -> None:
