@@ -39,7 +39,7 @@ def start_cli(root: Path, run_name: str, tag: str, *sets: str) -> subprocess.Pop
 
 
 def tagged_processes(tag: str) -> dict[int, str]:
-    """pid → NUL-separated command line of every live process carrying ``MLOPS_TEST_TAG=tag`` (launcher, agent, workers)."""
+    """pid → NUL-separated command line of each live process with ``MLOPS_TEST_TAG=tag`` (launcher, agent, workers)."""
     found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():

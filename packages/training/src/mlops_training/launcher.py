@@ -104,15 +104,15 @@ def launch(config: PlatformConfig, root: Path, *, run_name: str | None = None, t
         TrainingError: torchrun exited non-zero or timed out.
     """
     training = config.training
+    preflight(training, world_size=training.nproc * training.nnodes, local_world_size=training.nproc)
     name = run_name or os.environ.get("MLOPS_RUN_NAME") or default_run_name(config)
     ckpt_root = Path(training.checkpoint.dir)
     run_dir = (ckpt_root if ckpt_root.is_absolute() else root / ckpt_root) / name
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), LAUNCHER_PID_ENV: str(os.getpid())}
     child_env.setdefault("OMP_NUM_THREADS", "1")
-    # Held until torchrun returns; a second launch of this run (on this node) is refused, naming us, before
-    # the doctor's imports (seconds) and before it writes anything.
+    # Held until torchrun returns; a second launch of this run (on this node) is refused, naming us, before it
+    # writes anything.
     with acquire_run_lock(run_dir, name, nnodes=training.nnodes, node_rank=node_rank_from_env(child_env)):
-        preflight(training, world_size=training.nproc * training.nnodes, local_world_size=training.nproc)
         return _run_torchrun(config, root, name, run_dir, track=track, env=child_env, timeout_s=timeout_s)
 
 
