@@ -8,7 +8,7 @@ import pytest
 
 from mlops_config import FeaturesConfig, load_config
 from mlops_features import FeatureStoreError, render_feature_store_yaml
-from mlops_features.store import redis_connection_string, repo_config_dict
+from mlops_features.store import REDIS_STORE_TYPE, redis_connection_string, repo_config_dict
 
 PROFILES = {"local": "feature_store.yaml", "staging": "feature_store.staging.yaml",
             "production": "feature_store.production.yaml"}
@@ -22,12 +22,15 @@ def test_committed_yaml_is_the_render_of_the_profile(repo_root: Path, profile: s
     assert committed == text, f"run `mlops features render` to refresh feature_repo/{PROFILES[profile]}"
 
 
+SPECIAL = "p@ss:w/rd#,%{}' \"x: y"  # URL, YAML and Feast connection-string syntax, quotes, a ': '
+
+
 @pytest.mark.parametrize("profile", list(PROFILES))
 def test_feast_parses_each_yaml(repo_root: Path, profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from feast.repo_config import load_repo_config
 
     monkeypatch.setenv("REDIS_PASSWORD", "r-secret")
-    monkeypatch.setenv("FEAST_REGISTRY_PASSWORD", "p-secret")
+    monkeypatch.setenv("FEAST_REGISTRY_PASSWORD", SPECIAL)
     cfg = load_repo_config(repo_root / "feature_repo", repo_root / "feature_repo" / PROFILES[profile])
     assert cfg.project == "fraud_detection"
     assert cfg.offline_store.type == "duckdb"
@@ -35,17 +38,48 @@ def test_feast_parses_each_yaml(repo_root: Path, profile: str, monkeypatch: pyte
         assert cfg.online_store.type == "sqlite"
         assert Path(cfg.online_store.path) == Path("../.mlops/feast/online.db")
     else:
-        assert cfg.online_store.type == "redis"
-        assert "password=r-secret" in cfg.online_store.connection_string
+        # The Redis password is read from the env var the store names, never from a string Feast splits.
+        assert cfg.online_store.type == REDIS_STORE_TYPE and cfg.online_store.password_env == "REDIS_PASSWORD"
+        assert "password" not in cfg.online_store.connection_string
         assert cfg.registry.registry_type == "sql"
-        assert ":p-secret@" in cfg.registry.path
+        # Feast expanded ${FEAST_REGISTRY_PASSWORD} into the YAML text: the value survived it byte for byte.
+        assert cfg.registry.sqlalchemy_config_kwargs["connect_args"]["password"] == SPECIAL
+        assert "@" not in cfg.registry.path.split("@", 1)[1]
 
 
 def test_secrets_never_appear_in_the_rendered_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_PASSWORD", "r-secret")
-    cfg = FeaturesConfig(online_store="redis", redis_password_env="REDIS_PASSWORD")
-    assert "r-secret" not in render_feature_store_yaml(cfg, "/repo", "x")
-    assert "password=${REDIS_PASSWORD}" in redis_connection_string(cfg)
+    monkeypatch.setenv("REG_PW", "p-secret")
+    cfg = FeaturesConfig(online_store="redis", redis_password_env="REDIS_PASSWORD", registry_type="sql",
+                         registry="postgresql+psycopg2://feast@db:5432/reg", registry_password_env="REG_PW")
+    text = render_feature_store_yaml(cfg, "/repo", "x")
+    assert "r-secret" not in text and "p-secret" not in text
+    assert "password_env: REDIS_PASSWORD" in text and "password: |2-\n" in text and "${REG_PW}" in text
+    assert "password" not in redis_connection_string(cfg)
+
+
+def test_platform_config_carries_exact_secret_values_and_names_a_missing_one() -> None:
+    cfg = FeaturesConfig(online_store="redis", redis_password_env="R", registry_type="sql",
+                         registry="postgresql+psycopg2://feast@db:5432/reg", registry_password_env="P")
+    raw = repo_config_dict(cfg, "/repo", environ={"P": SPECIAL, "R": SPECIAL})
+    assert raw["registry"]["sqlalchemy_config_kwargs"]["connect_args"]["password"] == SPECIAL
+    assert raw["registry"]["path"] == "postgresql+psycopg2://feast@db:5432/reg"
+    with pytest.raises(FeatureStoreError, match="registry_password_env names 'P'"):
+        repo_config_dict(cfg, "/repo", environ={})
+
+
+@pytest.mark.parametrize(("field", "url"), [("registry", "postgresql+psycopg2://u:pw@db/reg"),
+                                             ("redis_url", "redis://:pw@127.0.0.1:6379/0")])
+def test_a_password_inside_a_url_is_refused(field: str, url: str) -> None:
+    cfg = FeaturesConfig(online_store="redis", registry_type="sql", **{field: url})
+    with pytest.raises(FeatureStoreError, match=f"features.{field} holds a password"):
+        repo_config_dict(cfg, "/repo")
+
+
+def test_redis_store_type_is_the_class_path() -> None:
+    from mlops_features.online_redis import STORE_TYPE, SecretRedisOnlineStore
+
+    assert REDIS_STORE_TYPE == STORE_TYPE == f"{SecretRedisOnlineStore.__module__}.{SecretRedisOnlineStore.__name__}"
 
 
 def test_local_paths_are_absolute_under_the_root(tmp_path: Path) -> None:

@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mlops_core.atomic import atomic_dir, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
-from mlops_core.exported import (
-    META_FILE,
-    ExportedModelError,
-    build_tabular_mlp,
-    load_exported,
-    read_meta,
-    save_exported,
-)
 from mlops_core.ledger import now_iso
 from mlops_core.lifecycle import (
     GATE_REPORT_ARTIFACT,
@@ -68,9 +61,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "GATE_REPORT_ARTIFACT",
-    "META_FILE",
     "ConfigError",
-    "ExportedModelError",
     "GateNotPassedError",
     "GitInfo",
     "LifecycleError",
@@ -78,9 +69,12 @@ __all__ = [
     "ProfileError",
     "TrackingError",
     "aliases",
+    "atomic_dir",
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_text",
     "bin_counts",
     "build_reference_profile",
-    "build_tabular_mlp",
     "check_profile",
     "default_actor",
     "ensure_experiment",
@@ -88,16 +82,13 @@ __all__ = [
     "git_info",
     "hash_files",
     "history",
-    "load_exported",
     "mlflow_client",
     "now_iso",
     "promote",
     "quantile_edges",
-    "read_meta",
     "registered_model_name",
     "resolve_uri",
     "rollback",
-    "save_exported",
     "seed_everything",
     "setup_logging",
     "sorted_finite",

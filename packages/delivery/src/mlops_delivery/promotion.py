@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlops_config import DeliveryConfig, TrackingConfig
+from mlops_core import atomic_write_text
 from mlops_delivery.errors import PromotionRefusedError
 from mlops_delivery.git import commit_file, current_branch, push_branch, push_head, switch_branch
 from mlops_delivery.ledger import registry_version, require_gates_passed
@@ -230,7 +231,7 @@ def apply_change(change: ManifestChange, delivery: DeliveryConfig, root: Path, *
         logger.info("%s: already in place, nothing written", change.action)
         return change
     if not commit or delivery.commit_mode == "commit":
-        change.path.write_text(change.evidence["new_text"], encoding="utf-8")
+        atomic_write_text(change.path, change.evidence["new_text"])  # Argo CD may sync the file at any moment
         sha = commit_file(root, change.path, change.message, delivery.git_author) if commit else None
         pushed = push_head(root, delivery.git_remote) if (commit and push) else False
         return replace(change, commit=sha, pushed=pushed)
@@ -242,7 +243,7 @@ def apply_change(change: ManifestChange, delivery: DeliveryConfig, root: Path, *
         f"-{after.canary_percent}pct" if after.canary_version else "")
     switch_branch(root, branch, create=True)
     try:
-        change.path.write_text(change.evidence["new_text"], encoding="utf-8")
+        atomic_write_text(change.path, change.evidence["new_text"])
         sha = commit_file(root, change.path, change.message, delivery.git_author)
     finally:
         switch_branch(root, base)

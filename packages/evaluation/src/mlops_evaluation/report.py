@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlops_core import GATE_REPORT_ARTIFACT
+from mlops_core import GATE_REPORT_ARTIFACT, atomic_write_text
 from mlops_evaluation.gates import GateResult
 
 if TYPE_CHECKING:
@@ -104,9 +104,9 @@ def write_report(report: EvaluationReport, folder: Path) -> dict[str, str]:
     """Write ``evaluation.json`` and ``evaluation.md`` into ``folder``; return their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     js, md = folder / JSON_NAME, folder / MD_NAME
-    js.write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n",
-                  encoding="utf-8")
-    md.write_text(to_markdown(report), encoding="utf-8")
+    # Atomic: the pipeline and the promotion gate read evaluation.json back; a crash must not leave half of it.
+    atomic_write_text(js, json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+    atomic_write_text(md, to_markdown(report))
     report.paths = {"json": str(js), "markdown": str(md)}
     return report.paths
 

@@ -25,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mlops_core import atomic_path
 from mlops_features.errors import DataError
 from mlops_features.schema import CATEGORIES, CHANNELS, COUNTRIES, CURRENCY_BY_COUNTRY, DEVICES, RAW_SCHEMA
 
@@ -82,7 +83,8 @@ def generate_transactions(
         part = df[day_index == d].reset_index(drop=True)
         path = out / f"transactions_{(start + timedelta(days=d)).date().isoformat()}.parquet"
         table = pa.Table.from_pandas(part, schema=RAW_SCHEMA, preserve_index=False).replace_schema_metadata(None)
-        pq.write_table(table, path, compression="zstd")
+        with atomic_path(path) as tmp:  # readers glob the folder: a torn batch must never carry the final name
+            pq.write_table(table, tmp, compression="zstd")
         paths.append(path)
     logger.info("wrote %d rows in %d batches to %s (drift=%s, positives=%.4f)", len(df), days, out, drift,
                 df["is_fraud"].mean())

@@ -11,8 +11,10 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -31,11 +33,19 @@ EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 """Start of a full materialization window: the online store keeps each entity's latest value, however old."""
 
 
-def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to: Path | None = None) -> dict[str, Any]:
+REDIS_STORE_TYPE = "mlops_features.online_redis.SecretRedisOnlineStore"
+"""Feast online store type for Redis: Feast's store, the password read from ``password_env`` at connect time."""
+
+
+def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to: Path | None = None,
+                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The ``feature_store.yaml`` content for this section; paths absolute, or relative to ``relative_to``.
 
-    Secrets stay out: a password is written as ``${ENV_VAR}``, which Feast expands when it reads the YAML;
-    :func:`open_store` expands it from the environment itself.
+    Secrets never pass through a URL or a text: the registry password goes to the database driver as a
+    keyword (``connect_args.password``, so ``@ : / # %`` need no encoding), the Redis password is read by
+    :mod:`mlops_features.online_redis` from the env var it names. Without ``environ`` the registry password
+    is written as ``${VAR}`` (Feast expands it when it reads the YAML; see :func:`render_feature_store_yaml`);
+    with ``environ`` (:func:`open_store`) the value itself is put in the dict, which never becomes YAML.
     """
     root = Path(root)
 
@@ -46,17 +56,18 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
     if features.registry_type == "file":
         registry: dict[str, Any] = {"registry_type": "file", "path": path(features.registry)}
     else:
-        url = features.registry
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
         if features.registry_password_env:
-            parsed = urlparse(url)
-            netloc = parsed.netloc.replace("@", f":${{{features.registry_password_env}}}@", 1)
-            url = parsed._replace(netloc=netloc).geturl()
-        registry = {"registry_type": "sql", "path": url, "sqlalchemy_config_kwargs": {"pool_pre_ping": True}}
+            kwargs["connect_args"] = {"password": _secret(features.registry_password_env, environ,
+                                                          "features.registry_password_env")}
+        registry = {"registry_type": "sql", "path": registry_url(features), "sqlalchemy_config_kwargs": kwargs}
     registry["cache_ttl_seconds"] = features.registry_cache_ttl_s
     if features.online_store == "sqlite":
         online: dict[str, Any] = {"type": "sqlite", "path": path(features.online_store_path)}
     else:
-        online = {"type": "redis", "connection_string": redis_connection_string(features)}
+        online = {"type": REDIS_STORE_TYPE, "connection_string": redis_connection_string(features)}
+        if features.redis_password_env:
+            online["password_env"] = features.redis_password_env
     return {
         "project": features.feast_project,
         "provider": "local",
@@ -67,11 +78,34 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
     }
 
 
+def _secret(var: str, environ: Mapping[str, str] | None, key: str) -> str:
+    if environ is None:
+        return f"${{{var}}}"
+    if var not in environ:
+        raise FeatureStoreError(f"{key} names {var!r}, which is not set in the environment; export the secret there")
+    return environ[var]
+
+
+def registry_url(features: FeaturesConfig) -> str:
+    """``features.registry`` checked to carry no password (that belongs in ``registry_password_env``)."""
+    parsed = urlparse(features.registry)
+    if parsed.password is not None:
+        raise FeatureStoreError(
+            f"features.registry holds a password for user {parsed.username!r}: remove it from the URL and name "
+            "the env var that holds it in features.registry_password_env"
+        )
+    return features.registry
+
+
 def redis_connection_string(features: FeaturesConfig) -> str:
-    """Feast's ``host:port,db=N,...[,password=${ENV}]`` form of ``features.redis_url`` (keys become redis-py kwargs)."""
+    """Feast's ``host:port,db=N,...`` form of ``features.redis_url`` (keys become redis-py kwargs; no password:
+    Feast splits this string on ``,`` and ``=``, so the password travels apart, see ``online_redis``)."""
     parsed = urlparse(features.redis_url)
     if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
         raise FeatureStoreError(f"features.redis_url={features.redis_url!r} is invalid: expected redis://host:port/db")
+    if parsed.password is not None:
+        raise FeatureStoreError("features.redis_url holds a password: remove it and name its env var in "
+                                "features.redis_password_env")
     db = parsed.path.strip("/") or "0"
     timeout = features.redis_timeout_s
     # retry=null: redis-py otherwise retries a refused connection with backoff for ~3 s; serving has its own policy.
@@ -79,15 +113,19 @@ def redis_connection_string(features: FeaturesConfig) -> str:
              f"socket_timeout={timeout}", "retry=null"]
     if parsed.scheme == "rediss":
         parts.append("ssl=true")
-    if features.redis_password_env:
-        parts.append(f"password=${{{features.redis_password_env}}}")
     return ",".join(parts)
 
 
 def render_feature_store_yaml(features: FeaturesConfig, root: str | Path, profile: str) -> str:
-    """The text of ``feature_repo/feature_store[.<profile>].yaml`` for a profile's ``features`` section."""
+    """The text of ``feature_repo/feature_store[.<profile>].yaml`` for a profile's ``features`` section.
+
+    Feast substitutes ``${VAR}`` in the file's *text* before parsing it, so a secret reference is written as a
+    literal block scalar with a fixed indentation (``|2-``): whatever the value holds (``#``, ``: ``, quotes,
+    braces, leading spaces) stays the string's content instead of becoming YAML syntax.
+    """
     repo = Path(root) / features.repo_path
     body = yaml.safe_dump(repo_config_dict(features, root, relative_to=repo), sort_keys=False)
+    body = re.sub(r"^( *)(\w+): (\$\{\w+\})$", r"\1\2: |2-\n\1  \3", body, flags=re.MULTILINE)
     return f"# Generated by `mlops features render` from configs/ (profile {profile}); do not edit by hand.\n{body}"
 
 
@@ -118,8 +156,7 @@ def open_store(features: FeaturesConfig, root: str | Path) -> Any:
     """A :class:`feast.FeatureStore` for this section (folders for the local stores are created)."""
     from feast import FeatureStore, RepoConfig
 
-    raw = repo_config_dict(features, root)
-    raw = yaml.safe_load(os.path.expandvars(yaml.safe_dump(raw)))
+    raw = repo_config_dict(features, root, environ=os.environ)  # secrets as values, never through YAML text
     for key in ("registry", "online_store"):
         if raw[key].get("registry_type", raw[key].get("type")) in ("file", "sqlite"):
             Path(raw[key]["path"]).parent.mkdir(parents=True, exist_ok=True)

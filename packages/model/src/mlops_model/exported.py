@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlops_core import atomic_dir
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
 
@@ -56,12 +57,12 @@ def save_exported(folder: str | Path, state_dict: Mapping[str, torch.Tensor], me
     if "kind" not in meta or "architecture" not in meta:
         raise ExportedModelError(f"model meta needs 'kind' and 'architecture', got keys {sorted(meta)!r}")
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(out / WEIGHTS_FILE))
     full = {"format_version": FORMAT_VERSION, **meta, "weights_sha256": weights_hash(tensors)}
-    (out / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=_json_default) + "\n",
-                                 encoding="utf-8")
+    with atomic_dir(out) as tmp:  # readers see the old pair or the new pair, never weights without their meta
+        save_file(tensors, str(tmp / WEIGHTS_FILE))
+        (tmp / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=_json_default) + "\n",
+                                     encoding="utf-8")
     return out
 
 

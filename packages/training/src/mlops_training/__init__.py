@@ -4,7 +4,7 @@ from mlops_training.accelerate_config import accelerate_config, write_accelerate
 from mlops_training.api import reproduce, reproduce_weights_hash, train_fraud, train_model
 from mlops_training.corpus import load_corpus
 from mlops_training.doctor import Diagnosis, diagnose, plan_report, preflight
-from mlops_training.errors import CheckpointError, DoctorError, TrainingError
+from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, TrainingError
 from mlops_training.launcher import TrainResult, launch
 from mlops_training.planner import plan
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointError",
     "Diagnosis",
     "DoctorError",
+    "RunLockedError",
     "ShardPlan",
     "ShardPlanError",
     "TrainResult",

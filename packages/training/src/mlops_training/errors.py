@@ -21,4 +21,8 @@ class CheckpointError(TrainingError):
     """A checkpoint is missing, incomplete or does not match its manifest."""
 
 
-__all__ = ["CheckpointError", "DoctorError", "PlatformError", "TrainingError"]
+class RunLockedError(TrainingError):
+    """Another live launcher already trains this run (same run name, same node); nothing was started."""
+
+
+__all__ = ["CheckpointError", "DoctorError", "PlatformError", "RunLockedError", "TrainingError"]

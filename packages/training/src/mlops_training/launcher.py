@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig
+from mlops_core import atomic_write_text
 from mlops_training.doctor import preflight
 from mlops_training.errors import TrainingError
+from mlops_training.lifeline import LAUNCHER_PID_ENV, agent_command
+from mlops_training.run_lock import acquire_run_lock, node_rank_from_env
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,7 @@ def launch(config: PlatformConfig, root: Path, *, run_name: str | None = None, t
 
     Raises:
         DoctorError: the config is known to fail (nothing was started).
+        RunLockedError: another live launcher trains this run on this node (nothing was started).
         TrainingError: torchrun exited non-zero or timed out.
     """
     training = config.training
@@ -104,19 +108,28 @@ def launch(config: PlatformConfig, root: Path, *, run_name: str | None = None, t
     name = run_name or os.environ.get("MLOPS_RUN_NAME") or default_run_name(config)
     ckpt_root = Path(training.checkpoint.dir)
     run_dir = (ckpt_root if ckpt_root.is_absolute() else root / ckpt_root) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), LAUNCHER_PID_ENV: str(os.getpid())}
+    child_env.setdefault("OMP_NUM_THREADS", "1")
+    # Held until torchrun returns; a second launch of this run (on this node) is refused, naming us, before it
+    # writes anything.
+    with acquire_run_lock(run_dir, name, nnodes=training.nnodes, node_rank=node_rank_from_env(child_env)):
+        return _run_torchrun(config, root, name, run_dir, track=track, env=child_env, timeout_s=timeout_s)
+
+
+def _run_torchrun(config: PlatformConfig, root: Path, name: str, run_dir: Path, *, track: bool,
+                  env: dict[str, str], timeout_s: float | None) -> TrainResult | None:
+    training = config.training
     config_path = run_dir / "config.json"
-    config_path.write_text(json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True), encoding="utf-8")
+    atomic_write_text(config_path, json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True))
     worker_args = ["--config-json", str(config_path), "--root", str(root), "--run-name", name]
     if not track:
         worker_args.append("--no-track")
     cmd = torchrun_command(nproc=training.nproc, nnodes=training.nnodes, rdzv_endpoint=training.rdzv_endpoint,
                            max_restarts=training.max_restarts, run_name=name, worker_args=worker_args)
-    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    child_env.setdefault("OMP_NUM_THREADS", "1")
     log.info("launching %s", " ".join(cmd))
     try:
-        proc = subprocess.run(cmd, env=child_env, cwd=root, check=False, timeout=timeout_s)
+        # Through the lifeline agent: torchrun (and so its workers) die with this process, even by SIGKILL.
+        proc = subprocess.run(agent_command(cmd), env=env, cwd=root, check=False, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise TrainingError(f"training run {name!r} did not finish within {timeout_s}s") from None
     if proc.returncode != 0:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, load_config
+from mlops_core import atomic_write_text
 from mlops_training.errors import TrainingError
+from mlops_training.lifeline import die_with_agent
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ def _setup_worker_logging(rank: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Train on this rank; rank 0 exports, records lineage and writes ``result.json`` in the run folder."""
+    die_with_agent()  # before anything slow: a worker must never outlive the agent waiting for it
     args = parse_args(argv)
     _setup_worker_logging(int(os.environ.get("RANK", "0")))
     try:
@@ -98,7 +101,7 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
         if not dist_info.is_main:
             return None
         result = publish(config, plan, root, name, task, outcome, track=track)
-        (run_dir / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
+        atomic_write_text(run_dir / "result.json", json.dumps(result, indent=2, sort_keys=True))
         return result
     finally:
         if dist.is_initialized():

@@ -105,13 +105,14 @@ def render(
     sets: SetOpt = None,
 ) -> None:
     """Write feature_repo/feature_store[.<profile>].yaml from each profile's config (for the ``feast`` CLI)."""
+    from mlops_core import atomic_write_text
     from mlops_features import render_feature_store_yaml
 
     for name in profiles or ["local", "staging", "production"]:
         loaded = load(name, None, sets, check_secrets=False)
         target = loaded.resolve_path(loaded.config.features.repo_path) / (
             "feature_store.yaml" if name == "local" else f"feature_store.{name}.yaml")
-        target.write_text(render_feature_store_yaml(loaded.config.features, loaded.root, name), encoding="utf-8")
+        atomic_write_text(target, render_feature_store_yaml(loaded.config.features, loaded.root, name))
         console.print(f"wrote {target}")
 
 

@@ -1,0 +1,140 @@
+"""Real ``mlops train run`` processes: a second launch of a live run is refused naming the holder, and a
+SIGKILL of the launcher (alone, or its whole process group) leaves no worker training; the rerun resumes
+and ends bit-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mlops_training import TrainResult, launch
+
+from .conftest import TINY
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
+MLOPS = str(Path(sys.executable).with_name("mlops"))
+
+
+def start_cli(root: Path, run_name: str, tag: str, *sets: str) -> subprocess.Popen[str]:
+    """``mlops train run`` in a process group of its own (as a CI job step or a terminal would start it)."""
+    args = [MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", run_name, "--no-track"]
+    for s in (*TINY, *STEPS, *sets):
+        args += ["--set", s]
+    env = {**os.environ, "MLOPS_TEST_TAG": tag, "MLOPS_CONFIG_DIR": str(root / "configs")}
+    return subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def tagged_processes(tag: str) -> dict[int, str]:
+    """pid → NUL-separated command line of each live process with ``MLOPS_TEST_TAG=tag`` (launcher, agent, workers)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            if f"MLOPS_TEST_TAG={tag}".encode() not in environ.split(b"\0"):
+                continue
+            stat = (proc / "stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":  # a zombie trains nothing; its parent reaps it
+                continue
+            found[int(proc.name)] = (proc / "cmdline").read_bytes().decode()
+        except OSError:
+            continue
+    return found
+
+
+def workers(tag: str) -> dict[int, str]:
+    """The worker processes (``python -u -m mlops_training.worker``; the agent's argv names it later on)."""
+
+    def module(cmdline: str) -> str | None:
+        argv = cmdline.split("\0")
+        return argv[argv.index("-m") + 1] if "-m" in argv else None
+
+    return {pid: cmd for pid, cmd in tagged_processes(tag).items() if module(cmd) == "mlops_training.worker"}
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        assert proc.poll() is None, f"the run exited early:\n{proc.communicate()[0]}"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+def assert_all_gone(tag: str, within_s: float = 5.0) -> float:
+    """Every process of the run is gone within ``within_s``; returns how long that took."""
+    t0 = time.monotonic()
+    while (left := tagged_processes(tag)) and time.monotonic() - t0 < within_s:
+        time.sleep(0.05)
+    assert not left, f"still running {within_s}s after the kill: {left}"
+    return time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_lm: Callable[..., object], root: Path) -> TrainResult:
+    result = launch(tiny_lm(*STEPS), root, run_name="faults-straight", track=False)  # type: ignore[arg-type]
+    assert result is not None
+    return result
+
+
+def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) -> None:
+    tag = uuid.uuid4().hex
+    first = start_cli(root, "twice", tag, "training.max_steps=320")  # long enough to outlive the second launch
+    try:
+        wait_for(root / ".mlops/checkpoints/twice/step_00000008/manifest.json", first)
+        second = subprocess.run([MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", "twice", "--no-track",
+                                 *[a for s in (*TINY, *STEPS) for a in ("--set", s)]],
+                                cwd=root, env={**os.environ, "MLOPS_CONFIG_DIR": str(root / "configs")},
+                                capture_output=True, text=True, timeout=600)
+        assert first.poll() is None, "the first run should still be training when the second is refused"
+    finally:
+        out, _ = first.communicate(timeout=900)
+    assert second.returncode != 0
+    message = " ".join((second.stdout + second.stderr).split())
+    assert "already being trained" in message, message
+    assert f"pid {first.pid} on host {socket.gethostname()!r}" in message, message
+    assert re.search(r"since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
+    # The refused launch started no worker and touched nothing: the first finishes as if alone.
+    assert first.returncode == 0, out
+    result = json.loads((root / ".mlops/checkpoints/twice/result.json").read_text())
+    assert result["resumed_from_step"] is None and result["steps"] == 320
+
+
+def _kill_at(root: Path, run: str, step: int, tag: str, *, group: bool) -> float:
+    proc = start_cli(root, run, tag)
+    wait_for(root / f".mlops/checkpoints/{run}/step_{step:08d}/manifest.json", proc)
+    assert len(workers(tag)) == 2, tagged_processes(tag)
+    if group:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    return assert_all_gone(tag)
+
+
+def test_sigkill_of_launcher_or_its_group_leaves_no_worker_and_rerun_is_bit_identical(
+    tiny_lm: Callable[..., object], root: Path, straight: TrainResult
+) -> None:
+    # The launcher alone: torchrun's agent and then its workers die with it (parent-death signal chain).
+    gone_alone = _kill_at(root, "killed-launcher", 8, uuid.uuid4().hex, group=False)
+    # Its process group (a CI timeout): the workers live in sessions of their own, and still die.
+    gone_group = _kill_at(root, "killed-launcher", 24, uuid.uuid4().hex, group=True)
+    assert gone_alone < 5 and gone_group < 5
+    # The lock died with its holder: the rerun is not refused, resumes, and ends where a straight run ends.
+    rerun = launch(tiny_lm(*STEPS), root, run_name="killed-launcher", track=False)  # type: ignore[arg-type]
+    assert rerun is not None and rerun.resumed_from_step is not None and 24 <= rerun.resumed_from_step < 40
+    assert rerun.steps == 40 and rerun.weights_sha256 == straight.weights_sha256
