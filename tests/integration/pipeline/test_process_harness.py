@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 
@@ -25,7 +24,8 @@ SERVER = textwrap.dedent("""
     print("grandchild", child.pid, flush=True)
     if os.environ.get("IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+    handler = http.server.SimpleHTTPRequestHandler
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
 """)
 
 
@@ -57,21 +57,31 @@ def _spec(name: str, tmp_path: Path, *, ignore_term: bool = False) -> ServerSpec
                       stop_timeout_s=2)
 
 
-def test_an_exception_inside_stops_every_server_and_what_they_spawned(tmp_path: Path) -> None:
-    redis = shutil.which("redis-server")
-    assert redis, "redis-server is missing (Debian package redis-server)"
+def _start_three_then_fail(tmp_path: Path, redis: str, seen: dict[str, object]) -> None:
     redis_port = free_port()
-    pids: list[int] = []
-    with pytest.raises(RuntimeError, match="a step failed"), ProcessHarness(tmp_path / "logs") as harness:
+    with ProcessHarness(tmp_path / "logs") as harness:
+        seen["harness"] = harness
         web = harness.start(_spec("web", tmp_path))
         stuck = harness.start(_spec("stuck", tmp_path, ignore_term=True))
         db = harness.start(ServerSpec("redis", [redis, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                                 "--appendonly", "no"], ready=tcp_ready(redis_port)))
-        pids = [web.pid, stuck.pid, db.pid, _grandchild(web.log_path), _grandchild(stuck.log_path)]
+        seen["pids"] = pids = [web.pid, stuck.pid, db.pid, _grandchild(web.log_path), _grandchild(stuck.log_path)]
         assert all(_alive(p) for p in pids)
         assert httpx.get(f"http://127.0.0.1:{web.spec.argv[-1]}/").status_code == 200
         raise RuntimeError("a step failed")
+
+
+def test_an_exception_inside_stops_every_server_and_what_they_spawned(tmp_path: Path) -> None:
+    redis = shutil.which("redis-server")
+    assert redis, "redis-server is missing (Debian package redis-server)"
+    seen: dict[str, object] = {}
+    with pytest.raises(RuntimeError, match="a step failed"):
+        _start_three_then_fail(tmp_path, redis, seen)
+    pids = seen["pids"]
+    assert isinstance(pids, list) and len(pids) == 5
     assert [p for p in pids if _alive(p)] == []
+    harness = seen["harness"]
+    assert isinstance(harness, ProcessHarness)
     assert sorted(harness.stopped) == sorted(pids[:3])
     assert (tmp_path / "logs" / "redis.log").read_text().startswith(f"$ {redis}")
 
@@ -96,11 +106,17 @@ def test_a_server_never_ready_is_stopped_after_its_timeout(tmp_path: Path) -> No
     assert not _alive(pid)
 
 
+def _start_then_interrupt(tmp_path: Path, pids: list[int]) -> None:
+    with ProcessHarness(tmp_path / "logs") as harness:
+        web = harness.start(_spec("web", tmp_path))
+        pids += [web.pid, _grandchild(web.log_path)]
+        raise KeyboardInterrupt
+
+
 def test_ctrl_c_stops_the_servers_too(tmp_path: Path) -> None:
     pids: list[int] = []
-    with pytest.raises(KeyboardInterrupt), ProcessHarness(tmp_path / "logs") as harness:
-        web = harness.start(_spec("web", tmp_path))
-        pids = [web.pid, _grandchild(web.log_path)]
-        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        _start_then_interrupt(tmp_path, pids)
+    assert len(pids) == 2
     assert [p for p in pids if _alive(p)] == []
     assert os.getpgid(0) not in pids  # the harness never signals the test's own group

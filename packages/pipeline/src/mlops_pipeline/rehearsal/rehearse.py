@@ -32,7 +32,7 @@ from mlops_pipeline.runner import Step, StepResult, run_steps
 from mlops_pipeline.sections import build_sections
 
 STEPS = [
-    Step("platform", "Start the platform: MLflow (auth, PostgreSQL), Redis, Prometheus, Alertmanager", loop.step_platform),
+    Step("platform", "Platform: MLflow (auth, PostgreSQL), Redis, Prometheus, Alertmanager", loop.step_platform),
     Step("ingest", "Ingest a new batch", loop.step_ingest),
     Step("validate", "Validate, version with DVC, push to the remote", loop.step_validate),
     Step("features", "dvc pull in the runner; Feast: SQL registry + Redis", loop.step_features),
