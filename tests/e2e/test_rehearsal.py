@@ -14,8 +14,8 @@ import yaml
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STEP_NAMES = ["platform", "ingest", "validate", "features", "bootstrap", "train", "register", "gates", "staging",
-              "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
+STEP_NAMES = ["platform", "ingest", "validate", "features", "tracking", "bootstrap", "train", "register", "gates",
+              "staging", "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
 
 
 def _copy_repo(src: Path, dst: Path) -> None:
@@ -75,7 +75,8 @@ def test_platform_is_real_and_mlflow_refuses_anonymous_requests(rehearsal: tuple
     _, doc = rehearsal
     platform = _detail(doc, "platform")
     assert {"mlflow", "redis", "prometheus", "alertmanager", "drift-exporter"} <= set(platform["servers"])
-    assert platform["mlflow_anonymous_status"] == 401
+    tracking = _detail(doc, "tracking")
+    assert (tracking["anonymous_status"], tracking["authenticated_status"]) == (401, 200)
     register = _detail(doc, "register")
     assert (register["anonymous_status"], register["wrong_password_status"]) == (401, 401)
 

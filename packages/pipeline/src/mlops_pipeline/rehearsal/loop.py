@@ -50,27 +50,38 @@ def step_platform(ctx: RehearsalContext) -> dict[str, Any]:
     # staging connects as its own role with a password; the machine's server trusts loopback, so any value works
     platform.feast_registry_url = topology.sqlalchemy_url(urls["feast"])
     platform.secrets[topology.FEAST_REGISTRY_PASSWORD_ENV] = secrets.token_urlsafe(12)
+    mlflow = topology.launch_mlflow(ctx.harness, platform, urls["mlflow"], urls["mlflow_auth"])
     topology.start_redis(ctx.harness, platform)
-    topology.start_mlflow(ctx.harness, platform, urls["mlflow"], urls["mlflow_auth"])
     topology.start_alertmanager(ctx.harness, platform)
     drift_port = topology.start_node_exporter(ctx.harness, platform, ctx.run_dir / "drift-metrics")
     topology.start_prometheus(ctx.harness, platform, ctx.repo_root, drift_port)
     ctx.gitops = init_gitops(ctx.repo_root, ctx.run_dir)
+    ctx.facts["mlflow_server"] = mlflow  # awaited in step_tracking: data and features need no registry
     ctx.env = config_env(platform, fast=ctx.fast)
     ctx.loaded = load_rehearsal_config(ctx.repo_root, ctx.env)
     # the loop itself runs in this process (as a workflow step would): it reads the secrets by their names
     saved = {k: os.environ.get(k) for k in platform.secrets}
     ctx.cleanup.callback(_restore_env, saved)
     os.environ.update(platform.secrets)
-    anonymous = httpx.get(f"{platform.mlflow_url}/api/2.0/mlflow/experiments/search",
-                          params={"max_results": 1}, timeout=10).status_code
-    if anonymous != 401:
-        raise PipelineError(f"mlflow server answered {anonymous} to a request without credentials; expected 401")
     servers = {s.spec.name: {"pid": s.pid, "ready_s": round(s.ready_s, 1), "log": str(s.log_path)}
                for s in ctx.harness.servers.values()}
     return {"servers": servers, "databases": platform.databases, "mlflow": platform.mlflow_url,
             "prometheus": platform.prometheus_url, "alertmanager": platform.alertmanager_url,
-            "gitops_remote": str(ctx.gitops.remote), "mlflow_anonymous_status": anonymous}
+            "gitops_remote": str(ctx.gitops.remote)}
+
+
+def step_tracking(ctx: RehearsalContext) -> dict[str, Any]:
+    """The MLflow server (started with the platform) is up and refuses requests without credentials."""
+    assert ctx.harness is not None and ctx.platform is not None
+    server = ctx.harness.wait_ready(ctx.facts["mlflow_server"])
+    url = f"{ctx.platform.mlflow_url}/api/2.0/mlflow/experiments/search"
+    anonymous = httpx.get(url, params={"max_results": 1}, timeout=30).status_code
+    authed = httpx.get(url, params={"max_results": 1}, timeout=30, auth=ctx.platform.mlflow_auth).status_code
+    if (anonymous, authed) != (401, 200):
+        raise PipelineError(f"mlflow server answered {anonymous} without and {authed} with credentials; "
+                            "expected 401 and 200")
+    return {"url": ctx.platform.mlflow_url, "ready_s": round(server.ready_s, 1), "pid": server.pid,
+            "anonymous_status": anonymous, "authenticated_status": authed}
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:

@@ -36,6 +36,7 @@ STEPS = [
     Step("ingest", "Ingest a new batch", loop.step_ingest),
     Step("validate", "Validate, version with DVC, push to the remote", loop.step_validate),
     Step("features", "dvc pull in the runner; Feast: SQL registry + Redis", loop.step_features),
+    Step("tracking", "MLflow ready, refuses anonymous requests", loop.step_tracking),
     Step("bootstrap", "First champion: train, gates, publish, pin, serve", loop.step_bootstrap),
     Step("train", "Train with FSDP (2 CPU processes) on the pulled data", loop.step_train),
     Step("register", "Registered in the authenticated MLflow", loop.step_register),

@@ -106,8 +106,12 @@ def sqlalchemy_url(url: str) -> str:
 # --- servers ------------------------------------------------------------------------------------------------
 
 
-def start_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str, auth_url: str) -> None:
-    """``mlflow server --app-name basic-auth`` on PostgreSQL, artifacts proxied (``--serve-artifacts``)."""
+def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str, auth_url: str) -> str:
+    """Start ``mlflow server --app-name basic-auth`` on PostgreSQL, artifacts proxied (``--serve-artifacts``).
+
+    Returns the server's name for :meth:`ProcessHarness.wait_ready`: it migrates two databases and imports
+    a lot before it listens (a minute or more on a busy 2-core machine), so the other servers start meanwhile.
+    """
     user, password = "mlops-admin", secrets.token_urlsafe(16)
     ini = platform.run_dir / "mlflow" / "basic_auth.ini"
     ini.parent.mkdir(parents=True, exist_ok=True)
@@ -120,17 +124,18 @@ def start_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str, 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mlflow = str(Path(sys.executable).with_name("mlflow"))
-    harness.start(ServerSpec(
+    harness.launch(ServerSpec(
         "mlflow",
         [mlflow, "server", "--app-name", "basic-auth", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1", "--backend-store-uri", sqlalchemy_url(backend_url), "--serve-artifacts",
          "--artifacts-destination", str(platform.run_dir / "mlflow" / "artifacts")],
         ready=http_ready(f"{url}/health"),
         env={"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)},
-        ready_timeout_s=180,
+        ready_timeout_s=480,
     ))
     platform.mlflow_url = url
     platform.secrets |= {MLFLOW_USER_ENV: user, MLFLOW_PASSWORD_ENV: password}
+    return "mlflow"
 
 
 def start_redis(harness: ProcessHarness, platform: Platform) -> None:
