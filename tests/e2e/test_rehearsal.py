@@ -49,7 +49,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tupl
     _copy_repo(repo_root, repo)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
     res = subprocess.run([sys.executable, "-m", "mlops_cli", "pipeline", "rehearse", "--fast", "--json"], cwd=repo,
-                         env=env, capture_output=True, text=True, timeout=900, check=False)
+                         env=env, capture_output=True, text=True, timeout=2400, check=False)
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1, f"stdout must be one JSON line, got {len(lines)}:\n{res.stdout[-2000:]}"
     doc = json.loads(lines[0])

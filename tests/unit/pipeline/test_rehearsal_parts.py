@@ -34,7 +34,7 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
                                                                       "MLFLOW_TRACKING_PASSWORD")
     assert cfg.tracking.uri == "http://127.0.0.1:5001"
     assert cfg.monitoring.webhook_url == "http://127.0.0.1:9093/api/v2/alerts"
-    assert (cfg.training.backend, cfg.training.nproc, cfg.training.max_steps) == ("auto", 2, 300)
+    assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
     assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
         f"file://{tmp_path}/bucket/models/fraud/v3"
 

@@ -23,7 +23,7 @@ from mlops_pipeline.rehearsal.topology import Platform
 PROFILE = "staging"
 
 
-def config_env(platform: Platform, *, fast: bool) -> dict[str, str]:
+def config_env(platform: Platform, *, fast: bool = False) -> dict[str, str]:
     """The env a staging pod would get, pointed at this run's servers (secrets included, by the profile's names)."""
     run = platform.run_dir
     env = {
@@ -50,8 +50,8 @@ def config_env(platform: Platform, *, fast: bool) -> dict[str, str]:
         "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}",
         **platform.secrets,
     }
-    if fast:  # a shorter training (the sample stays: the quality gate's bootstrap CI needs its positives)
-        env |= {"MLOPS__TRAINING__MAX_STEPS": "300"}
+    # --fast trains as long as the demo does: the first champion gets a sixth of max_steps, and below ~100 steps
+    # it does not beat the trivial baseline's CI (measured: 50 steps, F1 0.09, CI lower bound +0.008 < +0.02)
     return env
 
 
