@@ -10,13 +10,15 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup browser prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro repro-smoke
+.PHONY: setup browser prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro \
+	repro-smoke rehearse rehearsal-deps
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
 	@echo "make test   lint + the test suite (sets up first)"
 	@echo "make setup  create $(VENV) and install every package from constraints.txt (no-op when unchanged)"
 	@echo "make bench  run every benchmark in benchmarks/ (one JSON line each)"
+	@echo "make rehearse  the staging topology on this machine, real servers, the whole loop (sets up first)"
 
 setup: $(STAMP)
 
@@ -47,10 +49,21 @@ unit: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Debian's Prometheus (with promtool) and Alertmanager: `promtool check|test rules` on our rules, and the real
-# servers the alerting and canary-analysis tests run against. Installed, never started as services.
+# Debian's Prometheus (with promtool), Alertmanager, the node exporter (the drift job's textfile metrics) and
+# Redis: `promtool check|test rules` on our rules, and the real servers the alerting, canary-analysis and
+# rehearsal tests run against (needs root and Debian's package index, as on CI). Installed, never started as
+# services; PostgreSQL on 127.0.0.1:5432 is expected up (`bash .ci/run` starts it).
+REHEARSAL_APT := prometheus prometheus-alertmanager prometheus-node-exporter redis-server
 prometheus:
-	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; }
+	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool -a -x /usr/bin/prometheus-alertmanager \
+	  -a -x /usr/bin/prometheus-node-exporter && command -v redis-server >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(REHEARSAL_APT) >/dev/null; }
+rehearsal-deps: prometheus
+
+# The staging topology on one machine: MLflow (basic-auth, PostgreSQL), Redis, Feast SQL registry, transformer +
+# predictor, Prometheus + rules, Alertmanager, a bare GitOps remote, a DVC remote; the whole loop through them.
+rehearse: setup prometheus
+	$(BIN)/mlops pipeline rehearse
 
 test: setup browser prometheus checkov-setup lint
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)

@@ -178,30 +178,42 @@ def _evaluate(ctx: PipelineContext, version: str, label: str) -> Any:
                     seed=cfg.project.seed)
 
 
-def step_train(ctx: PipelineContext) -> dict[str, Any]:
-    """Train the fraud model with FSDP on 2 CPU processes (DVC ``train`` stage) and register the version.
+def bootstrap_champion(ctx: PipelineContext) -> dict[str, Any] | None:
+    """On a registry with no champion, train a shorter first generation and walk it through the gates to champion.
 
-    On a registry with no champion yet, a short first training is put through the gates and the stages first,
-    so the canary and the rollback later have a stable version to compare with and fall back to.
+    Returns what it did, or ``None`` when a champion exists already (the demo and the rehearsal both call it).
     """
     from mlops_training import train_model
 
+    if "champion" in _aliases(ctx):
+        return None
+    steps = max(10, ctx.cfg.training.max_steps // 6)  # an earlier, shorter-trained generation
+    cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
+    first = train_model(cfg, ctx.root, run_name=f"{ctx.model}-first-champion")
+    if first is None:
+        raise PipelineError("the first training returned no result (this process did not host rank 0)")
+    version = str(first.model_version)
+    _promote(ctx, version, "candidate", "first version of a new registry")
+    report = _evaluate(ctx, version, "first")
+    if not report.passed:
+        failed = [g.name for g in report.gates if not g.passed]
+        raise PipelineError(f"the first champion v{version} failed gates {failed}; see {report.paths}")
+    for alias in ("staging", "canary", "champion"):
+        _promote(ctx, version, alias, "bootstrap: first champion of an empty registry")
+    return {"version": version, "steps": steps, "weights_sha256": first.weights_sha256}
+
+
+def step_train(ctx: PipelineContext) -> dict[str, Any]:
+    """Train the fraud model with FSDP on 2 CPU processes (DVC ``train`` stage) and register the version.
+
+    On a registry with no champion yet, a short first training is put through the gates and the stages first
+    (:func:`bootstrap_champion`), so the canary and the rollback later have a version to compare with and fall
+    back to.
+    """
     out: dict[str, Any] = {}
-    if "champion" not in _aliases(ctx):
-        steps = max(10, ctx.cfg.training.max_steps // 6)  # an earlier, shorter-trained generation
-        cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
-        first = train_model(cfg, ctx.root, run_name=f"{ctx.model}-first-champion")
-        if first is None:
-            raise PipelineError("the first training returned no result (this process did not host rank 0)")
-        version = str(first.model_version)
-        _promote(ctx, version, "candidate", "first version of a new registry")
-        report = _evaluate(ctx, version, "first")
-        if not report.passed:
-            failed = [g.name for g in report.gates if not g.passed]
-            raise PipelineError(f"the first champion v{version} failed gates {failed}; see {report.paths}")
-        for alias in ("staging", "canary", "champion"):
-            _promote(ctx, version, alias, "bootstrap: first champion of an empty registry")
-        out["first_champion"] = {"version": version, "steps": steps, "weights_sha256": first.weights_sha256}
+    first = bootstrap_champion(ctx)
+    if first is not None:
+        out["first_champion"] = first
     dvc = _dvc(ctx, "train")
     result = json.loads((ctx.root / TRAIN_RESULT).read_text())
     ctx.facts["train"] = result

@@ -1,0 +1,241 @@
+"""The staging topology's platform servers on one machine: each a real server started by the harness.
+
+What a cluster runs in ``infra/platform`` and the monitoring stack, here as local processes on free loopback
+ports: ``mlflow server --app-name basic-auth`` on PostgreSQL with proxied artifacts, a dedicated
+``redis-server`` (the online store, with a password), the Feast SQL registry in a PostgreSQL database of its
+own, Alertmanager, Prometheus with the repo's recording and alerting rules, and node-exporter's textfile
+collector exposing what the drift job writes (a cluster's CronJob pushes to a Pushgateway or a textfile
+collector; both expose the same series). PostgreSQL itself is the machine's server: the rehearsal creates
+fresh databases in it and drops them at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlops_pipeline.errors import PipelineError
+from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS = "/usr/bin/prometheus"
+ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+RULES = Path("infra/base/monitoring/prometheus-rules.yaml")
+# The env-var names the staging profile reads its secrets from (configs/profiles/staging.yaml).
+MLFLOW_USER_ENV, MLFLOW_PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+REDIS_PASSWORD_ENV, FEAST_REGISTRY_PASSWORD_ENV = "REDIS_PASSWORD", "FEAST_REGISTRY_PASSWORD"
+
+
+@dataclass
+class Platform:
+    """Where each platform server listens, and the secrets the run generated for them."""
+
+    run_dir: Path
+    postgres_url: str
+    databases: list[str] = field(default_factory=list)
+    mlflow_url: str = ""
+    redis_url: str = ""
+    feast_registry_url: str = ""
+    alertmanager_url: str = ""
+    prometheus_url: str = ""
+    textfile_dir: Path | None = None
+    targets_file: Path | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Env var name → value, as a cluster's Secret would project them (never written to a file but the ini)."""
+
+    @property
+    def mlflow_auth(self) -> tuple[str, str]:
+        return self.secrets[MLFLOW_USER_ENV], self.secrets[MLFLOW_PASSWORD_ENV]
+
+
+def check_binaries() -> None:
+    """Fail early, naming the Debian packages, when the monitoring stack is not installed."""
+    missing = [p for p in (PROMETHEUS, ALERTMANAGER, NODE_EXPORTER) if not Path(p).exists()]
+    if missing or not shutil.which("redis-server"):
+        raise PipelineError(f"the rehearsal needs {missing or ['redis-server']}: install the Debian packages "
+                            "prometheus prometheus-alertmanager prometheus-node-exporter redis-server "
+                            "(`make rehearse` does, as root)")
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------------------
+
+
+def create_database(admin_url: str, name: str) -> str:
+    """Create database ``name`` on the server of ``admin_url``; return the URL of the new database."""
+    import psycopg2
+
+    try:
+        conn = psycopg2.connect(admin_url, connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        raise PipelineError(f"PostgreSQL at {admin_url!r} is not reachable ({exc}); start it (see .ci/run)") from exc
+    conn.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    base, _, _ = admin_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop a database this run created (connections the servers left are closed first)."""
+    import psycopg2
+
+    conn = psycopg2.connect(admin_url, connect_timeout=5)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    conn.close()
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``postgresql://`` → ``postgresql+psycopg2://`` (a plain URL makes SQLAlchemy 2 look for psycopg 3)."""
+    return url.replace("postgresql://", "postgresql+psycopg2://", 1)
+
+
+# --- servers ------------------------------------------------------------------------------------------------
+
+
+def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str, auth_url: str) -> str:
+    """Start ``mlflow server --app-name basic-auth`` on PostgreSQL, artifacts proxied (``--serve-artifacts``).
+
+    Returns the server's name for :meth:`ProcessHarness.wait_ready`: it migrates two databases and imports
+    a lot before it listens (a minute or more on a busy 2-core machine), so the other servers start meanwhile.
+    """
+    user, password = "mlops-admin", secrets.token_urlsafe(16)
+    ini = platform.run_dir / "mlflow" / "basic_auth.ini"
+    ini.parent.mkdir(parents=True, exist_ok=True)
+    # default_permission NO_PERMISSIONS: a valid user without a grant reads nothing either
+    ini.write_text("[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+                   f"database_uri = {sqlalchemy_url(auth_url)}\nadmin_username = {user}\n"
+                   f"admin_password = {password}\n"
+                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    ini.chmod(0o600)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    harness.launch(ServerSpec(
+        "mlflow",
+        [mlflow, "server", "--app-name", "basic-auth", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", sqlalchemy_url(backend_url), "--serve-artifacts",
+         "--artifacts-destination", str(platform.run_dir / "mlflow" / "artifacts")],
+        ready=http_ready(f"{url}/health"),
+        env={"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)},
+        ready_timeout_s=480,
+    ))
+    platform.mlflow_url = url
+    platform.secrets |= {MLFLOW_USER_ENV: user, MLFLOW_PASSWORD_ENV: password}
+    return "mlflow"
+
+
+def start_redis(harness: ProcessHarness, platform: Platform) -> None:
+    """A dedicated ``redis-server`` with a password, no persistence (the shared one on 6379 stays untouched)."""
+    port, password = free_port(), secrets.token_urlsafe(16)
+    folder = platform.run_dir / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = folder / "redis.conf"  # the password goes in a file, not on a command line `ps` shows
+    conf.write_text(f"bind 127.0.0.1\nport {port}\nrequirepass {password}\nsave \"\"\nappendonly no\n"
+                    f"dir {folder}\n")
+    conf.chmod(0o600)
+    harness.start(ServerSpec("redis", [shutil.which("redis-server") or "redis-server", str(conf)],
+                             ready=tcp_ready(port), ready_timeout_s=30))
+    platform.redis_url = f"redis://127.0.0.1:{port}/0"
+    platform.secrets[REDIS_PASSWORD_ENV] = password
+
+
+def start_node_exporter(harness: ProcessHarness, platform: Platform, textfile_dir: Path) -> int:
+    """node-exporter with only its textfile collector: exposes the drift job's ``*.prom`` file."""
+    port = free_port()
+    textfile_dir.mkdir(parents=True, exist_ok=True)
+    harness.start(ServerSpec(
+        "drift-exporter",
+        [NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+         f"--collector.textfile.directory={textfile_dir}", f"--web.listen-address=127.0.0.1:{port}"],
+        ready=http_ready(f"http://127.0.0.1:{port}/metrics"), ready_timeout_s=30,
+    ))
+    platform.textfile_dir = textfile_dir
+    return port
+
+
+def start_alertmanager(harness: ProcessHarness, platform: Platform) -> None:
+    """Alertmanager, clustering off; one receiver with no integrations (the API holds what it received)."""
+    port = free_port()
+    folder = platform.run_dir / "alertmanager"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "alertmanager.yml"
+    config.write_text(yaml.safe_dump({
+        "route": {"receiver": "platform", "group_by": ["alertname", "model"], "group_wait": "1s",
+                  "group_interval": "5s", "repeat_interval": "1h"},
+        "receivers": [{"name": "platform"}],
+    }))
+    url = f"http://127.0.0.1:{port}"
+    harness.start(ServerSpec(
+        "alertmanager",
+        [ALERTMANAGER, f"--config.file={config}", f"--storage.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+        ready=http_ready(f"{url}/-/ready"), ready_timeout_s=60,
+    ))
+    platform.alertmanager_url = url
+
+
+def prometheus_rules(repo_root: Path) -> dict[str, Any]:
+    """The PrometheusRule resource's ``spec`` (its ``groups``): the rules file Prometheus itself reads."""
+    doc = yaml.safe_load((repo_root / RULES).read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or doc.get("kind") != "PrometheusRule" or "groups" not in doc.get("spec", {}):
+        raise PipelineError(f"{str(RULES)!r} is not a PrometheusRule with spec.groups")
+    return {"groups": doc["spec"]["groups"]}
+
+
+def start_prometheus(harness: ProcessHarness, platform: Platform, repo_root: Path, drift_port: int) -> None:
+    """Prometheus scraping the serving pods (file service discovery) and the drift exporter, rules loaded.
+
+    Intervals are seconds instead of a cluster's 15-30 s so the loop waits seconds, not minutes; the rules
+    and their expressions are the repo's own, unchanged.
+    """
+    port = free_port()
+    folder = platform.run_dir / "prometheus"
+    folder.mkdir(parents=True, exist_ok=True)
+    rules = folder / "rules.yml"
+    rules.write_text(yaml.safe_dump(prometheus_rules(repo_root), sort_keys=False))
+    targets = folder / "serving-targets.json"
+    targets.write_text("[]\n")
+    am = platform.alertmanager_url.removeprefix("http://")
+    config = folder / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [am]}]}]},
+        "scrape_configs": [
+            # stands in for the pod discovery of a cluster: the rehearsal rewrites the file as pods come and go
+            {"job_name": "fraud-serving", "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}]},
+            {"job_name": "mlops-drift", "static_configs": [{"targets": [f"127.0.0.1:{drift_port}"]}]},
+        ],
+    }, sort_keys=False))
+    url = f"http://127.0.0.1:{port}"
+    harness.start(ServerSpec(
+        "prometheus",
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d"],
+        ready=http_ready(f"{url}/-/ready"), ready_timeout_s=90,
+    ))
+    platform.prometheus_url = url
+    platform.targets_file = targets
+
+
+def write_scrape_targets(platform: Platform, targets: dict[str, dict[str, str]]) -> None:
+    """Point Prometheus's file discovery at the running serving processes (``host:port`` → labels)."""
+    assert platform.targets_file is not None
+    body = [{"targets": [address], "labels": labels} for address, labels in targets.items()]
+    tmp = platform.targets_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=1))
+    tmp.replace(platform.targets_file)  # atomic: Prometheus never reads half a file

@@ -1,0 +1,132 @@
+"""`mlops pipeline rehearse --fast --json` in a copy of the repo: every step against real servers, then none left."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+STEP_NAMES = ["platform", "ingest", "validate", "features", "tracking", "bootstrap", "train", "register", "gates",
+              "staging", "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
+
+
+def _copy_repo(src: Path, dst: Path) -> None:
+    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for rel in files:
+        if (src / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, dst / rel)
+
+
+def _processes_under(folder: Path) -> list[str]:
+    """Command lines of live processes that name ``folder`` (servers of the run, or their children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(folder) in cmd and state != "Z":
+            found.append(f"{entry.name}: {cmd[:200]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+    repo = tmp_path_factory.mktemp("rehearsal") / "repo"
+    _copy_repo(repo_root, repo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
+    res = subprocess.run([sys.executable, "-m", "mlops_cli", "pipeline", "rehearse", "--fast", "--json"], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=2400, check=False)
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1, f"stdout must be one JSON line, got {len(lines)}:\n{res.stdout[-2000:]}"
+    doc = json.loads(lines[0])
+    assert res.returncode == 0, json.dumps([s for s in doc["steps"] if not s["ok"]])[:3000] + res.stderr[-3000:]
+    return repo, doc
+
+
+def _detail(doc: dict, name: str) -> dict:
+    step = next(s for s in doc["steps"] if s["name"] == name)
+    assert step["ok"] is True, step
+    return step["detail"]
+
+
+def test_every_step_ran_and_passed(rehearsal: tuple[Path, dict]) -> None:
+    _, doc = rehearsal
+    assert {"steps", "alerts_received", "rollback_commit", "served_at_head", "seconds"} <= set(doc)
+    assert [s["name"] for s in doc["steps"]] == STEP_NAMES
+    assert all(s["ok"] and s["seconds"] > 0 for s in doc["steps"]), [s["name"] for s in doc["steps"] if not s["ok"]]
+    assert doc["seconds"] >= sum(s["seconds"] for s in doc["steps"])
+
+
+def test_platform_is_real_and_mlflow_refuses_anonymous_requests(rehearsal: tuple[Path, dict]) -> None:
+    _, doc = rehearsal
+    platform = _detail(doc, "platform")
+    assert {"mlflow", "redis", "prometheus", "alertmanager", "drift-exporter"} <= set(platform["servers"])
+    tracking = _detail(doc, "tracking")
+    assert (tracking["anonymous_status"], tracking["authenticated_status"]) == (401, 200)
+    register = _detail(doc, "register")
+    assert (register["anonymous_status"], register["wrong_password_status"]) == (401, 401)
+
+
+def test_training_used_the_data_version_the_ingestion_pushed(rehearsal: tuple[Path, dict]) -> None:
+    _, doc = rehearsal
+    pushed = _detail(doc, "validate")
+    assert pushed["remote_objects"] >= 1
+    assert _detail(doc, "features")["data_version"] == pushed["data_version"]
+    assert _detail(doc, "bootstrap")["version"] == "1"
+    assert _detail(doc, "train")["version"] == "2"
+
+
+def test_promotions_and_rollback_are_commits_in_the_remote(rehearsal: tuple[Path, dict]) -> None:
+    _, doc = rehearsal
+    remote = Path(_detail(doc, "platform")["gitops_remote"])
+    commits = [_detail(doc, n)["commit"] for n in ("staging", "canary-10", "canary-50", "production", "rollback")]
+    assert commits[-1] == doc["rollback_commit"]
+    for sha in commits:
+        assert subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=remote, check=False).returncode == 0
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=remote, capture_output=True, text=True, check=True)
+    assert head.stdout.strip() == doc["rollback_commit"]
+    assert _detail(doc, "canary-50")["decision"] == "promote"
+
+
+def test_critical_drift_alerted_and_the_fallback_serves_at_head(rehearsal: tuple[Path, dict]) -> None:
+    _, doc = rehearsal
+    assert _detail(doc, "monitor")["level"] == "CRITICAL"
+    assert doc["alerts_received"] >= 1
+    assert any(a["alertname"] == "FraudDriftCritical" for a in _detail(doc, "alert")["alerts"])
+    rollback = _detail(doc, "rollback")
+    assert (rollback["champion_before"], rollback["fallback_before"]) == ("2", "1")
+    assert doc["served_at_head"] == rollback["fallback_before"] == "1"
+
+
+def test_overlay_at_remote_head_names_the_fallback(rehearsal: tuple[Path, dict], tmp_path: Path) -> None:
+    _, doc = rehearsal
+    remote = Path(_detail(doc, "platform")["gitops_remote"])
+    subprocess.run(["git", "clone", "-q", str(remote), str(tmp_path / "head")], check=True)
+    kubectl = str(Path(sys.executable).with_name("kubectl"))
+    rendered = subprocess.run([kubectl, "kustomize", "infra/overlays/production"], cwd=tmp_path / "head",
+                              capture_output=True, text=True, check=True).stdout
+    isvc = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "InferenceService")
+    assert isvc["metadata"]["annotations"]["mlops.platform/stable-version"] == "1"
+    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/models/fraud/v1")
+    assert "mlops.platform/canary-version" not in isvc["metadata"]["annotations"]
+
+
+def test_no_server_process_is_left(rehearsal: tuple[Path, dict]) -> None:
+    repo, doc = rehearsal
+    assert doc["servers_left"] == []
+    assert _processes_under(Path(doc["run_dir"])) == []
+    assert _processes_under(repo) == []

@@ -1,0 +1,74 @@
+"""The rehearsal's offline parts: the config it implies, the rules Prometheus gets, the overlay read at HEAD."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlops_pipeline.rehearsal.context import config_env, load_rehearsal_config
+from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
+from mlops_pipeline.rehearsal.topology import Platform, prometheus_rules
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _platform(tmp_path: Path) -> Platform:
+    return Platform(tmp_path, postgres_url="postgresql://postgres@127.0.0.1:5432/postgres",
+                    mlflow_url="http://127.0.0.1:5001", redis_url="redis://127.0.0.1:6400/0",
+                    feast_registry_url="postgresql+psycopg2://postgres@127.0.0.1:5432/r_feast",
+                    alertmanager_url="http://127.0.0.1:9093",
+                    secrets={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p",
+                             "REDIS_PASSWORD": "r", "FEAST_REGISTRY_PASSWORD": "f"})
+
+
+def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names(tmp_path: Path) -> None:
+    env = config_env(_platform(tmp_path), fast=True)
+    cfg = load_rehearsal_config(REPO, env).config
+    assert cfg.project.profile == "staging"
+    # the staging shape stays: SQL registry, Redis online store, basic-auth credentials by name, Alertmanager
+    assert (cfg.features.registry_type, cfg.features.online_store) == ("sql", "redis")
+    assert (cfg.tracking.username_env, cfg.tracking.password_env) == ("MLFLOW_TRACKING_USERNAME",
+                                                                      "MLFLOW_TRACKING_PASSWORD")
+    assert cfg.tracking.uri == "http://127.0.0.1:5001"
+    assert cfg.monitoring.webhook_url == "http://127.0.0.1:9093/api/v2/alerts"
+    assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
+    assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
+        f"file://{tmp_path}/bucket/models/fraud/v3"
+
+
+def test_a_secret_the_profile_names_but_the_run_lacks_fails_the_load(tmp_path: Path) -> None:
+    env = config_env(_platform(tmp_path), fast=False)
+    del env["REDIS_PASSWORD"]
+    with pytest.raises(Exception, match="REDIS_PASSWORD"):
+        load_rehearsal_config(REPO, env)
+
+
+def test_prometheus_gets_the_repo_rules_unchanged() -> None:
+    rules = prometheus_rules(REPO)
+    source = yaml.safe_load((REPO / "infra/base/monitoring/prometheus-rules.yaml").read_text())
+    assert rules == {"groups": source["spec"]["groups"]}
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert "FraudDriftCritical" in names
+
+
+def test_what_serves_is_read_from_the_remote_head_not_the_clone(tmp_path: Path) -> None:
+    repo = init_gitops(REPO, tmp_path)
+    template = "file:///bucket/models/{model}/v{version}"
+    manifest = repo.clone / "infra/overlays/production/model-fraud.yaml"
+    doc = yaml.safe_load(manifest.read_text())
+    doc["metadata"]["annotations"] = {"mlops.platform/stable-version": "4", "mlops.platform/canary-version": "5"}
+    doc["spec"]["predictor"]["canaryTrafficPercent"] = 10
+    doc["spec"]["predictor"]["model"]["storageUri"] = template.format(model="fraud", version=5)
+    manifest.write_text(yaml.safe_dump(doc))
+    subprocess.run(["git", "commit", "-qam", "canary v5"], cwd=repo.clone, check=True)
+    before = served_at_head(repo, "production", "fraud", template)
+    assert before.canary_version is None  # committed in the clone, not pushed: the cluster does not see it
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], cwd=repo.clone, check=True)
+    served = served_at_head(repo, "production", "fraud", template)
+    assert (served.stable_version, served.canary_version, served.canary_percent) == (4, 5, 10)
+    assert served.stable_uri == "file:///bucket/models/fraud/v4"
+    assert served.canary_uri == "file:///bucket/models/fraud/v5"
+    assert served.commit == repo.head() != before.commit
