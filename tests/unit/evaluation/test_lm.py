@@ -71,9 +71,9 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     from mlops_core import lifecycle
-    from mlops_model import save_exported
     from mlops_core.tracking import start_run
     from mlops_evaluation import evaluate
+    from mlops_model import save_exported
 
     tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="artifacts", experiment="lm")
 

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 from mlops_config import TrackingConfig
-from mlops_model import META_FILE
 from mlops_core.tracking import configure_tracking, registered_model_name
+from mlops_model import META_FILE
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.served import ModelRef
 
