@@ -378,7 +378,8 @@ def build_app(
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
 
-    for error_type in (ServingError, *KSERVE_STATUS.keys()):
+    handled: list[type[Exception]] = [ServingError, *KSERVE_STATUS]
+    for error_type in handled:
         app.add_exception_handler(error_type, errors.handle)
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
     return app
