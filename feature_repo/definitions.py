@@ -2,8 +2,9 @@
 
 The platform loads this file (``mlops features apply``) and calls :func:`build` with the folder that the
 ingestion step writes the source tables to, so the same definitions serve every profile and test.
-To add a feature: compute it in ``mlops_features.aggregates``, list it in ``mlops_model.contract.FEATURES``
-(names, types, defaults and descriptions live there once), add it to a *new* FeatureService version (``fraud_v2``); never change what ``fraud_v1`` returns under a model.
+To add a feature: compute it in ``mlops_features.aggregates``, list it in
+``mlops_model.contract.FEATURES`` (names, types, defaults and descriptions live there once), add it to a
+*new* FeatureService version (``fraud_v2``); never change what ``fraud_v1`` returns under a model.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import numpy as np
@@ -37,7 +37,7 @@ class RedisFeatures:
     """Online features as Redis hashes, one per entity (what the transformer looks up)."""
 
     service_name = "fraud_v1"
-    defaults: dict[str, float] = {}
+    defaults: ClassVar[dict[str, float]] = {}
 
     def __init__(self, url: str, prefix: str) -> None:
         import redis

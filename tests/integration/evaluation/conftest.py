@@ -67,8 +67,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
     import mlflow
 
     from mlops_core import mlflow_client
-    from mlops_model import save_exported
     from mlops_core.tracking import start_run
+    from mlops_model import save_exported
 
     cfg = world_loaded.config
     folder = root / ".mlops" / "test-models" / name

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import numpy as np
@@ -81,7 +81,7 @@ class RedisHashFeatures:
     """Online features kept as Redis hashes (one per entity) read with one pipeline per request."""
 
     service_name = "fraud_v1"
-    defaults: dict[str, float] = {}
+    defaults: ClassVar[dict[str, float]] = {}
 
     def __init__(self, url: str, prefix: str) -> None:
         import redis

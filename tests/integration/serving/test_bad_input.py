@@ -167,7 +167,7 @@ def test_bad_inputs_get_clear_4xx_on_a_live_connection(strict_server: Any) -> No
     assert not failures, "\n".join(failures)
     metrics = httpx.get(f"{strict_server.url}/metrics").text
     assert 'status="500"' not in metrics
-    assert 'type="TooManyInstancesError"' in metrics and 'type="unsupported_media_type"' in metrics
+    assert 'type="TooManyInstancesError"' in metrics and 'type="UnsupportedMediaTypeError"' in metrics
 
 
 def test_chunked_oversize_body_without_content_length(strict_server: Any) -> None:

@@ -105,8 +105,8 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     client.create_registered_model("fraud")
     version = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run_id=run.info.run_id)
     client.set_registered_model_alias("fraud", "champion", version.version)
-    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "data": data, "df": df, "rows": df.head(40), "folder": folder,
-           "encoder": encoder, "version": str(version.version)}
+    yield {"root": root, "redis": redis, "sets": sets, "cfg": cfg, "data": data, "df": df, "rows": df.head(40),
+           "folder": folder, "encoder": encoder, "version": str(version.version)}
     redis.stop()
 
 
@@ -125,7 +125,7 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        assert until(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 200, 90), _tail(proc)
+        assert until(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 200, 90), _tail(proc, url)
         rows = [{k: (float(r[k]) if k == "amount" else str(r[k])) for k in FIELDS} for _, r in
                 world["rows"].head(8).iterrows()]
         r = httpx.post(f"{url}{V1}", json={"instances": rows})
@@ -173,9 +173,12 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
     assert {"user_txn_count_1h", "user_amount_zscore", "merchant_fraud_rate_7d"} <= set(log.columns)
 
 
-def _tail(proc: subprocess.Popen[str]) -> str:
+def _tail(proc: subprocess.Popen[str], url: str) -> str:
     if proc.poll() is None:
-        return "server not ready in time"
+        try:
+            return f"server not ready in time: {httpx.get(f'{url}/status').text[:2000]}"
+        except httpx.TransportError as exc:
+            return f"server not ready in time, not answering: {exc}"
     return (proc.stderr.read() if proc.stderr else "")[-3000:]
 
 

@@ -30,8 +30,8 @@ def until(predicate: Any, timeout: float = 20.0) -> bool:
 
 
 def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_features: Any) -> None:
-    from mlops_serving.served import ModelRef, load_model
     from mlops_serving.remote import remote_loader
+    from mlops_serving.served import ModelRef, load_model
     from mlops_serving.service import create_app, create_predictor_app
 
     folder = kit.export_model(tmp_path / "models" / "12", seed=12)
@@ -66,7 +66,7 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
         assert meta["served_version"] == "12" and "encoder" in meta["features"]
         bad = httpx.post(f"{p_url}/v2/models/fraud/infer", json={"inputs": [
             {"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1.0, 2.0, 3.0]}]})
-        assert bad.status_code == 400 and "expected [n, 18]" in bad.json()["error"]
+        assert bad.status_code == 400 and "expected [n, 23]" in bad.json()["error"]
         assert 'mlops_serving_requests_total{model="fraud",protocol="v2",variant="stable",version="12"} 1.0' in \
             httpx.get(f"{p_url}/metrics").text
 

@@ -131,8 +131,11 @@ def test_interleaved_measurement_catches_a_slow_predictor() -> None:
 def test_contract_gate() -> None:
     meta = {"kind": "tabular_mlp", "architecture": {"input_dim": 5},
             "features": {"feature_service": "fraud_v1",
-                         "encoder": {"input_dim": 5, "numeric": [{"name": "amount"}, {"name": "u7"}],
-                                     "derived": [{"name": "ratio", "args": ["amount", "u7"]}],
+                         "encoder": {"version": 1, "input_dim": 5,
+                                     "numeric": [{"name": n, "log": False, "mean": 0.0, "std": 1.0}
+                                                 for n in ("amount", "u7")],
+                                     "derived": [{"name": "ratio", "op": "log_ratio", "args": ["amount", "u7"],
+                                                  "mean": 0.0, "std": 1.0}],
                                      "categorical": [{"name": "channel", "vocab": ["web"]}]}}}
     ok = contract_gate(meta, feature_service="fraud_v1", available=["amount", "u7", "channel", "extra"])
     assert ok.passed and ok.evidence["inputs"] == ["amount", "channel", "u7"]
@@ -142,6 +145,8 @@ def test_contract_gate() -> None:
     meta["architecture"] = {"input_dim": 7}
     assert "input_dim 7 != encoder input_dim 5" in contract_gate(meta, feature_service="fraud_v1",
                                                                  available=["amount", "u7", "channel"]).reason
+    meta["features"]["encoder"]["input_dim"] = 6  # a spec that does not add up is refused, naming why
+    assert "input_dim 6 != 5" in contract_gate(meta, feature_service="fraud_v1", available=["amount"]).reason
 
 
 def test_latency_gate_refuses_to_judge_a_noisy_run() -> None:

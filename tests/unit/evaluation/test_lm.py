@@ -70,9 +70,9 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     import mlflow
 
     from mlops_core import lifecycle, mlflow_client
-    from mlops_model import save_exported
     from mlops_core.tracking import start_run
     from mlops_evaluation import evaluate
+    from mlops_model import save_exported
 
     tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="artifacts", experiment="lm")
     client = mlflow_client(tracking, tmp_path)

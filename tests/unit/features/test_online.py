@@ -25,8 +25,8 @@ from mlops_features import (
     open_store,
     prepare_local_data,
 )
-from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 from mlops_features.store import feature_defaults
+from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ALL = (*USER_FEATURES, *MERCHANT_FEATURES)

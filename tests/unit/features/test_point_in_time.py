@@ -13,8 +13,8 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, historical_features, training_set
-from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 from mlops_features.schema import RAW_SCHEMA
+from mlops_model import MERCHANT_FEATURES, USER_FEATURES
 
 MakeFeatures = Callable[..., FeaturesConfig]
 Built = tuple[Path, DataConfig]

@@ -118,7 +118,6 @@ def test_records_adapter_handles_missing_keys_nan_and_unknowns_like_the_frame() 
 
 def test_both_adapters_are_byte_identical_to_the_previous_encoder_on_sample_rows(tmp_path: Path) -> None:
     from mlops_features import generate_transactions
-
     from mlops_features.aggregates import compute_merchant_features, compute_user_features
 
     paths = generate_transactions(tmp_path, rows=3000, days=2, seed=3, users=120, merchants=30)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -83,7 +83,7 @@ def test_lookup_defaults_come_from_the_source_then_the_encoder() -> None:
 
     class Source:
         service_name = "fraud_v1"
-        defaults = {"f1": 7.0}
+        defaults: ClassVar[dict[str, float]] = {"f1": 7.0}
 
         def get(self, rows: Any) -> list[dict[str, Any]]:
             return [{"_unknown_entity": True} for _ in rows]

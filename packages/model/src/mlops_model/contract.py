@@ -66,7 +66,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("merchant_txn_count_1d", "merchant_id", "int64", 0, "Transactions on the last full day."),
     Feature("merchant_amount_mean_7d", "merchant_id", "float64", 0.0, "Mean amount over 7 days."),
 )
-"""The features of FeatureService ``fraud_v1``, in its order (``feature_repo/definitions.py`` declares them from here)."""
+"""The features of FeatureService ``fraud_v1``, in its order (``feature_repo/definitions.py`` declares its views
+from them)."""
 
 USER_FEATURES: tuple[str, ...] = tuple(f.name for f in FEATURES if f.entity == "user_id")
 MERCHANT_FEATURES: tuple[str, ...] = tuple(f.name for f in FEATURES if f.entity == "merchant_id")

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from mlops_model.contract import CATEGORICAL_FIELDS, MERCHANT_FEATURES, USER_FEATURES
 from mlops_model.errors import EncoderSpecError
 
-ENCODER_VERSION = 1
+ENCODER_VERSION: Literal[1] = 1
 DEFAULT_NUMERIC = ("amount", *USER_FEATURES, *MERCHANT_FEATURES)
 DEFAULT_DERIVED = (("amount_vs_user_mean_7d", "log_ratio", ("amount", "user_amount_mean_7d")),)
 LOG_PREFIXES = ("amount", "user_amount_sum", "user_amount_mean", "user_amount_std", "merchant_amount")
@@ -187,17 +187,17 @@ class EncoderSpec(BaseModel):
         the raw values (None = missing)."""
         out = np.zeros((n, self.input_dim), dtype=np.float32)
         raw: dict[str, np.ndarray] = {}
-        for col, spec in enumerate(self.numeric):
-            raw[spec.name] = numeric(spec.name)
-            out[:, col] = _scale(_log(raw[spec.name], spec.log), spec)
+        for col, num in enumerate(self.numeric):
+            raw[num.name] = numeric(num.name)
+            out[:, col] = _scale(_log(raw[num.name], num.log), num)
         col = len(self.numeric)
-        for spec in self.derived:
-            out[:, col] = _scale(_OPS[spec.op](raw[spec.args[0]], raw[spec.args[1]]), spec)
+        for der in self.derived:
+            out[:, col] = _scale(_OPS[der.op](raw[der.args[0]], raw[der.args[1]]), der)
             col += 1
         rows = np.arange(n)
-        for spec, index in zip(self.categorical, self._slots, strict=True):
+        for cat, index in zip(self.categorical, self._slots, strict=True):
             other = len(index)
-            slots = np.fromiter((other if v is None else index.get(str(v), other) for v in categorical(spec.name)),
+            slots = np.fromiter((other if v is None else index.get(str(v), other) for v in categorical(cat.name)),
                                 dtype=np.int64, count=n)
             out[rows, col + slots] = 1.0
             col += other + 1

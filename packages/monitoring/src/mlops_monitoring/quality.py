@@ -60,6 +60,6 @@ def realized_quality(
     m = statistics.threshold_metrics(y, joined[score].to_numpy(dtype=np.float64), threshold)
     return RealizedQuality(
         n_predictions=len(predictions), n_labelled=len(joined), threshold=threshold,
-        precision=m["precision"], recall=m["recall"], f1=m["f1"], tp=m["tp"], fp=m["fp"], fn=m["fn"],
+        precision=m["precision"], recall=m["recall"], f1=m["f1"], tp=int(m["tp"]), fp=int(m["fp"]), fn=int(m["fn"]),
         positive_rate=float(y.mean()) if len(y) else 0.0,
     )

@@ -19,8 +19,8 @@ from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from mlops_serving.errors import BadRequestError, ModelLoadError
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.served import LocalModel
 from mlops_serving.schema import check_count
+from mlops_serving.served import LocalModel
 
 log = logging.getLogger(__name__)
 

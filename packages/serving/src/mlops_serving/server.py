@@ -43,8 +43,8 @@ from mlops_serving.errors import (
 )
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.transformer import single_threaded_torch
 from mlops_serving.prediction_log import PredictionLogWriter
+from mlops_serving.transformer import single_threaded_torch
 from mlops_serving.v2 import decode_infer_body
 
 log = logging.getLogger(__name__)
@@ -380,7 +380,8 @@ def build_app(
     register_v2_endpoints(app, dataplane, extension)
     drop_model_repository_routes(app)
 
-    for error_type in (ServingError, *KSERVE_STATUS):
+    handled: list[type[Exception]] = [ServingError, *KSERVE_STATUS]
+    for error_type in handled:
         app.add_exception_handler(error_type, errors.handle)
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
     return app

@@ -18,11 +18,11 @@ from mlops_serving.errors import ServingError
 from mlops_serving.log_store import resolve_prediction_log_uri
 from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.transformer import FraudModel
 from mlops_serving.prediction_log import PredictionLogWriter
-from mlops_serving.served import LocalModel, ModelRef, ServedModel, load_model
 from mlops_serving.registry import resolve_alias
 from mlops_serving.remote import remote_loader
+from mlops_serving.served import LocalModel, ModelRef, ServedModel, load_model
+from mlops_serving.transformer import FraudModel
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import orjson
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
-from mlops_serving.errors import BadRequestError
 from mlops_model import CATEGORICAL_FIELDS, ENTITY_KEYS, NUMERIC_FIELDS, OPTIONAL_FIELDS
+from mlops_serving.errors import BadRequestError
 from mlops_serving.schema import ALL_FIELDS
 
 BINARY_HEADER = "inference-header-content-length"
