@@ -16,6 +16,7 @@ def register_exported() -> Callable[[Path, str, int], str]:
     def register(root: Path, model: str, seed: int) -> str:
         import mlflow
         import torch
+
         from mlops_config import TrackingConfig
         from mlops_core import tracking_scope
         from mlops_model import read_meta, save_exported

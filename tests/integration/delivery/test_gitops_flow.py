@@ -64,7 +64,7 @@ def gate_report(version: str, passed: bool) -> dict[str, Any]:
 def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, register_exported: Any) -> Path:
     """A git repo holding infra/ and configs/, with a SQLite registry (under .mlops/) where fraud v1 passed its
     gates and moved to staging, and v2 is a candidate whose gates failed. Built once; each test gets a copy."""
-    from mlops_core import lifecycle, mlflow_client
+    from mlops_core import lifecycle
 
     root = tmp_path_factory.mktemp("seeded") / "repo"
     shutil.copytree(repo_root / "infra", root / "infra")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 

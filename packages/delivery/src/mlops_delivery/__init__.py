@@ -21,6 +21,7 @@ from mlops_delivery.promotion import (
     rollback_env,
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
+from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mlops_delivery' has no attribute {name!r}")
-from mlops_delivery.rollback import RollbackCommit, commit_rollback
+
 
 __all__ = [
     "DeliveryError",
@@ -48,9 +49,9 @@ __all__ = [
     "PromotionRefusedError",
     "PublishError",
     "Published",
+    "RollbackCommit",
     "analyze_canary",
     "analyze_until_decided",
-    "RollbackCommit",
     "commit_rollback",
     "gitops_status",
     "plan_promotion",

@@ -38,9 +38,8 @@ def rehearse(
     Prints a summary table, writes .mlops/rehearsal/<time>/report/index.html, and ends with one JSON line:
     {"steps": [...], "alerts_received": n, "rollback_commit": sha, "served_at_head": version, "seconds": s}.
     """
-    from mlops_pipeline import run_rehearsal, stdout_to_stderr
-
     from mlops_config import find_config_dir
+    from mlops_pipeline import run_rehearsal, stdout_to_stderr
 
     with stdout_to_stderr():  # training and servers write to stdout; it carries the JSON line alone
         result = run_rehearsal(find_config_dir().parent, fast=fast, show=not as_json)
