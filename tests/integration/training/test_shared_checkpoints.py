@@ -111,9 +111,8 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
     done = _complete(run_dir)
     assert done and done[-1] < 60 and not (run_dir / "result.json").exists(), "the run finished before the kill"
 
-    # Relaunch both nodes, each again in a fresh private folder (rescheduled pods): only the store carries state.
-    config = _two_nodes(tiny_lm, shared)
-    assert default_run_name(config) == name
+    # Relaunch both nodes (same job: same config and rendezvous), each in a fresh private folder (rescheduled
+    # pods): only the store carries state.
     nodes = [_node(config, tmp_path / f"node-{n}-again", name, logs / f"{n}2.log") for n in "ab"]
     for p, n in zip(nodes, "ab", strict=True):
         try:
