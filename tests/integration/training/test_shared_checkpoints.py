@@ -111,9 +111,8 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
     done = _complete(run_dir)
     assert done and done[-1] < 60 and not (run_dir / "result.json").exists(), "the run finished before the kill"
 
-    # Relaunch both nodes, each again in a fresh private folder (rescheduled pods): only the store carries state.
-    config = _two_nodes(tiny_lm, shared)
-    assert default_run_name(config) == name
+    # Relaunch both nodes (same job: same config and rendezvous), each in a fresh private folder (rescheduled
+    # pods): only the store carries state.
     nodes = [_node(config, tmp_path / f"node-{n}-again", name, logs / f"{n}2.log") for n in "ab"]
     for p, n in zip(nodes, "ab", strict=True):
         try:
@@ -124,7 +123,8 @@ def test_a_killed_node_resumes_from_the_shared_store_bit_identically(
     resumed = json.loads((run_dir / "result.json").read_text())
     assert resumed["resumed_from_step"] is not None and resumed["resumed_from_step"] >= done[0]
     # Nothing of the checkpoint lives in a node's private folder.
-    assert not any((tmp_path / d).rglob("step_*") for d in ("node-a", "node-b", "node-a-again", "node-b-again"))
+    private = ("node-a", "node-b", "node-a-again", "node-b-again")
+    assert not [p for d in private for p in (tmp_path / d).rglob("step_*")]
 
     # The uninterrupted reference: the same world size (2) on one node, in a folder of its own.
     reference_root = tmp_path / "reference"
