@@ -47,9 +47,8 @@ def world(tmp_path: Path, repo_root: Path, register_exported: Callable[[Path, st
 
 
 def test_promotion_publishes_the_registered_weights_before_naming_them(world, register_exported) -> None:
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core.exported import load_exported
+    from mlops_core import mlflow_client
+    from mlops_model import load_exported
 
     root, tracking, delivery, bucket = world
     change = promote_version(delivery, tracking, root, "fraud", 2, "staging")
@@ -58,10 +57,10 @@ def test_promotion_publishes_the_registered_weights_before_naming_them(world, re
     assert uri == f"{bucket.as_uri()}/models/fraud/v2" and f"storageUri: {uri}" in (root / STAGING).read_text()
     target = bucket / "models" / "fraud" / "v2"
     # The bytes at the URI are the bytes the training run logged, and they load to the registered weights.
-    run_id = MlflowClient().get_model_version("fraud", "2").run_id
-    logged = Path(MlflowClient().download_artifacts(run_id, "model", str(root / "logged")))
+    run_id = mlflow_client(tracking, root).get_model_version("fraud", "2").run_id
+    logged = Path(mlflow_client(tracking, root).download_artifacts(run_id, "model", str(root / "logged")))
     assert _sha256(target / "model.safetensors") == _sha256(logged / "model.safetensors")
-    tag = MlflowClient().get_model_version("fraud", "2").tags["mlops.weights_sha256"]
+    tag = mlflow_client(tracking, root).get_model_version("fraud", "2").tags["mlops.weights_sha256"]
     _, meta = load_exported(target, verify=True)
     assert meta["weights_sha256"] == tag
     assert change.evidence["published"]["weights_sha256"] == tag
@@ -100,9 +99,8 @@ def test_a_partial_or_foreign_target_is_refused(world) -> None:
 
 
 def test_a_version_without_recorded_weights_is_refused(world) -> None:
-    from mlflow.tracking import MlflowClient
-
+    from mlops_core import mlflow_client
     root, tracking, _, bucket = world
-    MlflowClient().delete_model_version_tag("fraud", "1", "mlops.weights_sha256")
+    mlflow_client(tracking, root).delete_model_version_tag("fraud", "1", "mlops.weights_sha256")
     with pytest.raises(PublishError, match=r"has no 'mlops\.weights_sha256' tag"):
         publish_model(tracking, root, "fraud", 1, (bucket / "x").as_uri())

@@ -70,14 +70,10 @@ def remote(tmp_path: Path, repo_root: Path) -> Path:
 def registry_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A registry (MLflow on SQLite) with v2 champion and v1 fallback, promoted through the lifecycle so the
     ledger explains them; built once, copied into each test's root."""
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core import lifecycle
-    from mlops_core.tracking import configure_tracking
+    from mlops_core import lifecycle, mlflow_client
 
     root = tmp_path_factory.mktemp("registry")
-    configure_tracking(TRACKING, root)
-    client = MlflowClient()
+    client = mlflow_client(TRACKING, root)
     client.create_registered_model("fraud")
     for _ in range(2):
         run = client.create_run("0")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from mlops_pipeline.rehearsal.context import config_env, load_rehearsal_config
 from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
 from mlops_pipeline.rehearsal.topology import Platform, prometheus_rules

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mlops_core.atomic import atomic_dir, atomic_path, atomic_write_bytes, atomic_write_text
+from mlops_core.environment import LocalStateError, require_shared_state
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
 from mlops_core.ledger import now_iso
 from mlops_core.lifecycle import (
+    FALLBACK,
     GATE_REPORT_ARTIFACT,
     GateNotPassedError,
     LifecycleError,
@@ -60,11 +62,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "FALLBACK",
     "GATE_REPORT_ARTIFACT",
     "ConfigError",
     "GateNotPassedError",
     "GitInfo",
     "LifecycleError",
+    "LocalStateError",
     "PlatformError",
     "ProfileError",
     "TrackingError",
@@ -87,6 +91,7 @@ __all__ = [
     "promote",
     "quantile_edges",
     "registered_model_name",
+    "require_shared_state",
     "resolve_uri",
     "rollback",
     "seed_everything",

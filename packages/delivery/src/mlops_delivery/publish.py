@@ -6,7 +6,7 @@ under its run's artifact path (``model/``). So a promotion first copies that fol
 the overlay. The target is immutable: files go up first, ``publish.json`` (each file's SHA-256) last, so a
 target without it is a partial upload; a target whose files differ from the version's is refused, never
 overwritten. After the upload every file is read back and hashed, and the weights are loaded from the read-back
-copy and hashed as :func:`mlops_core.exported.weights_hash` does, which must equal the registry version's
+copy and hashed as :func:`mlops_model.weights_hash` does, which must equal the registry version's
 ``mlops.weights_sha256`` tag: the URI the overlay names then holds exactly the version the gates passed.
 """
 
@@ -141,7 +141,7 @@ def _upload(fs: Any, base: str, uri: str, folder: Path, files: dict[str, str]) -
 
 def _verify(fs: Any, base: str, uri: str, files: dict[str, str]) -> str:
     """Read every file back, check its SHA-256, and return the weights hash of the read-back model."""
-    from mlops_core.exported import ExportedModelError, load_exported
+    from mlops_model import ExportedModelError, load_exported
 
     with tempfile.TemporaryDirectory(prefix="mlops-publish-verify-") as tmp:
         for name, expected in files.items():

@@ -7,6 +7,7 @@ from mlops_features.aggregates import ingest, read_validated
 from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
+from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
 from mlops_features.sample import DRIFT_MODES, generate_transactions
@@ -19,6 +20,7 @@ __all__ = [
     "FeatureStoreError",
     "FeatureStoreUnavailableError",
     "FeaturesError",
+    "IngestReport",
     "OnlineFeatures",
     "PreparedData",
     "ValidationSummary",
@@ -28,9 +30,11 @@ __all__ = [
     "generate_transactions",
     "historical_features",
     "ingest",
+    "ingest_landed",
     "materialize",
     "open_store",
     "prepare_local_data",
+    "pull_accepted",
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",

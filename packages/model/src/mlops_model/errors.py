@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlops_core.errors import PlatformError
+from mlops_core import PlatformError
 
 
 class ModelContractError(PlatformError):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import MonitoringConfig, TrackingConfig
-from mlops_core.errors import PlatformError
+from mlops_core import PlatformError
 from mlops_monitoring.drift import DriftReport
 from mlops_monitoring.notify import notify
 from mlops_monitoring.policy import Level
@@ -147,7 +147,7 @@ def dispatch(
 def decide_rollback(tracking: TrackingConfig, root: Path, model: str, served_alias: str,
                     alert: Alert) -> RollbackDecision:
     """The rollback a CRITICAL ``alert`` calls for: from the version ``served_alias`` names to the ``fallback``."""
-    from mlops_core.lifecycle import FALLBACK, aliases
+    from mlops_core import FALLBACK, aliases
 
     reason = (f"drift monitor {alert.level}: " + "; ".join(alert.reasons))[:1000]
     try:

@@ -70,7 +70,7 @@ def execute_rollback(
         PromotionRefusedError, GitError: the overlay is not in the state decided on, or git failed.
         LifecycleError: the registry is not in the state decided on.
     """
-    from mlops_core.lifecycle import rollback
+    from mlops_core import rollback
     from mlops_delivery import commit_rollback
 
     if decision.from_version is None or decision.to_version is None:

@@ -66,7 +66,7 @@ def schema(
 @app.command("require-shared")
 def require_shared(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None) -> None:
     """Fail unless the registry and the data outlive this machine (the guard of the cluster workflows)."""
-    from mlops_core.environment import require_shared_state
+    from mlops_core import require_shared_state
 
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config

@@ -91,7 +91,7 @@ def ingest(
     no_push: Annotated[bool, typer.Option("--no-push", help="Version locally only (no dvc push).")] = False,
 ) -> None:
     """Validate batches new under data.landing_uri; version the accepted area (dvc add + push to data.dvc_remote)."""
-    from mlops_features.landing import ingest_landed
+    from mlops_features import ingest_landed
 
     loaded = load(profile, model, sets, check_secrets=False)
     report = ingest_landed(loaded.config.data, loaded.root, push=not no_push)
@@ -109,7 +109,7 @@ def pull(
                             ] = "latest",
 ) -> None:
     """Fetch a published version of the accepted area from data.dvc_remote (what training reads)."""
-    from mlops_features.landing import pull_accepted
+    from mlops_features import pull_accepted
 
     loaded = load(profile, model, sets, check_secrets=False)
     md5 = pull_accepted(loaded.config.data, loaded.root, data_version)

@@ -176,15 +176,12 @@ def step_train(ctx: RehearsalContext) -> dict[str, Any]:
 
 def step_register(ctx: RehearsalContext) -> dict[str, Any]:
     """The version is in the authenticated registry; a request without credentials is refused."""
-    from mlflow.tracking import MlflowClient
-
-    from mlops_core import configure_tracking, registered_model_name
+    from mlops_core import mlflow_client, registered_model_name
 
     assert ctx.platform is not None
     version = ctx.facts["candidate_version"]
-    configure_tracking(ctx.cfg.tracking, ctx.root)
     name = registered_model_name(ctx.cfg.tracking, ctx.model)
-    mv = MlflowClient().get_model_version(name, version)
+    mv = mlflow_client(ctx.cfg.tracking, ctx.root).get_model_version(name, version)
     url = f"{ctx.platform.mlflow_url}/api/2.0/mlflow/registered-models/get"
     anonymous = httpx.get(url, params={"name": name}, timeout=10).status_code
     wrong = httpx.get(url, params={"name": name}, timeout=10, auth=(ctx.platform.mlflow_auth[0], "wrong")).status_code
@@ -302,7 +299,7 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
 
 def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
     """The drift job over the window since the drift began: it must say CRITICAL and raise the alert."""
-    from mlops_monitoring.monitor import run_monitor
+    from mlops_monitoring import run_monitor
 
     cfg = ctx.cfg
     window = f"{int((datetime.now(UTC) - ctx.facts['drift_since']).total_seconds()) + 2}s"

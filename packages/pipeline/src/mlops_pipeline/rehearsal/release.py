@@ -9,12 +9,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import tempfile
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,49 +19,18 @@ import httpx
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.rehearsal.context import RehearsalContext
 from mlops_pipeline.rehearsal.gitops import git
-from mlops_pipeline.rehearsal.serving import uri_path
 
 log = logging.getLogger(__name__)
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def publish_version(ctx: RehearsalContext, version: int) -> dict[str, Any]:
-    """Copy registry version ``version``'s exported model to its storageUri; verify every file's hash there.
-
-    swap-in: the promotion's publish step of the serving-artifacts change (it uploads, verifies and refuses to
-    overwrite); today the same moves here: download from the registry, upload per file, read back, compare.
-    """
-    import mlflow
-
-    from mlops_core import configure_tracking, registered_model_name
+    """Publish registry version ``version``'s exported model to its storageUri (immutable, verified by hash)
+    through the promotion's own publish step, before any overlay names it."""
+    from mlops_delivery import publish_model
 
     uri = ctx.cfg.delivery.storage_uri_template.format(model=ctx.model, version=version)
-    fs, base = uri_path(uri)
-    configure_tracking(ctx.cfg.tracking, ctx.root)
-    name = registered_model_name(ctx.cfg.tracking, ctx.model)
-    with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
-        mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=tmp)
-        found = sorted(Path(tmp).rglob("model.json"))
-        if not found:
-            raise PipelineError(f"registry version {name} v{version} holds no exported model (no model.json)")
-        folder = found[0].parent
-        files = {p.relative_to(folder).as_posix(): _sha256(p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
-        if fs.exists(f"{base}/model.json"):  # immutable: an existing upload must be this very model
-            there = {rel: _sha256(fs.cat_file(f"{base}/{rel}")) for rel in files if fs.exists(f"{base}/{rel}")}
-            if there != files:
-                raise PipelineError(f"{uri!r} already holds a different model; a version's URI is never rewritten")
-            return {"uri": uri, "files": len(files), "uploaded": False}
-        for rel in files:
-            fs.makedirs(f"{base}/{rel}".rsplit("/", 1)[0], exist_ok=True)
-            fs.put_file(str(folder / rel), f"{base}/{rel}")
-    got = {rel: _sha256(fs.cat_file(f"{base}/{rel}")) for rel in files}
-    if got != files:
-        bad = sorted(rel for rel in files if got.get(rel) != files[rel])
-        raise PipelineError(f"upload to {uri!r} does not match the registry's files: {bad}")
-    return {"uri": uri, "files": len(files), "uploaded": True}
+    published = publish_model(ctx.cfg.tracking, ctx.root, ctx.model, version, uri)
+    return {"uri": published.uri, "files": len(published.files), "uploaded": published.uploaded}
 
 
 def pin_bootstrap(ctx: RehearsalContext, version: int) -> str:
@@ -91,7 +57,7 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     swap-in: the Prometheus + shared-sink analysis (PromQL over the serving histograms, scores from the sink),
     which runs the same from a workflow runner or a Job; Prometheus already scrapes both revisions here.
     """
-    from mlops_delivery.canary import analyze_canary
+    from mlops_delivery import analyze_canary
     from mlops_serving import read_prediction_log
 
     plane = ctx.plane
@@ -130,7 +96,7 @@ def roll_back(ctx: RehearsalContext, *, reason: str) -> dict[str, Any]:
     idempotent, safe when two monitors fire at once); today the two calls in that order: the manifest is the
     truth, the alias records it.
     """
-    from mlops_core.lifecycle import rollback
+    from mlops_core import rollback
     from mlops_delivery import rollback_env
 
     assert ctx.gitops is not None
