@@ -7,7 +7,6 @@ logs (parquet) read back through `mlops_serving.read_prediction_log`.
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time

@@ -65,6 +65,6 @@ def test_a_version_without_model_json_is_not_cached(tmp_path: Path, kit: Any) ->
     (exported / "model.json").unlink()
     tracking, _, _ = _register(tmp_path, exported)
     cache = tmp_path / "cache"
-    with pytest.raises(ModelLoadError, match="model.json"):
+    with pytest.raises(ModelLoadError, match=r"model\.json"):
         resolve_alias(tracking, tmp_path, "fraud", "champion", cache)
     assert not list((cache / "fraud").iterdir())  # neither a final nor a temporary folder

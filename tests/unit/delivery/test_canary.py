@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from mlops_config import DeliveryConfig
 from mlops_delivery import MetricsError
 from mlops_delivery.canary import analyze_canary
-from mlops_serving import read_prediction_log, write_prediction_log
 from mlops_delivery.metrics import (
     counter_total,
     histogram_buckets,
@@ -30,6 +29,7 @@ from mlops_delivery.metrics import (
     parse_samples,
     population_stability_index,
 )
+from mlops_serving import read_prediction_log, write_prediction_log
 
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 1.0)
 CFG = DeliveryConfig()
