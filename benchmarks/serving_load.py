@@ -289,9 +289,10 @@ def measure(role: str, port: int, bodies_file: Path, args: argparse.Namespace, p
             *, open_loop: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Start the server, wait for readiness, run the closed loop (and the open loop, if asked) on it, stop it."""
     me = str(Path(__file__).resolve())
+    err = (args.root_dir / f"{role}.err").open("w")  # the server's log (on with --logging on): shown if it fails
     server = subprocess.Popen([sys.executable, me, "--role", role, "--root", str(args.root_dir), "--port", str(port),
                                "--redis-port", str(args.redis_port), "--logging", args.logging],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=err)
     base = [sys.executable, me, "--role", "load", "--port", str(port), "--path", path, "--bodies", str(bodies_file),
             "--duration", str(args.duration), "--warmup", str(args.warmup)]
 
@@ -301,13 +302,18 @@ def measure(role: str, port: int, bodies_file: Path, args: argparse.Namespace, p
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
     try:
-        wait_ready(port, "/v2/health/ready" if role == "ours" else "/v1/models/fraud")
+        try:
+            wait_ready(port, "/v2/health/ready" if role == "ours" else "/v1/models/fraud", timeout=300.0)
+        except RuntimeError:
+            sys.stderr.write((args.root_dir / f"{role}.err").read_text()[-3000:])
+            raise
         closed = run(["--concurrency", str(args.concurrency), "--max-requests", str(args.max_requests)])
         opened = run(["--rate", str(args.rate)]) if open_loop else None
         return closed, opened
     finally:
         server.terminate()
         server.wait(30)
+        err.close()
 
 
 def main() -> None:

@@ -375,10 +375,12 @@ def build_app(
     # plain Starlette routes, ahead of KServe's: the hot path skips FastAPI's dependency solving
     app.add_route("/v1/models/{model_name}:predict", routes.predict_v1, methods=["POST"])
     app.add_route("/v2/models/{model_name}/infer", routes.infer_v2, methods=["POST"])
+    # ahead of KServe's routes (the first match wins): its model-repository routes are never reached
+    app.add_route(f"{MODEL_REPOSITORY_PREFIX}/{{path:path}}", refuse_model_repository,
+                  methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     extension = ModelRepositoryExtension(model_registry=registry)
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
-    drop_model_repository_routes(app)
 
     handled: list[type[Exception]] = [ServingError, *KSERVE_STATUS]
     for error_type in handled:
@@ -387,16 +389,15 @@ def build_app(
     return app
 
 
-def drop_model_repository_routes(app: FastAPI) -> None:
-    """Remove KServe's model-repository routes (``/v2/repository/index``, ``.../models/{name}/load|unload``).
+async def refuse_model_repository(request: Request) -> Response:
+    """404 for KServe's model-repository routes (``/v2/repository/index``, ``.../models/{name}/load|unload``).
 
     KServe mounts them on the serving port with no protection: anyone who reaches it could unload the model,
     after which predict answers 404 and readiness 503 while liveness stays 200, so nothing restarts the
-    replica. What a server serves is decided by its manifest and the registry, never over HTTP: these paths
-    answer 404 here.
+    replica. What a server serves is decided by its manifest and the registry, never over HTTP.
     """
-    app.router.routes[:] = [route for route in app.router.routes
-                            if not getattr(route, "path", "").startswith(MODEL_REPOSITORY_PREFIX)]
+    return _json({"error": f"{request.url.path} is not served: models are not loaded or unloaded over HTTP"},
+                 status_code=404)
 
 
 def _load_until_ready(model: HostedModel, stop: threading.Event) -> None:
