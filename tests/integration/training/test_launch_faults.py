@@ -22,7 +22,8 @@ from mlops_training import TrainResult, launch
 
 from .conftest import TINY
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Four real launches per test: on a loaded 2-core machine they outlast pytest's default 600 s.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
 MLOPS = str(Path(sys.executable).with_name("mlops"))
