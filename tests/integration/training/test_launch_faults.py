@@ -22,20 +22,25 @@ from mlops_training import TrainResult, launch
 
 from .conftest import TINY
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Four real launches per test: on a loaded 2-core machine they outlast pytest's default 600 s.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
 MLOPS = str(Path(sys.executable).with_name("mlops"))
 
 
-def start_cli(root: Path, run_name: str, tag: str, *sets: str) -> subprocess.Popen[str]:
+def start_cli(root: Path, run_name: str, tag: str, *sets: str) -> tuple[subprocess.Popen[str], Path]:
     """``mlops train run`` in a process group of its own (as a CI job step or a terminal would start it)."""
     args = [MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", run_name, "--no-track"]
     for s in (*TINY, *STEPS, *sets):
         args += ["--set", s]
     env = {**os.environ, "MLOPS_TEST_TAG": tag, "MLOPS_CONFIG_DIR": str(root / "configs")}
-    return subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    # Output to a file, not a pipe: an undrained pipe fills up and stalls the training it logs.
+    log = root / f"{run_name}-{tag}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    return proc, log
 
 
 def tagged_processes(tag: str) -> dict[int, str]:
@@ -67,10 +72,10 @@ def workers(tag: str) -> dict[int, str]:
     return {pid: cmd for pid, cmd in tagged_processes(tag).items() if module(cmd) == "mlops_training.worker"}
 
 
-def wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 600) -> None:
+def wait_for(path: Path, proc: subprocess.Popen[str], log: Path, timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.is_file():
-        assert proc.poll() is None, f"the run exited early:\n{proc.communicate()[0]}"
+        assert proc.poll() is None, f"the run exited early:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"{path} did not appear"
         time.sleep(0.02)
 
@@ -93,16 +98,17 @@ def straight(tiny_lm: Callable[..., object], root: Path) -> TrainResult:
 
 def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) -> None:
     tag = uuid.uuid4().hex
-    first = start_cli(root, "twice", tag, "training.max_steps=320")  # long enough to outlive the second launch
+    first, log = start_cli(root, "twice", tag, "training.max_steps=200")  # long enough to outlive the second
     try:
-        wait_for(root / ".mlops/checkpoints/twice/step_00000008/manifest.json", first)
+        wait_for(root / ".mlops/checkpoints/twice/step_00000008/manifest.json", first, log)
         second = subprocess.run([MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", "twice", "--no-track",
                                  *[a for s in (*TINY, *STEPS) for a in ("--set", s)]],
                                 cwd=root, env={**os.environ, "MLOPS_CONFIG_DIR": str(root / "configs")},
                                 capture_output=True, text=True, timeout=600)
         assert first.poll() is None, "the first run should still be training when the second is refused"
     finally:
-        out, _ = first.communicate(timeout=900)
+        first.wait(timeout=900)
+    out = log.read_text()
     assert second.returncode != 0
     message = " ".join((second.stdout + second.stderr).split())
     assert "already being trained" in message, message
@@ -111,12 +117,12 @@ def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) ->
     # The refused launch started no worker and touched nothing: the first finishes as if alone.
     assert first.returncode == 0, out
     result = json.loads((root / ".mlops/checkpoints/twice/result.json").read_text())
-    assert result["resumed_from_step"] is None and result["steps"] == 320
+    assert result["resumed_from_step"] is None and result["steps"] == 200
 
 
 def _kill_at(root: Path, run: str, step: int, tag: str, *, group: bool) -> float:
-    proc = start_cli(root, run, tag)
-    wait_for(root / f".mlops/checkpoints/{run}/step_{step:08d}/manifest.json", proc)
+    proc, log = start_cli(root, run, tag)
+    wait_for(root / f".mlops/checkpoints/{run}/step_{step:08d}/manifest.json", proc, log)
     assert len(workers(tag)) == 2, tagged_processes(tag)
     if group:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -28,7 +28,7 @@ STORE_TYPE = "mlops_features.online_redis.SecretRedisOnlineStore"
 class SecretRedisOnlineStoreConfig(RedisOnlineStoreConfig):
     """Feast's Redis online store config plus the name of the env var that holds the password."""
 
-    type: Literal["mlops_features.online_redis.SecretRedisOnlineStore"] = STORE_TYPE  # type: ignore[assignment]
+    type: Literal["mlops_features.online_redis.SecretRedisOnlineStore"] = STORE_TYPE  # type: ignore[assignment, unused-ignore]
     """Online store type selector (this class's path)."""
 
     password_env: StrictStr | None = None
@@ -58,7 +58,7 @@ class SecretRedisOnlineStore(RedisOnlineStore):
         self._password = password_from_env(online_store_config)
         return await super()._get_client_async(online_store_config)
 
-    def _parse_connection_string(self, connection_string: str) -> tuple[list[dict[str, str]], dict[str, Any]]:  # type: ignore[override]
+    def _parse_connection_string(self, connection_string: str) -> tuple[list[dict[str, str]], dict[str, Any]]:  # type: ignore[override, unused-ignore]
         nodes, kwargs = RedisOnlineStore._parse_connection_string(connection_string)
         if "password" in kwargs:
             raise FeatureStoreError("the connection_string carries a password: name its env var in password_env")
