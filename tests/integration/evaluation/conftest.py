@@ -1,6 +1,6 @@
 """A small world for the evaluation tests: prepared data, one model trained by the real pipeline (torchrun,
 tracked, registered) and models trained here on the same encoded data — a weak champion, one trained on
-shuffled labels, and a much larger (slower) one — each exported with ``mlops_core.exported`` and registered
+shuffled labels, and a much larger (slower) one — each exported with ``mlops_model`` and registered
 as a version of a real MLflow (SQLite) registry."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def no_temporaries(folder: Path) -> list[str]:
 def test_exported_model_survives_a_failed_re_export(tmp_path: Path) -> None:
     import torch
 
-    from mlops_core.exported import load_exported, save_exported
+    from mlops_model import load_exported, save_exported
 
     folder = tmp_path / "model"
     old = {"w": torch.arange(16, dtype=torch.float32)}
@@ -57,7 +57,7 @@ def test_exported_model_survives_a_failed_re_export(tmp_path: Path) -> None:
     out = run_with_disk_limit(
         f"""
         import torch
-        from mlops_core.exported import save_exported
+        from mlops_model import save_exported
         state = {{"w": torch.ones(20_000)}}  # 80 kB of weights fit under the limit,
         meta = {{**{meta!r}, "lineage": {{"notes": "x" * 300_000}}}}  # 300 kB of model.json do not
         """,

@@ -78,7 +78,7 @@ class SkewReport:
 
     def causes(self) -> dict[str, int]:
         """Mismatches per cause, over all features."""
-        out = dict.fromkeys(CAUSES, 0)
+        out: dict[str, int] = dict.fromkeys(CAUSES, 0)
         for f in self.features.values():
             for cause, n in f.causes.items():
                 out[cause] += n

@@ -42,7 +42,7 @@ def config_env(platform: Platform, *, fast: bool = False) -> dict[str, str]:
         "MLOPS__SERVING__HOST": "127.0.0.1",
         # swap-in: the shared prediction-log sink (an fsspec URI the serving pods, the drift job and the canary
         # analysis all reach); today a folder every process of this machine shares
-        "MLOPS__SERVING__PREDICTION_LOG_DIR": str(run / "prediction-log"),
+        "MLOPS__SERVING__PREDICTION_LOG_URI": str(run / "prediction-log"),
         "MLOPS__SERVING__PREDICTION_LOG_FLUSH_S": "1",
         "MLOPS__MONITORING__WEBHOOK_URL": f"{platform.alertmanager_url}/api/v2/alerts",
         "MLOPS__MONITORING__METRICS_FILE": str(run / "drift-metrics" / "fraud.prom"),

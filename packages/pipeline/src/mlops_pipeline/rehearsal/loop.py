@@ -271,7 +271,7 @@ def step_production(ctx: RehearsalContext) -> dict[str, Any]:
 def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
     """A drifted day goes through the production transformer; its rows reach the prediction log."""
     from mlops_features import generate_transactions
-    from mlops_serving import read_prediction_log
+    from mlops_serving import read_prediction_log, resolve_prediction_log_uri
 
     assert ctx.plane is not None
     cfg = ctx.cfg
@@ -288,7 +288,8 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
     # swap-in: read_prediction_log(uri, model, since=...) over the partitioned sink
     deadline, rows = time.monotonic() + 30, 0
     while time.monotonic() < deadline:
-        rows = len(read_prediction_log(ctx.root / cfg.serving.prediction_log_dir, ctx.model, since=since))
+        log_uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, ctx.root)
+        rows = len(read_prediction_log(log_uri, ctx.model, since=since))
         if rows >= n:
             break
         time.sleep(0.5)

@@ -58,7 +58,7 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     which runs the same from a workflow runner or a Job; Prometheus already scrapes both revisions here.
     """
     from mlops_delivery import analyze_canary
-    from mlops_serving import read_prediction_log
+    from mlops_serving import read_prediction_log, resolve_prediction_log_uri
 
     plane = ctx.plane
     assert plane is not None and plane.served is not None and ctx.platform is not None
@@ -66,7 +66,8 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     stable = plane.stable()
     assert canary is not None
     time.sleep(ctx.cfg.serving.prediction_log_flush_s + 1)  # the transformers flush their log every flush_s
-    log_rows = read_prediction_log(ctx.root / ctx.cfg.serving.prediction_log_dir, ctx.model, since=since)
+    log_uri = resolve_prediction_log_uri(ctx.cfg.serving.prediction_log_uri, ctx.root)
+    log_rows = read_prediction_log(log_uri, ctx.model, since=since)
     result = analyze_canary(ctx.cfg.delivery, httpx.get(f"{stable.transformer_url}/metrics", timeout=10).text,
                             httpx.get(f"{canary.transformer_url}/metrics", timeout=10).text, log_rows,
                             stable_version=stable.version, canary_version=canary.version, model=ctx.model)
