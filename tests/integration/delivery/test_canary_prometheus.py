@@ -120,7 +120,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, start_prometheus) -> Itera
             server.server_close()
 
 
-DELIVERY = DeliveryConfig(canary_rate_window="5m")
+# The threshold rule decides in the first two tests (they pin down its evidence); the sequential verdict (the
+# default) gets its own test below, on the same scraped series.
+DELIVERY = DeliveryConfig(canary_rate_window="5m", sequential={"verdict": "threshold"})
 
 
 def test_a_slower_failing_canary_is_rolled_back_on_prometheus_evidence(scraped: tuple[str, Path]) -> None:
@@ -132,7 +134,9 @@ def test_a_slower_failing_canary_is_rolled_back_on_prometheus_evidence(scraped: 
     # PromQL's histogram_quantile: linear inside the bucket holding rank 0.99 * count
     assert result.stable.p99_s == pytest.approx(0.003 + (0.005 - 0.003) * 0.99, rel=1e-6)
     assert result.canary.p99_s == pytest.approx(0.015 + (0.025 - 0.015) * 0.99, rel=1e-6)
-    assert result.canary.requests == pytest.approx(420, rel=0.15)  # increase() extrapolates to the window
+    # increase() extrapolates to the query time by up to ~1.1 scrape intervals (1 s) over the few seconds the
+    # series have existed, so counts are estimates (the ratios above are exact)
+    assert result.canary.requests == pytest.approx(420, rel=0.25)
     assert result.canary.logged_predictions == 2000 and result.stable.logged_predictions == 2000
     failed = [r for r in result.reasons if r.startswith("FAILED")]
     assert any("error rate" in r for r in failed) and any("p99 latency" in r for r in failed)
@@ -162,6 +166,22 @@ def test_cli_asks_prometheus_when_no_metrics_urls_are_given(scraped: tuple[str, 
     result = CliRunner().invoke(app, [
         "canary", "analyze", "--model", "fraud", "--stable-version", "1", "--canary-version", "2", "--exit-code",
         "--set", f"delivery.prometheus_url={url}", "--set", "delivery.canary_rate_window=5m",
-        "--set", f"serving.prediction_log_uri={log}"], env=env)
+        "--set", f"serving.prediction_log_uri={log}", "--set", "delivery.sequential.verdict=threshold"], env=env)
     assert result.exit_code == 4, result.output  # rollback
     assert "rollback" in result.stdout
+
+
+def test_the_sequential_verdict_reads_slow_share_and_answered_counts_from_prometheus(
+        scraped: tuple[str, Path]) -> None:
+    # slow = above 10 ms, a bucket bound: every canary answer (20 ms) is slow, no stable one (4 ms) is
+    delivery = DeliveryConfig(canary_rate_window="5m", sequential={"slow_ms": 10})
+    result = analyze_canary_prometheus(delivery, url := scraped[0], scraped[1], "fraud", stable_version=1,
+                                       canary_version=2)
+    assert url
+    assert result.stable.slow_requests == 0
+    # increase() extrapolates to the window's edges: counts are estimates, the ratio to answered is exact
+    assert result.canary.latency_count == pytest.approx(400, rel=0.25)
+    assert result.canary.slow_requests == pytest.approx(result.canary.latency_count, rel=1e-9)
+    assert result.stable.latency_count == pytest.approx(1000, rel=0.25)
+    assert not any("insufficient" in r for r in result.reasons), result.reasons
+    assert result.sequential is not None and result.decision == "rollback", result.reasons

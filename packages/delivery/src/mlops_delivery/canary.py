@@ -229,16 +229,21 @@ def _arm(delivery: DeliveryConfig, evidence: VariantEvidence, scores: np.ndarray
                       bands=band_counts(scores, delivery.sequential.score_edges))
 
 
-def prometheus_evidence(figures: dict[str, dict[str, float]], scores: np.ndarray, version: int) -> VariantEvidence:
+def prometheus_evidence(delivery: DeliveryConfig, figures: dict[str, dict[str, Any]], scores: np.ndarray,
+                        version: int) -> VariantEvidence:
     """One version's evidence from :func:`mlops_delivery.prometheus.version_figures` and its logged scores."""
     key = str(version)
     answered = figures["answered"].get(key, 0.0)
     errors = figures["errors"].get(key, 0.0)
     requests = answered + errors
     p99 = figures["p99_s"].get(key) if answered > 0 else None
+    buckets = figures.get("buckets", {}).get(key, [])
+    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"Prometheus {delivery.latency_metric}")
+            if delivery.sequential.verdict == "sequential" else None)
     return VariantEvidence(version=version, requests=requests, errors=errors,
                            error_rate=errors / requests if requests > 0 else None, p99_s=p99,
-                           logged_predictions=int(scores.size))
+                           logged_predictions=int(scores.size), slow_requests=slow,
+                           latency_count=buckets[-1][1] if buckets else 0.0)
 
 
 def _read_scores(log_uri: str | Path, model: str, since: datetime | None, versions: list[int]) -> pd.DataFrame:
@@ -286,8 +291,8 @@ def analyze_canary_prometheus(
     figures = version_figures(delivery, prometheus_url, model)
     log = _read_scores(log_uri, model, since, [stable_version, canary_version])
     stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
-    stable = prometheus_evidence(figures, stable_scores, stable_version)
-    canary = prometheus_evidence(figures, canary_scores, canary_version)
+    stable = prometheus_evidence(delivery, figures, stable_scores, stable_version)
+    canary = prometheus_evidence(delivery, figures, canary_scores, canary_version)
     return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide,
                      skew_mismatch_rate)
 

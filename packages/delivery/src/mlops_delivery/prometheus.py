@@ -7,6 +7,8 @@ process serving both). Queries go to the HTTP API's ``/api/v1/query`` (an instan
 - answered: ``sum by (version) (increase(<requests_total>{model=M}[w]))``
 - 5xx:      ``sum by (version) (increase(<errors_total>{model=M, status=~"5.."}[w]))``
 - p99:      ``histogram_quantile(0.99, sum by (version, le) (rate(<latency>_bucket{model=M}[w])))``
+- buckets:  ``sum by (version, le) (increase(<latency>_bucket{model=M}[w]))`` (the sequential verdict's slow share
+  and answered count, read numerically by ``le``, since its text form is the exporter's)
 
 ``w`` is ``delivery.canary_rate_window``. ``increase`` extrapolates to the window's edges, so counts are
 estimates (a few percent off for short windows); ratios and quantiles of series scraped together are not
@@ -72,8 +74,20 @@ def _selector(model: str, extra: str = "") -> str:
     return "{" + f'model="{quoted}"' + (f", {extra}" if extra else "") + "}"
 
 
-def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -> dict[str, dict[str, float]]:
-    """``{"answered"|"errors"|"p99_s": {version: value}}`` over ``delivery.canary_rate_window``.
+def by_version_buckets(result: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """``{version label: [(le, cumulative count), ...] ascending}`` of a ``sum by (version, le)`` vector."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for sample in result:
+        value = float(sample["value"][1])
+        if not math.isnan(value):
+            le = float(sample["metric"].get("le", "nan"))
+            out.setdefault(str(sample["metric"].get("version", "")), []).append((le, value))
+    return {version: sorted(pairs) for version, pairs in out.items()}
+
+
+def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -> dict[str, dict[str, Any]]:
+    """``{"answered"|"errors"|"p99_s": {version: value}, "buckets": {version: [(le, count), ...]}}`` over
+    ``delivery.canary_rate_window``.
 
     Raises:
         MetricsError: a query fails, or Prometheus holds no request series of ``model`` at all.
@@ -91,7 +105,11 @@ def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -
     # one evaluation time for all three: increase() extrapolates to the window's end, so queries evaluated
     # a moment apart would scale answered requests and errors differently and skew their ratio
     at = time.time()
-    figures = {name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
+    figures: dict[str, dict[str, Any]] = {
+        name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
+    figures["buckets"] = by_version_buckets(query(
+        prometheus_url, f"sum by (version, le) (increase({delivery.latency_metric}_bucket{_selector(model)}[{w}]))",
+        at=at))
     if not figures["answered"]:
         raise MetricsError(
             f"Prometheus at {prometheus_url!r} holds no {requests!r} series for model {model!r} in the last {w}: "
