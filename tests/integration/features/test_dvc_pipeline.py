@@ -35,7 +35,7 @@ def clean_copy(tmp_path: Path, repo_root: Path) -> Path:
     repo.mkdir()
     for name in ("configs", "feature_repo", ".dvc"):
         shutil.copytree(repo_root / name, repo / name, ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
-    for package in ("features", "training", "core"):
+    for package in ("features", "training", "core", "model"):
         shutil.copytree(repo_root / f"packages/{package}/src", repo / f"packages/{package}/src",
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", ".dvcignore"):

@@ -35,8 +35,8 @@ def _register(root: Path, folder: Path) -> tuple[Any, str, Path]:
 
 
 def test_a_partial_download_is_not_trusted_and_a_complete_one_is_reused(tmp_path: Path, kit: Any) -> None:
-    from mlops_serving.predictor import load_model
     from mlops_serving.registry import resolve_alias
+    from mlops_serving.served import load_model
 
     exported = kit.export_model(tmp_path / "export", seed=3)
     tracking, version, artifacts = _register(tmp_path, exported)

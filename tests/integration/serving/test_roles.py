@@ -42,7 +42,12 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
     t_srv = kit.start_server(transformer, tmp_path / "predlog", wait_ready=False)
     p_srv = None
     try:
+        # the load thread tries the predictor in the background: until its first try fails the reason is "loading"
+        deadline = time.monotonic() + 30
         not_ready = httpx.get(f"{t_srv.url}/v2/health/ready")
+        while "loading" in not_ready.json()["reason"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            not_ready = httpx.get(f"{t_srv.url}/v2/health/ready")
         assert not_ready.status_code == 503 and "unreachable" in not_ready.json()["reason"]
 
         import uvicorn  # the predictor on the port the transformer was told about

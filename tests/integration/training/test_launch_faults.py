@@ -98,7 +98,8 @@ def straight(tiny_lm: Callable[..., object], root: Path) -> TrainResult:
 
 def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) -> None:
     tag = uuid.uuid4().hex
-    first, log = start_cli(root, "twice", tag, "training.max_steps=200")  # long enough to outlive the second
+    # long enough to outlive the second launch, whose CLI start-up alone (imports) takes seconds on a busy machine
+    first, log = start_cli(root, "twice", tag, "training.max_steps=1000")
     try:
         wait_for(root / ".mlops/checkpoints/twice/step_00000008/manifest.json", first, log)
         second = subprocess.run([MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", "twice", "--no-track",
@@ -117,7 +118,7 @@ def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) ->
     # The refused launch started no worker and touched nothing: the first finishes as if alone.
     assert first.returncode == 0, out
     result = json.loads((root / ".mlops/checkpoints/twice/result.json").read_text())
-    assert result["resumed_from_step"] is None and result["steps"] == 200
+    assert result["resumed_from_step"] is None and result["steps"] == 1000
 
 
 def _kill_at(root: Path, run: str, step: int, tag: str, *, group: bool) -> float:
