@@ -103,15 +103,9 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
                                f"delivery.latency_metric to the serving exporter's names")
     answered = counter_total(samples, delivery.requests_metric, labels=labels)
     errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
-    requests = answered + errors
     buckets = histogram_buckets(samples, delivery.latency_metric, labels=labels)
     p99 = histogram_quantile(0.99, buckets) if answered > 0 else None
-    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"{source} {delivery.latency_metric}")
-            if delivery.sequential.verdict == "sequential" else None)
-    return VariantEvidence(version=version, requests=requests, errors=errors,
-                           error_rate=errors / requests if requests > 0 else None, p99_s=p99,
-                           logged_predictions=int(scores.size), slow_requests=slow,
-                           latency_count=buckets[-1][1] if buckets else 0.0)
+    return _evidence(delivery, version, answered, errors, p99, scores, buckets, source=source)
 
 
 def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence,
@@ -235,10 +229,16 @@ def prometheus_evidence(delivery: DeliveryConfig, figures: dict[str, dict[str, A
     key = str(version)
     answered = figures["answered"].get(key, 0.0)
     errors = figures["errors"].get(key, 0.0)
-    requests = answered + errors
     p99 = figures["p99_s"].get(key) if answered > 0 else None
-    buckets = figures.get("buckets", {}).get(key, [])
-    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"Prometheus {delivery.latency_metric}")
+    return _evidence(delivery, version, answered, errors, p99, scores, figures.get("buckets", {}).get(key, []),
+                     source="Prometheus")
+
+
+def _evidence(delivery: DeliveryConfig, version: int, answered: float, errors: float, p99: float | None,
+              scores: np.ndarray, buckets: list[tuple[float, float]], *, source: str) -> VariantEvidence:
+    """One variant's evidence; the slow count (sequential verdict only) from cumulative latency buckets."""
+    requests = answered + errors
+    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"{source} {delivery.latency_metric}")
             if delivery.sequential.verdict == "sequential" else None)
     return VariantEvidence(version=version, requests=requests, errors=errors,
                            error_rate=errors / requests if requests > 0 else None, p99_s=p99,
