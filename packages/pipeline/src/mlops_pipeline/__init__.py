@@ -3,8 +3,9 @@ monitoring decisions carried out."""
 
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.pipeline import STEPS, PipelineResult, run_pipeline
-from mlops_pipeline.rehearsal import RehearsalResult, run_rehearsal, stdout_to_stderr
+from mlops_pipeline.rehearsal import RehearsalResult, run_rehearsal
 from mlops_pipeline.rollback import RollbackOutcome, execute_rollback, rollback_executor, run_monitoring
+from mlops_pipeline.steps import stdout_to_stderr
 
 __all__ = [
     "STEPS",

@@ -38,7 +38,7 @@ def _dvc(ctx: PipelineContext, stage: str) -> dict[str, Any]:
     from dvc.repo import Repo
 
     try:
-        with Repo(str(ctx.root)) as repo, _stdout_to_stderr():
+        with Repo(str(ctx.root)) as repo, stdout_to_stderr():
             pipeline = repo.stage.collect(stage, with_deps=True)
             ran = {s.addressing for s in repo.reproduce(stage)}
     except DvcException as exc:
@@ -50,8 +50,9 @@ def _dvc(ctx: PipelineContext, stage: str) -> dict[str, Any]:
 
 
 @contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what the stages' commands print to stderr: stdout carries ``mlops pipeline run --json``'s answer."""
+def stdout_to_stderr() -> Iterator[None]:
+    """Send fd 1 to stderr while inside (child processes inherit it): stdout carries only the JSON answer of
+    ``mlops pipeline run|rehearse --json``."""
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)

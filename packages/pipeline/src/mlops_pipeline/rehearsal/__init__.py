@@ -6,6 +6,6 @@ started from ``services/`` as the overlay names them), ``release`` (publish, can
 ``loop`` (the steps), ``rehearse`` (the run, its summary, report and JSON line).
 """
 
-from mlops_pipeline.rehearsal.rehearse import STEPS, RehearsalResult, run_rehearsal, stdout_to_stderr
+from mlops_pipeline.rehearsal.rehearse import STEPS, RehearsalResult, run_rehearsal
 
-__all__ = ["STEPS", "RehearsalResult", "run_rehearsal", "stdout_to_stderr"]
+__all__ = ["STEPS", "RehearsalResult", "run_rehearsal"]

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -169,15 +166,3 @@ def _print_summary(console: Console, result: RehearsalResult) -> None:
         console.print(f"[red]processes left running: {result.servers_left}")
 
 
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send fd 1 to stderr while inside (child processes inherit it), so stdout carries only the JSON line."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
