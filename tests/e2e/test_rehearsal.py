@@ -99,12 +99,21 @@ def test_promotions_and_rollback_are_commits_in_the_remote(rehearsal: tuple[Path
         assert subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=remote, check=False).returncode == 0
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=remote, capture_output=True, text=True, check=True)
     assert head.stdout.strip() == doc["rollback_commit"]
-    assert _detail(doc, "canary-50")["decision"] == "promote"
+    canary = _detail(doc, "canary-50")
+    # decided from Prometheus (PromQL per version) and the shared log, looking every 1,000 requests until decided
+    assert (canary["decision"], canary["source"]) == ("promote", "prometheus")
+    assert [look["decision"] for look in canary["looks"]][-1] == "promote"
+    assert all(look["decision"] == "hold" for look in canary["looks"][:-1])
 
 
 def test_critical_drift_alerted_and_the_fallback_serves_at_head(rehearsal: tuple[Path, dict]) -> None:
     _, doc = rehearsal
-    assert _detail(doc, "monitor")["level"] == "CRITICAL"
+    monitor = _detail(doc, "monitor")
+    assert monitor["level"] == "CRITICAL"
+    # the drift job itself delivered its alert (Alertmanager v2 answered 200) and carried out the rollback
+    actions = {a["action"]: a for a in monitor["actions"]}
+    assert actions["webhook"]["ok"] and actions["webhook"]["detail"] == "HTTP 200"
+    assert actions["rollback"]["ok"] and doc["rollback_commit"][:12] in actions["rollback"]["detail"]
     assert doc["alerts_received"] >= 1
     assert any(a["alertname"] == "FraudDriftCritical" for a in _detail(doc, "alert")["alerts"])
     rollback = _detail(doc, "rollback")

@@ -19,13 +19,13 @@ def _platform(tmp_path: Path) -> Platform:
     return Platform(tmp_path, postgres_url="postgresql://postgres@127.0.0.1:5432/postgres",
                     mlflow_url="http://127.0.0.1:5001", redis_url="redis://127.0.0.1:6400/0",
                     feast_registry_url="postgresql+psycopg2://postgres@127.0.0.1:5432/r_feast",
-                    alertmanager_url="http://127.0.0.1:9093",
+                    alertmanager_url="http://127.0.0.1:9093", prometheus_url="http://127.0.0.1:9090",
                     secrets={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p",
                              "REDIS_PASSWORD": "r", "FEAST_REGISTRY_PASSWORD": "f"})
 
 
 def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names(tmp_path: Path) -> None:
-    env = config_env(_platform(tmp_path), fast=True)
+    env = config_env(_platform(tmp_path), tmp_path / "gitops.git", fast=True)
     cfg = load_rehearsal_config(REPO, env).config
     assert cfg.project.profile == "staging"
     # the staging shape stays: SQL registry, Redis online store, basic-auth credentials by name, Alertmanager
@@ -34,13 +34,16 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
                                                                       "MLFLOW_TRACKING_PASSWORD")
     assert cfg.tracking.uri == "http://127.0.0.1:5001"
     assert cfg.monitoring.webhook_url == "http://127.0.0.1:9093/api/v2/alerts"
+    # the canary analysis asks this run's Prometheus; the drift job's rollback commits to this run's GitOps remote
+    assert cfg.delivery.prometheus_url == "http://127.0.0.1:9090"
+    assert cfg.delivery.gitops_repo == str(tmp_path / "gitops.git")
     assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
     assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
         f"file://{tmp_path}/bucket/models/fraud/v3"
 
 
 def test_a_secret_the_profile_names_but_the_run_lacks_fails_the_load(tmp_path: Path) -> None:
-    env = config_env(_platform(tmp_path), fast=False)
+    env = config_env(_platform(tmp_path), tmp_path / "gitops.git", fast=False)
     del env["REDIS_PASSWORD"]
     with pytest.raises(Exception, match="REDIS_PASSWORD"):
         load_rehearsal_config(REPO, env)

@@ -25,9 +25,10 @@ from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
-    from mlops_delivery.canary import analyze_canary, analyze_until_decided
+    from mlops_delivery.canary import analyze_canary, analyze_canary_prometheus, analyze_until_decided
 
-_LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_until_decided": "mlops_delivery.canary"}
+_LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_canary_prometheus": "mlops_delivery.canary",
+         "analyze_until_decided": "mlops_delivery.canary"}
 
 
 def __getattr__(name: str) -> Any:
@@ -51,6 +52,7 @@ __all__ = [
     "Published",
     "RollbackCommit",
     "analyze_canary",
+    "analyze_canary_prometheus",
     "analyze_until_decided",
     "commit_rollback",
     "gitops_status",

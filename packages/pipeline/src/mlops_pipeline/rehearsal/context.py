@@ -23,8 +23,12 @@ from mlops_pipeline.rehearsal.topology import Platform
 PROFILE = "staging"
 
 
-def config_env(platform: Platform, *, fast: bool = False) -> dict[str, str]:
-    """The env a staging pod would get, pointed at this run's servers (secrets included, by the profile's names)."""
+def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -> dict[str, str]:
+    """The env a staging pod would get, pointed at this run's servers (secrets included, by the profile's names).
+
+    ``gitops_remote`` is the bare repository Argo CD would watch: the drift job's rollback commits there, as the
+    production profile's ``delivery.gitops_repo`` does.
+    """
     run = platform.run_dir
     env = {
         "MLOPS_PROFILE": PROFILE,
@@ -40,11 +44,18 @@ def config_env(platform: Platform, *, fast: bool = False) -> dict[str, str]:
         "MLOPS__TRAINING__FSDP__MIXED_PRECISION__PARAM_DTYPE": "float32",
         "MLOPS__TRAINING__FSDP__MIXED_PRECISION__BUFFER_DTYPE": "float32",
         "MLOPS__SERVING__HOST": "127.0.0.1",
-        # swap-in: the shared prediction-log sink (an fsspec URI the serving pods, the drift job and the canary
-        # analysis all reach); today a folder every process of this machine shares
+        # the bucket's landing prefix and the DVC remote are folders of this run
+        "MLOPS__DATA__LANDING_URI": str(run / "landing"),
+        "MLOPS__DATA__DVC_REMOTE": str(run / "dvc-remote"),
+        # the shared prediction-log sink (an fsspec URI the serving pods, the drift job and the canary analysis all
+        # reach: s3:// in the cluster), here a folder every process of this machine shares
         "MLOPS__SERVING__PREDICTION_LOG_URI": str(run / "prediction-log"),
         "MLOPS__SERVING__PREDICTION_LOG_FLUSH_S": "1",
         "MLOPS__MONITORING__WEBHOOK_URL": f"{platform.alertmanager_url}/api/v2/alerts",
+        # the canary analysis asks Prometheus (PromQL per version); its window spans the whole canary
+        "MLOPS__DELIVERY__PROMETHEUS_URL": platform.prometheus_url,
+        "MLOPS__DELIVERY__CANARY_RATE_WINDOW": "30m",
+        "MLOPS__DELIVERY__GITOPS_REPO": str(gitops_remote),
         "MLOPS__MONITORING__METRICS_FILE": str(run / "drift-metrics" / "fraud.prom"),
         # the bucket is a folder: storageUri values are file:// URIs KServe's initializer (fetch_model) reads
         "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}",
@@ -84,17 +95,13 @@ class RehearsalContext(PipelineContext):
 
     @property
     def work_repo(self) -> Path:
-        """The ingestion job's workspace: a git + DVC repository whose data goes to the DVC remote."""
+        """The ingestion job's folder: its data goes to the DVC remote."""
         return self.run_dir / "ingest"
 
     @property
     def runner(self) -> Path:
-        """The training job's checkout: a clone of the workspace that gets its data by ``dvc pull``."""
+        """The training job's checkout: it gets its data from the DVC remote only."""
         return self.run_dir / "runner"
-
-    @property
-    def dvc_remote(self) -> Path:
-        return self.run_dir / "dvc-remote"
 
     @property
     def prod_env(self) -> str:

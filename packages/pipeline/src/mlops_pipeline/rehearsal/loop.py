@@ -12,6 +12,7 @@ import os
 import secrets
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ from mlops_pipeline.local_server import request_rows
 from mlops_pipeline.rehearsal import datapath, topology
 from mlops_pipeline.rehearsal.context import RehearsalContext, config_env, load_rehearsal_config
 from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
-from mlops_pipeline.rehearsal.release import analyze, pin_bootstrap, publish_version, roll_back
+from mlops_pipeline.rehearsal.release import analyze, pin_bootstrap, publish_version
 from mlops_pipeline.rehearsal.serving import ServingPlane, reconcile, send_split
 from mlops_pipeline.steps import _aliases, _held, _promote, bootstrap_champion, step_gates
 
@@ -57,7 +58,7 @@ def step_platform(ctx: RehearsalContext) -> dict[str, Any]:
     topology.start_prometheus(ctx.harness, platform, ctx.repo_root, drift_port)
     ctx.gitops = init_gitops(ctx.repo_root, ctx.run_dir)
     ctx.facts["mlflow_server"] = mlflow  # awaited in step_tracking: data and features need no registry
-    ctx.env = config_env(platform, fast=ctx.fast)
+    ctx.env = config_env(platform, ctx.gitops.remote, fast=ctx.fast)
     ctx.loaded = load_rehearsal_config(ctx.repo_root, ctx.env)
     # the loop itself runs in this process (as a workflow step would): it reads the secrets by their names
     saved = {k: os.environ.get(k) for k in platform.secrets}
@@ -96,49 +97,48 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 
 
 def step_ingest(ctx: RehearsalContext) -> dict[str, Any]:
-    """A new batch lands for the ingestion job (the workspace is a git + DVC repo with the DVC remote)."""
+    """A new batch lands under ``data.landing_uri`` (the bucket's landing prefix, here a folder)."""
     from mlops_features import generate_transactions
 
-    datapath.init_workspace(ctx.repo_root, ctx.work_repo, ctx.dvc_remote)
-    ctx.move_root(ctx.work_repo)
     data = ctx.cfg.data
-    # swap-in: raw batches land in object storage (the landing prefix of the profile's bucket) and the scheduled
-    # ingestion lists the new ones; today the generator writes them into the workspace's raw folder
-    paths = generate_transactions(ctx.root / data.raw_dir, rows=data.rows, days=data.days, seed=ctx.cfg.project.seed,
+    assert data.landing_uri
+    paths = generate_transactions(data.landing_uri, rows=data.rows, days=data.days, seed=ctx.cfg.project.seed,
                                   start_date=data.start_date, users=data.users, merchants=data.merchants,
                                   fraud_rate=data.fraud_rate)
-    ctx.facts["raw_paths"] = paths
-    return {"batches": [p.name for p in paths], "rows": int(sum(len(pd.read_parquet(p)) for p in paths))}
+    return {"landing_uri": data.landing_uri, "batches": [p.name for p in paths],
+            "rows": int(sum(len(pd.read_parquet(p)) for p in paths))}
 
 
 def step_validate(ctx: RehearsalContext) -> dict[str, Any]:
-    """The data gate; the accepted area is versioned with DVC and pushed to the remote."""
-    from mlops_features import data_version, validate_batches
+    """The ingestion job, ``mlops data ingest``: the data gate on the new batches, then the accepted area
+    versioned with DVC and pushed to ``data.dvc_remote`` with its pointer."""
+    from mlops_features import data_version, ingest_landed
 
-    summary = validate_batches(ctx.facts["raw_paths"], ctx.cfg.data, ctx.root)
-    if summary.accepted_rows == 0:
-        raise PipelineError("the data gate accepted no rows; see the quarantine reports")
+    ctx.move_root(datapath.checkout(ctx.repo_root, ctx.work_repo))
+    report = ingest_landed(ctx.cfg.data, ctx.root)
+    if report.validation is None or report.validation.accepted_rows == 0 or not report.pushed:
+        raise PipelineError(f"the ingestion accepted or pushed nothing: {report.to_dict()}")
     version = data_version(ctx.cfg.data, ctx.root)
-    # swap-in: the ingestion function of the data-path change (validate → dvc add → dvc push to the profile's
-    # remote); today the same three moves, composed here
-    pushed = datapath.version_and_push(ctx.root, ctx.cfg.data.validated_dir, f"data: validated {version[:12]}")
     ctx.facts["data_version"] = version
-    return {"accepted_rows": summary.accepted_rows, "quarantined_rows": summary.quarantined_rows,
-            "data_version": version, "dvc": pushed, "remote_objects": sum(1 for _ in ctx.dvc_remote.rglob("*")
-                                                                         if _.is_file())}
+    ctx.facts["data_md5"] = report.data_md5
+    remote = Path(str(ctx.cfg.data.dvc_remote))
+    return {"accepted_rows": report.validation.accepted_rows, "quarantined_rows": report.validation.quarantined_rows,
+            "new_batches": len(report.new), "data_version": version, "data_md5": report.data_md5,
+            "remote_objects": sum(1 for f in remote.rglob("*") if f.is_file())}
 
 
 def step_features(ctx: RehearsalContext) -> dict[str, Any]:
-    """The runner's checkout pulls the data version (``dvc pull``), then Feast: SQL registry + Redis online store."""
-    from mlops_features import build_features, data_version
+    """The training job's fresh checkout gets the pushed version (``mlops data pull``), then Feast: SQL registry +
+    Redis online store."""
+    from mlops_features import build_features, data_version, pull_accepted
 
-    pulled = datapath.pull_into_runner(ctx.work_repo, ctx.runner)
-    ctx.move_root(ctx.runner)
+    ctx.move_root(datapath.checkout(ctx.repo_root, ctx.runner))
+    md5 = pull_accepted(ctx.cfg.data, ctx.root, ctx.facts["data_md5"])
     got = data_version(ctx.cfg.data, ctx.root)
     if got != ctx.facts["data_version"]:
         raise PipelineError(f"dvc pull gave data {got[:12]}, the ingestion pushed {ctx.facts['data_version'][:12]}")
     built = build_features(ctx.cfg.features, ctx.cfg.data, ctx.root)
-    return {"runner_commit": pulled["commit"], "data_version": got, "ingested_rows": built["ingested_rows"],
+    return {"data_md5": md5, "data_version": got, "ingested_rows": built["ingested_rows"],
             "registry": "sql", "online_store": ctx.cfg.features.online_store,
             "seconds": {k: round(v, 1) for k, v in built["seconds"].items()}}
 
@@ -218,7 +218,12 @@ def step_staging(ctx: RehearsalContext) -> dict[str, Any]:
 
 
 def canary_step(percent: int, *, analysed: bool) -> Any:
-    """The canary step at ``percent``: overlay commit, reconcile, split traffic, and (when ``analysed``) decide."""
+    """The canary step at ``percent``: overlay commit, reconcile, split traffic, and (when ``analysed``) decide.
+
+    An analysed step sends traffic in chunks and asks Prometheus and the shared log after each one, as
+    promote.yml does: the sequential verdict stays valid however often it looks and stops at the first promote
+    or rollback; a hold when the request budget runs out fails the step like the workflow's timeout.
+    """
 
     def step(ctx: RehearsalContext) -> dict[str, Any]:
         from mlops_delivery import promote_version
@@ -232,17 +237,31 @@ def canary_step(percent: int, *, analysed: bool) -> Any:
         served = reconcile(ctx.plane)
         if served.canary_version != int(version) or served.canary_percent != percent:
             raise PipelineError(f"overlay at HEAD: canary v{served.canary_version} at {served.canary_percent}%")
+        seed = ctx.cfg.project.seed + percent
+        if not analysed:
+            n = 300 if ctx.fast else 800
+            traffic = send_split(ctx.plane, request_rows(ctx.validated(), n, seed), seed)
+            return {"commit": change.commit, "percent": percent, "traffic": traffic}
         since = datetime.now(UTC)
-        n = (300 if percent < 50 else 700) if ctx.fast else (800 if percent < 50 else 2_000)
-        traffic = send_split(ctx.plane, request_rows(ctx.validated(), n, ctx.cfg.project.seed + percent),
-                             ctx.cfg.project.seed + percent)
-        out: dict[str, Any] = {"commit": change.commit, "percent": percent, "traffic": traffic}
-        if analysed:
+        budget, chunk = (8_000, 1_000) if ctx.fast else (16_000, 1_000)
+        rows = request_rows(ctx.validated(), budget, seed)
+        looks: list[dict[str, Any]] = []
+        sent: dict[str, int] = {}
+        analysis: dict[str, Any] = {}
+        for start in range(0, len(rows), chunk):
+            tally = send_split(ctx.plane, rows[start:start + chunk], seed + start)
+            for label in ("stable", "canary"):
+                sent[label] = sent.get(label, 0) + int(tally.get(label, {}).get("requests", 0))
             analysis = analyze(ctx, since)
-            out["decision"] = analysis["decision"]
-            if analysis["decision"] != "promote":
-                raise PipelineError(f"canary v{version} at {percent}%: {analysis['decision']}: "
-                                    + "; ".join(analysis["reasons"]))
+            looks.append({"requests": sum(sent.values()), "decision": analysis["decision"],
+                          "canary_requests": analysis["canary"]["requests"]})
+            if analysis["decision"] != "hold":
+                break
+        out: dict[str, Any] = {"commit": change.commit, "percent": percent, "traffic": sent, "looks": looks,
+                               "decision": analysis["decision"], "source": "prometheus"}
+        if analysis["decision"] != "promote":
+            raise PipelineError(f"canary v{version} at {percent}%: {analysis['decision']} after {len(looks)} looks, "
+                                f"{sum(sent.values())} requests: " + "; ".join(analysis["reasons"]))
         return out
 
     step.__name__ = f"step_canary_{percent}"
@@ -285,7 +304,6 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
     n = 600 if ctx.fast else 1_500
     traffic = send_split(ctx.plane, request_rows(pd.read_parquet(paths[0]), n, cfg.project.seed + 1),
                          cfg.project.seed + 1, batch=10)
-    # swap-in: read_prediction_log(uri, model, since=...) over the partitioned sink
     deadline, rows = time.monotonic() + 30, 0
     while time.monotonic() < deadline:
         log_uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, ctx.root)
@@ -299,22 +317,22 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
 
 
 def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
-    """The drift job over the window since the drift began: it must say CRITICAL and raise the alert."""
-    from mlops_monitoring import run_monitor
+    """``mlops monitor run`` as the drift CronJob runs it, over the window since the drift began: it must say
+    CRITICAL, deliver the alert to Alertmanager (v2) and carry out its rollback decision (overlay commit pushed
+    to the GitOps remote, then the alias and the ledger entry)."""
+    from mlops_pipeline.rollback import run_monitoring
 
-    cfg = ctx.cfg
     window = f"{int((datetime.now(UTC) - ctx.facts['drift_since']).total_seconds()) + 2}s"
-    # The monitor decides; the rollback is carried out one layer up (step_rollback), as monitoring must not import
-    # delivery. swap-in: the monitor's decision object instead of auto_rollback=False.
-    monitoring = cfg.monitoring.model_copy(update={"auto_rollback": False})
-    # swap-in: Alertmanager v2 delivery (a JSON array of {labels, annotations, startsAt, ...}); today's webhook
-    # posts one object, which Alertmanager refuses: its outcome is recorded, the alert still comes via Prometheus
-    result = run_monitor(monitoring, cfg.serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window=window,
-                         html=not ctx.fast)
+    result = run_monitoring(ctx.loaded, window=window, html=not ctx.fast)
     ctx.facts["drift"] = result.to_dict()
     if result.level != "CRITICAL":
         raise PipelineError(f"the monitor said {result.level} on the drifted traffic, expected CRITICAL: "
                             + "; ".join(result.reasons))
+    result.check()  # an undelivered alert or a failed rollback fails the step, as it fails the CronJob
+    rollback = next((a for a in result.actions if a.action == "rollback"), None)
+    if rollback is None or not rollback.ok:
+        raise PipelineError(f"the CRITICAL run carried out no rollback: {[a.detail for a in result.actions]}")
+    ctx.facts["rollback"] = dict(rollback.extra)
     return {"level": result.level, "window": window,
             "drifted_features": [n for n, c in result.report.columns.items() if c.drifted],
             "actions": [{"action": a.action, "ok": a.ok, "detail": a.detail} for a in result.actions],
@@ -322,33 +340,46 @@ def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
 
 
 def step_alert(ctx: RehearsalContext) -> dict[str, Any]:
-    """The CRITICAL reaches Alertmanager: Prometheus scraped the drift exporter and fired the repo's rule."""
+    """The CRITICAL reaches Alertmanager twice over: the drift job's own post (v2 API) and the repo's rule
+    ``FraudDriftCritical`` fired by Prometheus, which scrapes the drift job's textfile metrics."""
     assert ctx.platform is not None
-    deadline, alerts = time.monotonic() + (60 if ctx.fast else 120), []
+    rule = "FraudDriftCritical"
+    deadline = time.monotonic() + (60 if ctx.fast else 120)
+    alerts: list[dict[str, Any]] = []
+
+    def critical() -> set[str]:
+        return {a["labels"].get("alertname", "") for a in alerts if a["labels"].get("severity") == "critical"}
+
     while time.monotonic() < deadline:
         got = httpx.get(f"{ctx.platform.alertmanager_url}/api/v2/alerts", timeout=10).json()
         alerts = [a for a in got if a["labels"].get("model") == ctx.model]
-        if any(a["labels"].get("severity") == "critical" for a in alerts):
+        if rule in critical() and len(critical()) >= 2:
             break
         time.sleep(1)
     ctx.result["alerts_received"] = len(alerts)
-    if not any(a["labels"].get("severity") == "critical" for a in alerts):
-        raise PipelineError(f"no critical alert for {ctx.model!r} in Alertmanager; it holds {alerts}")
+    if rule not in critical() or len(critical()) < 2:
+        raise PipelineError(f"expected the drift job's critical alert and {rule} (Prometheus) for {ctx.model!r} in "
+                            f"Alertmanager; it holds {[a['labels'] for a in alerts]}")
     return {"alerts": [{"alertname": a["labels"].get("alertname"), "severity": a["labels"].get("severity"),
                         "startsAt": a.get("startsAt"), "generatorURL": a.get("generatorURL")} for a in alerts]}
 
 
 def step_rollback(ctx: RehearsalContext) -> dict[str, Any]:
-    """The rollback the cluster sees: revert commit on the overlay, alias + ledger, then the fallback serves."""
+    """What the cluster sees of the drift job's rollback: the commit is in the GitOps remote, the overlay at HEAD
+    names the fallback, the fallback serves, and the registry's champion alias and ledger agree."""
     assert ctx.gitops is not None and ctx.plane is not None
-    before = _aliases(ctx)
-    done = roll_back(ctx, reason=f"drift CRITICAL: {'; '.join(ctx.facts['drift'].get('reasons', [])[:2])}")
+    done = ctx.facts["rollback"]
+    commit = done.get("commit")
+    if not commit or not ctx.gitops.has_commit(commit):
+        raise PipelineError(f"rollback commit {commit!r} is not in the GitOps remote")
     served = reconcile(ctx.plane)
-    if str(served.stable_version) != str(before.get("fallback")):
-        raise PipelineError(f"after the rollback the overlay serves v{served.stable_version}, the fallback was "
-                            f"v{before.get('fallback')}")
-    if not ctx.gitops.has_commit(done["commit"]):
-        raise PipelineError(f"rollback commit {done['commit']} is not in the GitOps remote")
-    ctx.result["rollback_commit"] = done["commit"]
-    return {**done, "champion_before": before.get("champion"), "fallback_before": before.get("fallback"),
-            "served": served.to_dict()}
+    if str(served.stable_version) != str(done["to_version"]) or served.canary_version is not None:
+        raise PipelineError(f"after the rollback the overlay serves {served.to_dict()}, the fallback is "
+                            f"v{done['to_version']}")
+    aliases = _aliases(ctx)
+    if str(aliases.get("champion")) != str(done["to_version"]):
+        raise PipelineError(f"the registry's champion is v{aliases.get('champion')}, the overlay serves "
+                            f"v{done['to_version']}")
+    ctx.result["rollback_commit"] = commit
+    return {"commit": commit, "champion_before": str(done["from_version"]), "fallback_before": str(done["to_version"]),
+            "ledger_seq": done.get("seq"), "champion_after": aliases.get("champion"), "served": served.to_dict()}
