@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.rehearsal]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.timeout(2400)]
 
 STEP_NAMES = ["platform", "ingest", "validate", "features", "tracking", "bootstrap", "train", "register", "gates",
               "staging", "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
