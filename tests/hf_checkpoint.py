@@ -72,3 +72,9 @@ def make_checkpoint(folder: Path, shape: str = "tiny", *, seed: int = 0, vocab_s
                                                pad_token_id=tok.pad_token_id, do_sample=False)
     model.save_pretrained(str(folder))
     return folder
+
+
+if __name__ == "__main__":  # the DVC stage `llm-base` (datasets/dvc.yaml): python tests/hf_checkpoint.py FOLDER
+    import sys
+
+    make_checkpoint(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "tiny")

@@ -142,6 +142,15 @@ class CausalLMConfig(Section):
     export_adapter_only: bool = False
     """With LoRA, export the adapter alone (peft folder) instead of the merged model."""
 
+    @model_validator(mode="after")
+    def _checkpoint_for_finetuning(self) -> CausalLMConfig:
+        if self.checkpoint is None and (self.dataset is not None or self.finetune == "lora"):
+            what = f"dataset={self.dataset!r}" if self.dataset is not None else "finetune='lora'"
+            raise ValueError(f"{what} fine-tunes a pretrained model: set checkpoint to its Hugging Face folder or URI")
+        if self.export_adapter_only and self.finetune != "lora":
+            raise ValueError("export_adapter_only=True needs finetune='lora' (a full fine-tune has no adapter)")
+        return self
+
 
 class TrainingConfig(Section):
     model: Literal["tabular", "causal_lm"] = "tabular"
