@@ -189,3 +189,51 @@ def test_lora_reshards_two_ranks_to_one(root: Path, lora: TrainResult) -> None:
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=2e-3)
     assert one.metrics["val_loss"] == pytest.approx(lora.metrics["val_loss"], abs=1e-2)
+
+
+def test_the_adapter_alone_applies_to_the_base_as_the_merged_export_decodes(root: Path, lora: TrainResult,
+                                                                            tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mlops_config import LoRAConfig
+    from mlops_training.hf_export import export_hf
+
+    state = _checkpoint_state(root / ".mlops/checkpoints/lora/step_00000008", "lora", root)
+    arch = json.loads((lora.export_dir / "model.json").read_text())["architecture"]
+    folder = export_hf(tmp_path / "adapter", state, arch, root / "pretrained", {"lineage": {}}, lora=LoRAConfig(),
+                       adapter_only=True)
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    assert not (folder / "model.safetensors").exists()
+    applied = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(root / "pretrained")), str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    merged = AutoModelForCausalLM.from_pretrained(str(lora.export_dir))
+    assert _greedy(applied.eval(), tokenizer, PROMPTS) == _greedy(merged.eval(), tokenizer, PROMPTS)
+
+
+def test_a_tracked_run_registers_the_folder_with_the_fraud_models_lineage(root: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mlops_core import mlflow_client
+    from mlops_training.pretrained import resolve_checkpoint
+
+    result = launch(config(root, "lora", "training.max_steps=4", "training.checkpoint.every_steps=0"), root,
+                    run_name="tracked", track=True)
+    assert result is not None and result.run_id and result.model_version == "1"
+    client = mlflow_client(config(root, "lora").tracking, root)
+    tags = client.get_run(result.run_id).data.tags
+    assert tags["mlops.weights_sha256"] == result.weights_sha256 and tags["mlops.model_kind"] == "hf_causal_lm"
+    assert tags["mlops.data_hash"] == result.data_hash and tags["mlops.finetune"] == "lora"
+    assert (tags["mlops.dataset"], tags["mlops.base_checkpoint"]) == ("datasets/instructions.jsonl", "pretrained")
+    assert (tags["mlops.seed"], tags["mlops.world_size"]) == ("42", "2") and "mlops.git_commit" in tags
+    version = client.get_model_version(result.model_name, "1")
+    assert version.run_id == result.run_id and version.tags["mlops.weights_sha256"] == result.weights_sha256
+    assert not client.get_registered_model(result.model_name).aliases  # the gates decide promotion
+    # The registered version is itself a checkpoint a next fine-tune can name (models:/...), and opens unchanged.
+    local = resolve_checkpoint(f"models:/{result.model_name}/1", root, tmp := root / ".mlops/fetched",
+                               config(root, "lora").tracking)
+    assert local.is_relative_to(tmp)
+    model = AutoModelForCausalLM.from_pretrained(str(local)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(local))
+    exported = AutoModelForCausalLM.from_pretrained(str(result.export_dir)).eval()
+    assert _greedy(model, tokenizer, PROMPTS[:1]) == _greedy(exported, tokenizer, PROMPTS[:1])

@@ -36,18 +36,20 @@ if TYPE_CHECKING:
     import torch
     from transformers import PretrainedConfig
 
+    from mlops_config import TrackingConfig
+
 log = logging.getLogger(__name__)
 
 LOAD_METHODS = ("dcp", "broadcast")
 CONFIG_FILE = "config.json"
 
 
-def resolve_checkpoint(uri: str, root: Path, cache_dir: Path) -> Path:
+def resolve_checkpoint(uri: str, root: Path, cache_dir: Path, tracking: TrackingConfig | None = None) -> Path:
     """A local folder holding the checkpoint ``uri`` names.
 
     Local paths (relative to ``root``) are used in place; ``runs:/``, ``models:/`` and ``mlflow-artifacts:/``
-    are downloaded with MLflow, any other URL scheme (``s3://``, ``gs://``, ``file://``) with fsspec, into
-    ``cache_dir`` (reused when a previous download is complete).
+    are downloaded with MLflow (from ``tracking``'s server and registry), any other URL scheme (``s3://``,
+    ``gs://``, ``file://``) with fsspec, into ``cache_dir`` (reused when a previous download is complete).
 
     Raises:
         TrainingError: the folder or URL holds no ``config.json``, or the download failed.
@@ -63,9 +65,14 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     try:
         if uri.startswith(("runs:/", "models:/", "mlflow-artifacts:/")):
+            from contextlib import nullcontext
+
             import mlflow
 
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target)))
+            from mlops_core import tracking_scope
+
+            with tracking_scope(tracking, root) if tracking is not None else nullcontext():
+                local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target)))
             if local != target:
                 target = local
         else:
@@ -73,6 +80,8 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path) -> Path:
 
             fs, path = fsspec.core.url_to_fs(uri)
             fs.get(path.rstrip("/") + "/", str(target) + "/", recursive=True)
+    except TrainingError:
+        raise
     except Exception as exc:
         raise TrainingError(f"could not fetch the pretrained checkpoint {uri!r}: {exc}") from exc
     (target / ".complete").write_text(uri, encoding="utf-8")

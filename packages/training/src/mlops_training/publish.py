@@ -94,6 +94,9 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                 "mlops.parallelism": plan.parallelism,
                 "mlops.sharding_strategy": plan.sharding_strategy,
                 "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
+        if "dataset" in features:  # a fine-tuned language model: what it started from and learned on
+            tags.update({"mlops.dataset": str(features["dataset"]), "mlops.finetune": str(features["finetune"]),
+                         "mlops.base_checkpoint": str(features["checkpoint"])})
         if "feature_service" in features:
             tags["mlops.feature_service"] = str(features["feature_service"])
             tags["mlops.data_version"] = str(features.get("data_version", ""))

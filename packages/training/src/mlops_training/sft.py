@@ -72,7 +72,7 @@ def gate_instructions(config: PlatformConfig, root: Path, out_dir: Path) -> Inst
                             "tokens with the checkpoint's tokenizer")
     ckpt_root = Path(training.checkpoint.dir)
     cache = (ckpt_root if ckpt_root.is_absolute() else root / ckpt_root) / "_pretrained"
-    folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache)
+    folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache, config.tracking)
     return gate_instruction_data(training, root, folder, out_dir)
 
 

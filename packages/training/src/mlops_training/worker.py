@@ -151,7 +151,7 @@ def _make_sft_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info:
         try:
             assert training.causal_lm.checkpoint is not None  # the config validator requires it with a dataset
             cache = _resolve(root, training.checkpoint.dir) / "_pretrained"
-            folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache)
+            folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache, config.tracking)
             gate = gate_instruction_data(training, root, folder, run_dir / "data")
             log.info("instruction gate: %d accepted, %d quarantined %s", gate.accepted_rows, gate.quarantined_rows,
                      gate.reasons)
