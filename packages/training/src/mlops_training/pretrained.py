@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PretrainedConfig
 
-    from mlops_config import TrackingConfig
+    from mlops_config import TrackingConfig, TrainingConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,40 @@ def _checked(folder: Path, uri: str) -> Path:
         raise TrainingError(f"pretrained checkpoint {uri!r} ({str(folder)!r}) has no *.safetensors file; only "
                             "safetensors weights are loaded (never pickle)")
     return folder
+
+
+def check_pretrained(training: TrainingConfig, root: Path) -> list[str]:
+    """Problems a fine-tune of ``training.causal_lm.checkpoint`` would hit, found before any worker starts.
+
+    Only a local checkpoint is read (its ``config.json``, the model built on meta); a remote one is fetched by
+    rank 0 and checked there. Returns sentences; empty when there is nothing to check or nothing wrong.
+    """
+    lm = training.causal_lm
+    if lm.checkpoint is None:
+        return []
+    problems: list[str] = []
+    if training.fsdp.parallelism == "ddp":
+        problems.append("a pretrained checkpoint is built on the meta device and loaded into FSDP2 shards; "
+                        "training.fsdp.parallelism='ddp' would need the whole model on every rank: use 'fsdp'")
+    if "://" in lm.checkpoint or lm.checkpoint.startswith(("runs:/", "models:/")):
+        return problems
+    try:
+        folder = resolve_checkpoint(lm.checkpoint, root, root)
+    except TrainingError as exc:
+        return [*problems, str(exc)]
+    config = load_hf_config(folder)
+    context = getattr(config, "max_position_embeddings", None)
+    if context is not None and lm.seq_len > context:
+        problems.append(f"training.causal_lm.seq_len={lm.seq_len!r} exceeds the checkpoint's context "
+                        f"(max_position_embeddings={context!r} in {str(folder / CONFIG_FILE)!r})")
+    policy = training.fsdp.wrap_policy
+    if policy.kind == "transformer":
+        names = {type(m).__name__ for m in build_on_meta(config).modules()}
+        if not names & set(policy.transformer_layer_cls):
+            layers = sorted(n for n in names if n.endswith(("Layer", "Block")))
+            problems.append(f"wrap_policy.transformer_layer_cls {list(policy.transformer_layer_cls)!r} matches no "
+                            f"layer of the checkpoint's {type(build_on_meta(config)).__name__}; it has {layers!r}")
+    return problems
 
 
 def load_hf_config(folder: Path) -> PretrainedConfig:
