@@ -123,6 +123,8 @@ class SFTTask:
     gate: dict[str, Any]
     tokenizer: Any = field(init=False)
     scale: float = field(init=False, default=1.0)
+    """``world × accum / completion tokens`` of the step :meth:`batch` last cut; :meth:`loss` applies it (the
+    trainer always calls ``loss`` right after ``batch`` for the same micro-batch)."""
 
     def __post_init__(self) -> None:
         from mlops_features import read_examples
