@@ -11,9 +11,18 @@ from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
 from mlops_config.serving import ServingConfig
 from mlops_config.tracking import TrackingConfig
-from mlops_config.training import CheckpointConfig, FSDPConfig, MixedPrecisionConfig, TrainingConfig, WrapPolicyConfig
+from mlops_config.training import (
+    CausalLMConfig,
+    CheckpointConfig,
+    FSDPConfig,
+    LoRAConfig,
+    MixedPrecisionConfig,
+    TrainingConfig,
+    WrapPolicyConfig,
+)
 
 __all__ = [
+    "CausalLMConfig",
     "CheckpointConfig",
     "ConfigError",
     "DataConfig",
@@ -21,6 +30,7 @@ __all__ = [
     "EvaluationConfig",
     "FSDPConfig",
     "FeaturesConfig",
+    "LoRAConfig",
     "LoadedConfig",
     "MixedPrecisionConfig",
     "MonitoringConfig",

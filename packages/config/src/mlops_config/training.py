@@ -91,15 +91,65 @@ class TabularModelConfig(Section):
     """Weight of the positive class in the loss (``None``: negatives/positives of the training set)."""
 
 
+class LoRAConfig(Section):
+    r: int = Field(default=8, ge=1)
+    """Rank of the low-rank update ``B @ A``."""
+
+    alpha: int = Field(default=16, ge=1)
+    """Scale numerator: the update is multiplied by ``alpha / r``."""
+
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapter's input."""
+
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Names of the linear layers that get an adapter (peft ``target_modules``)."""
+
+
 class CausalLMConfig(Section):
     preset: str = "llama-tiny"
     """Named LLaMA shape: ``llama-tiny``, ``llama-small``, ``llama2-7b``, ``llama2-13b``, ``llama2-70b``."""
 
     seq_len: int = Field(default=128, ge=8)
-    """Training sequence length in bytes (byte-level tokenizer)."""
+    """Training sequence length in tokens (bytes for the preset models; with ``dataset``, every example is padded
+    to this length and longer ones are quarantined by the data gate)."""
 
     corpus_max_bytes: int = Field(default=2_000_000, ge=1024)
     """Bytes of the standard library's source read as the corpus."""
+
+    checkpoint: str | None = None
+    """Pretrained Hugging Face folder (config, safetensors, tokenizer) to fine-tune: a local path (relative to the
+    repo root), an MLflow artifact (``runs:/...``, ``models:/...``) or an fsspec URL (``s3://...``). ``None``:
+    train ``preset`` from random weights."""
+
+    load_method: Literal["dcp", "broadcast"] = "dcp"
+    """How pretrained weights reach the shards: ``dcp`` (each rank reads only its slices with DCP's
+    ``HuggingFaceStorageReader``) or ``broadcast`` (rank 0 reads the file, ``set_model_state_dict`` with
+    ``broadcast_from_rank0``)."""
+
+    dataset: str | None = None
+    """Instruction/completion JSONL (``prompt``, ``completion`` per line) to fine-tune on, relative to the repo
+    root; it passes the instruction data gate first. ``None``: next-token training on the standard library."""
+
+    finetune: Literal["full", "lora"] = "full"
+    """``full``: every weight trains; ``lora``: only peft LoRA adapters train (the base stays frozen)."""
+
+    lora: LoRAConfig = LoRAConfig()
+    """LoRA adapters (``finetune: lora``)."""
+
+    val_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    """Share of the accepted instruction examples held out for validation (fixed by hashing each example)."""
+
+    export_adapter_only: bool = False
+    """With LoRA, export the adapter alone (peft folder) instead of the merged model."""
+
+    @model_validator(mode="after")
+    def _checkpoint_for_finetuning(self) -> CausalLMConfig:
+        if self.checkpoint is None and (self.dataset is not None or self.finetune == "lora"):
+            what = f"dataset={self.dataset!r}" if self.dataset is not None else "finetune='lora'"
+            raise ValueError(f"{what} fine-tunes a pretrained model: set checkpoint to its Hugging Face folder or URI")
+        if self.export_adapter_only and self.finetune != "lora":
+            raise ValueError("export_adapter_only=True needs finetune='lora' (a full fine-tune has no adapter)")
+        return self
 
 
 class TrainingConfig(Section):

@@ -7,6 +7,13 @@ from mlops_features.aggregates import ingest, read_validated
 from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
+from mlops_features.instructions import (
+    IGNORE_INDEX,
+    InstructionGateResult,
+    encode_example,
+    read_examples,
+    validate_instructions,
+)
 from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
@@ -15,18 +22,21 @@ from mlops_features.store import apply_repo, materialize, open_store, render_fea
 
 __all__ = [
     "DRIFT_MODES",
+    "IGNORE_INDEX",
     "BatchResult",
     "DataError",
     "FeatureStoreError",
     "FeatureStoreUnavailableError",
     "FeaturesError",
     "IngestReport",
+    "InstructionGateResult",
     "OnlineFeatures",
     "PreparedData",
     "ValidationSummary",
     "apply_repo",
     "build_features",
     "data_version",
+    "encode_example",
     "generate_transactions",
     "historical_features",
     "ingest",
@@ -35,10 +45,12 @@ __all__ = [
     "open_store",
     "prepare_local_data",
     "pull_accepted",
+    "read_examples",
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",
     "service_features",
     "training_set",
     "validate_batches",
+    "validate_instructions",
 ]

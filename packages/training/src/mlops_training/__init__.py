@@ -7,6 +7,7 @@ from mlops_training.doctor import Diagnosis, diagnose, plan_report, preflight
 from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, TrainingError
 from mlops_training.launcher import TrainResult, launch
 from mlops_training.planner import plan
+from mlops_training.sft import gate_instructions
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
 from mlops_training.zoo import PRESETS, build_causal_lm, build_model
 
@@ -25,6 +26,7 @@ __all__ = [
     "build_causal_lm",
     "build_model",
     "diagnose",
+    "gate_instructions",
     "launch",
     "load_corpus",
     "plan",

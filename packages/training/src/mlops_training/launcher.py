@@ -21,7 +21,7 @@ from typing import Any
 from mlops_config import PlatformConfig
 from mlops_core import atomic_write_text
 from mlops_training.doctor import preflight
-from mlops_training.errors import TrainingError
+from mlops_training.errors import DoctorError, TrainingError
 from mlops_training.lifeline import LAUNCHER_PID_ENV, agent_command
 from mlops_training.run_lock import acquire_run_lock, node_rank_from_env
 
@@ -105,6 +105,11 @@ def launch(config: PlatformConfig, root: Path, *, run_name: str | None = None, t
     """
     training = config.training
     preflight(training, world_size=training.nproc * training.nnodes, local_world_size=training.nproc)
+    from mlops_training.pretrained import check_pretrained
+
+    problems = check_pretrained(training, root)
+    if problems:
+        raise DoctorError(problems)
     name = run_name or os.environ.get("MLOPS_RUN_NAME") or default_run_name(config)
     ckpt_root = Path(training.checkpoint.dir)
     run_dir = (ckpt_root if ckpt_root.is_absolute() else root / ckpt_root) / name

@@ -185,8 +185,13 @@ def apply_parallelism(model: torch.nn.Module, plan: ShardPlan, fsdp: FSDPConfig,
         )
     if plan.activation_checkpointing:
         checkpoint_activations(units)
-    model.to(dist_info.device)
+    on_meta = any(p.is_meta for p in model.parameters())
+    if not on_meta:
+        model.to(dist_info.device)  # a meta model gets storage for its own shards later (``to_empty``)
     if plan.ddp:
+        if on_meta:
+            raise TrainingError("a model built on the meta device (a pretrained checkpoint) needs FSDP: DDP "
+                                "would need the whole model on every rank; set training.fsdp.parallelism=fsdp")
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [dist_info.device.index] if dist_info.device.type == "cuda" else None

@@ -20,6 +20,13 @@ _ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "i
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any]) -> Path:
     """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict."""
+    if outcome.built.kind == "hf_causal_lm":
+        from mlops_training.hf_export import export_hf
+
+        lm = task.training.causal_lm  # type: ignore[attr-defined]
+        return export_hf(folder, outcome.full_state, outcome.built.architecture, task.checkpoint,  # type: ignore[attr-defined]
+                         {"features": task.features_meta(), "lineage": lineage},
+                         lora=lm.lora if lm.finetune == "lora" else None, adapter_only=lm.export_adapter_only)
     from mlops_model import save_exported
 
     meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
@@ -87,6 +94,9 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                 "mlops.parallelism": plan.parallelism,
                 "mlops.sharding_strategy": plan.sharding_strategy,
                 "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
+        if "dataset" in features:  # a fine-tuned language model: what it started from and learned on
+            tags.update({"mlops.dataset": str(features["dataset"]), "mlops.finetune": str(features["finetune"]),
+                         "mlops.base_checkpoint": str(features["checkpoint"])})
         if "feature_service" in features:
             tags["mlops.feature_service"] = str(features["feature_service"])
             tags["mlops.data_version"] = str(features.get("data_version", ""))

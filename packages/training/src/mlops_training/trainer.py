@@ -136,6 +136,8 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     torch.manual_seed(seed)  # identical initial weights on every rank
     built = task.build()
     model = apply_parallelism(built.module, plan, training.fsdp, dist_info)
+    if built.materialize is not None:
+        built.materialize(model)  # pretrained weights straight into the shards
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=training.lr, weight_decay=training.weight_decay)
     steps = total_steps(training, task.steps_per_epoch)

@@ -119,6 +119,8 @@ def _make_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any
     from mlops_training.tasks import LMTask, TabularTask
 
     training = config.training
+    if training.model == "causal_lm" and training.causal_lm.dataset is not None:
+        return _make_sft_task(config, root, run_dir, dist_info)
     if training.model == "causal_lm":
         return LMTask(training, config.project.seed, dist_info.device)
     from mlops_training.tabular_data import load_tabular, prepare_tabular
@@ -134,6 +136,34 @@ def _make_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any
     if failure[0] is not None:
         raise TrainingError(f"preparing the fraud training set failed: {failure[0]}")
     return TabularTask(training, config.project.seed, dist_info.device, load_tabular(cache))
+
+
+def _make_sft_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Any:
+    """Rank 0 fetches the checkpoint and gates the data; every rank then builds the task from the same files."""
+    import torch.distributed as dist
+
+    from mlops_training.pretrained import resolve_checkpoint
+    from mlops_training.sft import SFTTask, gate_instruction_data
+
+    training = config.training
+    shared: list[Any] = [None]
+    if dist_info.is_main:
+        try:
+            assert training.causal_lm.checkpoint is not None  # the config validator requires it with a dataset
+            cache = _resolve(root, training.checkpoint.dir) / "_pretrained"
+            folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache, config.tracking)
+            gate = gate_instruction_data(training, root, folder, run_dir / "data")
+            log.info("instruction gate: %d accepted, %d quarantined %s", gate.accepted_rows, gate.quarantined_rows,
+                     gate.reasons)
+            shared[0] = {"checkpoint": str(folder), "gate": gate.to_json()}
+        except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
+            shared[0] = f"{type(exc).__name__}: {exc}"
+    dist.broadcast_object_list(shared, src=0)
+    if isinstance(shared[0], str):
+        raise TrainingError(f"preparing the fine-tuning data failed: {shared[0]}")
+    gate_doc = shared[0]["gate"]
+    return SFTTask(training, config.project.seed, dist_info.device, Path(shared[0]["checkpoint"]),
+                   Path(gate_doc["accepted_path"]), gate_doc)
 
 
 if __name__ == "__main__":

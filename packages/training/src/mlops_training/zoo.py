@@ -6,7 +6,7 @@ byte-level shapes small enough to train on CPU. ``transformers`` is imported ins
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +39,11 @@ class BuiltModel:
 
     module: torch.nn.Module
     kind: str
-    """``tabular_mlp`` or ``causal_lm`` (the exported-model contract's ``kind``)."""
+    """``tabular_mlp``, ``causal_lm`` or ``hf_causal_lm`` (a fine-tuned Hugging Face checkpoint)."""
     architecture: dict[str, Any]
+    materialize: Callable[[torch.nn.Module], None] | None = None
+    """For a model built on the meta device: called on the parallelized module to give its shards storage and
+    weights (a pretrained checkpoint). ``None``: the module was built with real weights."""
 
 
 def llama_config(preset: str) -> LlamaConfig:

@@ -71,6 +71,25 @@ def validate(
     console.print(table)
 
 
+@app.command("validate-instructions")
+def validate_instructions(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for accepted.jsonl, quarantine.jsonl, report.json.")
+                   ] = Path("data/llm/gate"),
+) -> None:
+    """Gate a language model's instruction JSONL (training.causal_lm.dataset), counting tokens with its checkpoint's
+    tokenizer: accepted examples and quarantined lines with reasons."""
+    from mlops_training import gate_instructions
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    result = gate_instructions(loaded.config, loaded.root, out if out.is_absolute() else loaded.root / out)
+    if as_json:
+        print_json(result.to_json())
+        return
+    console.print(f"{result.input_rows} lines: {result.accepted_rows} accepted, {result.quarantined_rows} quarantined "
+                  f"{result.reasons or ''} -> {result.accepted_path}")
+
+
 @app.command("version")
 def version(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Print the data version: SHA-256 of the validated area (recorded on training runs)."""
