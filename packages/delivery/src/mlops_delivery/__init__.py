@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
+from mlops_delivery.errors import (
+    DeliveryError,
+    GitError,
+    ManifestError,
+    MetricsError,
+    PromotionRefusedError,
+    ShadowError,
+)
 from mlops_delivery.git import push_head
 from mlops_delivery.images import set_images
 from mlops_delivery.ledger import resolve_version
@@ -26,8 +33,11 @@ from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
     from mlops_delivery.canary import analyze_canary, analyze_until_decided
+    from mlops_delivery.shadow import ShadowAnalysis, ShadowLimits, analyze_shadow, summarize_shadow
 
-_LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_until_decided": "mlops_delivery.canary"}
+_LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_until_decided": "mlops_delivery.canary",
+         "analyze_shadow": "mlops_delivery.shadow", "summarize_shadow": "mlops_delivery.shadow",
+         "ShadowAnalysis": "mlops_delivery.shadow", "ShadowLimits": "mlops_delivery.shadow"}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,7 +60,11 @@ __all__ = [
     "PublishError",
     "Published",
     "RollbackCommit",
+    "ShadowAnalysis",
+    "ShadowError",
+    "ShadowLimits",
     "analyze_canary",
+    "analyze_shadow",
     "analyze_until_decided",
     "commit_rollback",
     "gitops_status",
@@ -63,6 +77,7 @@ __all__ = [
     "resolve_version",
     "rollback_env",
     "set_images",
+    "summarize_shadow",
     "write_job_summary",
     "write_step_output",
 ]
