@@ -29,15 +29,29 @@ from mlops_delivery.promotion import (
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.rollback import RollbackCommit, commit_rollback
+from mlops_delivery.shadow_stage import (
+    ShadowChange,
+    ShadowPlacement,
+    plan_shadow,
+    shadow_status,
+    start_shadow,
+    stop_shadow,
+)
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
     from mlops_delivery.canary import analyze_canary, analyze_until_decided
-    from mlops_delivery.shadow import ShadowAnalysis, ShadowLimits, analyze_shadow, summarize_shadow
+    from mlops_delivery.shadow import (
+        ShadowAnalysis,
+        ShadowLimits,
+        analyze_shadow,
+        analyze_shadow_until_enough,
+        summarize_shadow,
+    )
 
 _LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_until_decided": "mlops_delivery.canary",
-         "analyze_shadow": "mlops_delivery.shadow", "summarize_shadow": "mlops_delivery.shadow",
-         "ShadowAnalysis": "mlops_delivery.shadow", "ShadowLimits": "mlops_delivery.shadow"}
+         **dict.fromkeys(("ShadowAnalysis", "ShadowLimits", "analyze_shadow", "analyze_shadow_until_enough",
+                          "summarize_shadow"), "mlops_delivery.shadow")}
 
 
 def __getattr__(name: str) -> Any:
@@ -61,15 +75,19 @@ __all__ = [
     "Published",
     "RollbackCommit",
     "ShadowAnalysis",
+    "ShadowChange",
     "ShadowError",
     "ShadowLimits",
+    "ShadowPlacement",
     "analyze_canary",
     "analyze_shadow",
+    "analyze_shadow_until_enough",
     "analyze_until_decided",
     "commit_rollback",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
+    "plan_shadow",
     "promote_version",
     "publish_folder",
     "publish_model",
@@ -77,6 +95,9 @@ __all__ = [
     "resolve_version",
     "rollback_env",
     "set_images",
+    "shadow_status",
+    "start_shadow",
+    "stop_shadow",
     "summarize_shadow",
     "write_job_summary",
     "write_step_output",

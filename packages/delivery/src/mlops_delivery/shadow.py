@@ -182,3 +182,23 @@ def analyze_shadow(log_uri: str | Path, model: str, *, threshold: float, since: 
         raise ShadowError(f"no shadow answers of {model!r}{only}{window} in {shadow_log_uri(log_uri)!r}: is "
                           "serving.shadow.fraction > 0 with serving.shadow.url set on the transformer?")
     return summarize_shadow(frame, model=model, threshold=threshold, limits=limits)
+
+
+def analyze_shadow_until_enough(log_uri: str | Path, model: str, *, threshold: float, wait_s: float = 0.0,
+                                interval_s: float = 30.0, limits: ShadowLimits | None = None,
+                                **window: Any) -> ShadowAnalysis:
+    """:func:`analyze_shadow`, retried every ``interval_s`` for up to ``wait_s`` while fewer than
+    ``limits.min_requests`` requests were mirrored (or none yet); the last answer (or error) stands."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    need = limits.min_requests if limits is not None else 1
+    while True:
+        try:
+            result = analyze_shadow(log_uri, model, threshold=threshold, limits=limits, **window)
+            if result.requests >= need or time.monotonic() + interval_s > deadline:
+                return result
+        except ShadowError as exc:
+            if "no shadow answers" not in str(exc) or time.monotonic() + interval_s > deadline:
+                raise
+        time.sleep(interval_s)

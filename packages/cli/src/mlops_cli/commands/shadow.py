@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery import ShadowLimits, analyze_shadow
+from mlops_delivery import ShadowLimits, analyze_shadow_until_enough
 from mlops_serving import resolve_prediction_log_uri
 
 app = typer.Typer(help="Shadow analysis: score agreement, flipped decisions, latency and errors of a candidate.",
@@ -36,6 +36,9 @@ def analyze(
     max_p99_diff_ms: Annotated[float | None, typer.Option(
         help="Fail when the candidate's p99 exceeds the live one by more than this (ms).")] = None,
     min_requests: Annotated[int, typer.Option(min=1, help="Fail with fewer mirrored requests.")] = 1,
+    wait_s: Annotated[float, typer.Option(
+        "--wait-s", min=0, help="While fewer than --min-requests were mirrored, retry up to this long.")] = 0.0,
+    interval_s: Annotated[float, typer.Option("--interval-s", min=1, help="Seconds between retries.")] = 30.0,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 5 when a --max-*/--min-* limit fails.")
                          ] = False,
     profile: ProfileOpt = None,
@@ -49,9 +52,10 @@ def analyze(
     limits = ShadowLimits(max_flip_rate=_rate("--max-flip-rate", max_flip_rate),
                           max_error_rate=_rate("--max-error-rate", max_error_rate),
                           max_p99_diff_ms=max_p99_diff_ms, min_requests=min_requests)
-    result = analyze_shadow(resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root),
-                            cfg.project.model, threshold=cfg.evaluation.decision_threshold if threshold is None
-                            else threshold, since=since, until=until, versions=version or None, limits=limits)
+    result = analyze_shadow_until_enough(
+        resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root), cfg.project.model,
+        threshold=cfg.evaluation.decision_threshold if threshold is None else threshold, wait_s=wait_s,
+        interval_s=interval_s, limits=limits, since=since, until=until, versions=version or None)
     if as_json:
         print_json(result.to_dict())
     else:
