@@ -56,7 +56,8 @@ def create_app(
                                queue_size=serving.shadow.queue_size, timeout_s=serving.shadow.timeout_s,
                                registry=metrics.registry, prediction_log_uri=log_dir,
                                flush_s=serving.prediction_log_flush_s,
-                               retention_hours=serving.prediction_log_retention_hours)
+                               retention_hours=serving.prediction_log_retention_hours,
+                               max_rows=serving.max_instances)
     model = FraudModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)

@@ -5,8 +5,10 @@ mirrored (request ``i`` is iff ``floor((i + 1) * f) > floor(i * f)`` for fractio
 run of requests, spread evenly), and a mirrored one is put on a bounded queue without waiting. A full queue
 drops the request and counts it (``mlops_serving_shadow_dropped_total{reason="queue_full"}``). Nothing the
 candidate does (errors, hangs, being down) reaches the live answer: one daemon thread takes requests off the
-queue, encodes them with the *candidate's* encoder (read from its ``/mlops/models/{name}/meta``, as the
-transformer does for its own predictor) and sends one V2 tensor per request with ``serving.shadow.timeout_s``.
+queue (everything queued, up to ``max_rows`` rows: under load one call carries many requests, which keeps the
+sender's CPU, and the candidate's, per request small), encodes them with the *candidate's* encoder (read from
+its ``/mlops/models/{name}/meta``, as the transformer does for its own predictor) and sends one V2 tensor per
+call with ``serving.shadow.timeout_s``. A request's shadow latency is the round trip of the call it rode in.
 
 Every mirrored request that was sent is logged, answered or not, to the shadow log: the prediction-log store's
 layout under ``<prediction_log_uri>/role=shadow`` (``model=<m>/version=<candidate version>/hour=<h>/part-*``),
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 SHADOW_PARTITION = "role=shadow"
 UNKNOWN_VERSION = "unknown"
 """Partition of rows whose candidate never told its version (down from the start)."""
+LINGER_S = 0.05
+"""After the first queued request the sender waits this long for more to ride along in the same call."""
 LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -110,7 +114,7 @@ class ShadowSender:
     """Mirrors a share of live requests to a candidate predictor; the live path never waits for it."""
 
     def __init__(self, model: str, *, url: str, fraction: float, queue_size: int, timeout_s: float,
-                 metrics: ShadowMetrics, log_writer: PredictionLogWriter | None) -> None:
+                 metrics: ShadowMetrics, log_writer: PredictionLogWriter | None, max_rows: int = 256) -> None:
         from mlops_serving.remote import predictor_url
 
         if not 0 <= fraction <= 1:
@@ -119,6 +123,8 @@ class ShadowSender:
         self.base_url = predictor_url(url)
         self.fraction = fraction
         self.timeout_s = timeout_s
+        self.max_rows = max_rows
+        """Rows per call to the candidate at most (its ``serving.max_instances``)."""
         self._log = log_writer
         self._metrics = metrics
         self._mirrored = metrics.mirrored.labels(model)
@@ -187,22 +193,38 @@ class ShadowSender:
         self._client = httpx.Client(timeout=self.timeout_s)
         while not self._stop.is_set():
             try:
-                item = self._queue.get(timeout=0.2)
+                batch = [self._queue.get(timeout=0.2)]
             except queue.Empty:
                 continue
+            self._stop.wait(LINGER_S)  # let more queue up: fewer, fuller calls (the CPU cost is mostly per call)
+            rows = len(batch[0].rows)
+            while rows < self.max_rows:  # what queued up meanwhile rides along: one call, not one per request
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if rows + len(item.rows) > self.max_rows:  # too big for this call: it starts the next one
+                    self._send_safely(batch)
+                    batch, rows = [], 0
+                batch.append(item)
+                rows += len(item.rows)
             self._depth.set(self._queue.qsize())
-            try:
-                self._send(item)
-            except Exception:  # the sender must outlive anything a candidate answers
-                log.exception("shadow: request %s could not be handled", item.request_id)
+            self._send_safely(batch)
 
-    def _send(self, item: _Mirrored) -> None:
+    def _send_safely(self, batch: list[_Mirrored]) -> None:
+        try:
+            self._send(batch)
+        except Exception:  # the sender must outlive anything a candidate answers
+            log.exception("shadow: %d mirrored request(s) could not be handled", len(batch))
+
+    def _send(self, batch: list[_Mirrored]) -> None:
+        """One V2 call for the batch; every request in it gets the call's round trip as its latency."""
         t0 = time.perf_counter()
         scores: list[float] | None = None
         status, error = "ok", None
         try:
             candidate = self._load_candidate()
-            records = [{**row, **feats} for row, feats in zip(item.rows, item.features, strict=True)]
+            records = [{**row, **feats} for item in batch for row, feats in zip(item.rows, item.features, strict=True)]
             scores = self._score(candidate, records)
         except _CandidateError as exc:
             status, error = exc.status, str(exc)[:500]
@@ -211,12 +233,19 @@ class ShadowSender:
         latency_s = time.perf_counter() - t0
         version = self._candidate.version if self._candidate else UNKNOWN_VERSION
         if status == "ok":
-            self._metrics.answered.labels(self.model, version).inc()
-            self._metrics.latency.labels(self.model, version).observe(latency_s)
+            self._metrics.answered.labels(self.model, version).inc(len(batch))
+            hist = self._metrics.latency.labels(self.model, version)
+            for _ in batch:
+                hist.observe(latency_s)
         else:
-            self._metrics.errors.labels(self.model, status).inc()
+            self._metrics.errors.labels(self.model, status).inc(len(batch))
         if self._log is not None:
-            self._log.append(_log_rows(self.model, version, item, scores, status, error, latency_s * 1000.0))
+            offset = 0
+            for item in batch:
+                n = len(item.rows)
+                part = None if scores is None else scores[offset : offset + n]
+                offset += n
+                self._log.append(_log_rows(self.model, version, item, part, status, error, latency_s * 1000.0))
 
     def _load_candidate(self) -> _Candidate:
         if self._candidate is not None:
@@ -236,9 +265,11 @@ class ShadowSender:
 
     def _score(self, candidate: _Candidate, records: list[dict[str, Any]]) -> list[float]:
         import numpy as np
+        import orjson
 
         x = np.asarray(candidate.encoder.encode_records(records), dtype=np.float32)
-        body = {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+        body = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
+                                         "data": x.ravel()}]}, option=orjson.OPT_SERIALIZE_NUMPY)
         answer = self._call("POST", f"{self.base_url}/v2/models/{self.model}/infer", body)
         outputs = {o.get("name"): o for o in answer.get("outputs", []) if isinstance(o, dict)}
         data = (outputs.get("score") or {}).get("data")
@@ -246,11 +277,12 @@ class ShadowSender:
             raise _CandidateError("bad_answer", f"the candidate answered no 'score' of {len(records)} values")
         return [float(s) for s in data]
 
-    def _call(self, method: str, url: str, body: Any = None) -> dict[str, Any]:
+    def _call(self, method: str, url: str, body: bytes | None = None) -> dict[str, Any]:
         import httpx
 
         try:
-            r = self._client.request(method, url, json=body)
+            r = self._client.request(method, url, content=body,
+                                     headers={"content-type": "application/json"} if body is not None else None)
         except httpx.TimeoutException:
             raise _CandidateError("timeout", f"{url!r} did not answer within {self.timeout_s} s") from None
         except httpx.TransportError as exc:
@@ -281,7 +313,7 @@ def _log_rows(model: str, version: str, item: _Mirrored, scores: Sequence[float]
 
 def shadow_sender(model: str, *, url: str, fraction: float, queue_size: int, timeout_s: float,
                   registry: CollectorRegistry, prediction_log_uri: str | Path | None, flush_s: float = 2.0,
-                  retention_hours: float | None = None) -> ShadowSender:
+                  retention_hours: float | None = None, max_rows: int = 256) -> ShadowSender:
     """A sender with its metrics in ``registry`` and its log in the prediction-log store's ``role=shadow``."""
     from mlops_serving.prediction_log import PredictionLogWriter
 
@@ -292,4 +324,4 @@ def shadow_sender(model: str, *, url: str, fraction: float, queue_size: int, tim
                                      max_queue=max(100, queue_size * 16), retention_hours=retention_hours,
                                      on_dropped=lambda n: metrics.log_dropped.labels(model).inc(n))
     return ShadowSender(model, url=url, fraction=fraction, queue_size=queue_size, timeout_s=timeout_s,
-                        metrics=metrics, log_writer=writer)
+                        metrics=metrics, log_writer=writer, max_rows=max_rows)
