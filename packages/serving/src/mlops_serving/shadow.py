@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,8 +133,10 @@ class ShadowSender:
         self._depth = metrics.queue_depth.labels(model)
         self._queue: queue.Queue[_Mirrored] = queue.Queue(maxsize=queue_size)
         self._counter = itertools.count()
-        # the fraction as a ratio of integers: the pick is exact arithmetic, no float drift over millions
-        self._num, self._den = float(fraction).as_integer_ratio()
+        # the fraction as a ratio of small integers (0.3 is 3/10, not the binary float's 5404319552844595/2**54):
+        # the pick is exact arithmetic, so exactly that share of any run of requests is mirrored
+        ratio = Fraction(fraction).limit_denominator(1_000_000)
+        self._num, self._den = ratio.numerator, ratio.denominator
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
