@@ -77,6 +77,12 @@ def test_gates_canary_and_rollback(demo: tuple[Path, dict]) -> None:
     gates = _step(doc, "gates")
     assert gates["gates"] == {"quality": True, "reproducibility": True, "latency": True, "contract": True}
     assert gates["champion"] == "1"
+    shadow = _step(doc, "shadow")  # every live request mirrored to the candidate; callers saw only champion's
+    assert (shadow["stable"], shadow["candidate"]) == ("1", "2")
+    assert shadow["statuses"] == {"200": shadow["requests"]}
+    assert shadow["counters"]["mirrored"] + shadow["counters"]["dropped"] == shadow["requests"]
+    assert shadow["mirrored"] == shadow["counters"]["mirrored"] and shadow["errors"] == 0
+    assert shadow["pearson"] is not None and shadow["pearson"] > 0  # two fits of one task agree in direction
     canary = _step(doc, "canary")
     assert canary["decision"] == "promote"
     assert (canary["champion_now"], canary["fallback_now"]) == ("2", "1")
@@ -105,8 +111,8 @@ def test_report_has_every_plot_and_renders_cleanly(demo: tuple[Path, dict], rend
     boxes, problems = render_in_chromium(Path(doc["report"]))
     assert problems == []
     assert all(b is not None and b["width"] > 100 for b in boxes.values())
-    assert set(boxes) == {"training-loss", "training-throughput", "gate-f1-delta", "gate-latency", "canary-compare",
-                     "canary-scores", "drift-psi", "ledger-timeline"}
+    assert set(boxes) == {"training-loss", "training-throughput", "gate-f1-delta", "gate-latency", "shadow-latency",
+                          "canary-compare", "canary-scores", "drift-psi", "ledger-timeline"}
 
 
 def test_second_run_is_cached_and_a_training_key_retrains(demo: tuple[Path, dict]) -> None:

@@ -127,7 +127,7 @@ def containers(doc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]
     elif kind == "ServingRuntime":
         pods = [spec]
     elif kind == "InferenceService":
-        pods = [spec["transformer"]]
+        pods = [spec["transformer"]] if "transformer" in spec else []  # a shadow predictor has none
         pred = spec["predictor"]
         out = [(pred, {"name": "predictor-model", **pred["model"]})]
         return out + [(p, c) for p in pods for c in p.get("containers", [])]
@@ -164,7 +164,7 @@ def test_every_container_is_locked_down_and_sized(rendered: dict[str, list[dict[
 
 def test_inference_service_pins_an_immutable_version(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for env in ("staging", "production"):
-        isvc = next(d for d in rendered[env] if d["kind"] == "InferenceService")
+        isvc = next(d for d in rendered[env] if d["kind"] == "InferenceService" and d["metadata"]["name"] == "fraud")
         stable = isvc["metadata"]["annotations"]["mlops.platform/stable-version"]
         uri = isvc["spec"]["predictor"]["model"]["storageUri"]
         assert re.fullmatch(r"s3://mlops-artifacts/models/fraud/v\d+", uri), uri
@@ -172,7 +172,8 @@ def test_inference_service_pins_an_immutable_version(rendered: dict[str, list[di
         assert isvc["spec"]["transformer"]["containers"], "transformer missing"
         for part in ("predictor", "transformer"):
             assert 1 <= isvc["spec"][part]["minReplicas"] <= isvc["spec"][part]["maxReplicas"]
-    prod = next(d for d in rendered["production"] if d["kind"] == "InferenceService")
+    prod = next(d for d in rendered["production"]
+                if d["kind"] == "InferenceService" and d["metadata"]["name"] == "fraud")
     assert prod["spec"]["predictor"]["minReplicas"] == 2
 
 
@@ -182,12 +183,44 @@ def test_production_canary_renders_and_validates(tmp_path: Path, kit: Any, model
     for to, pct in (("staging", None), ("canary", 10)):
         apply_change(plan_promotion(cfg, tmp_path, "fraud", 5, to, percent=pct), cfg, tmp_path)
     docs = [d for d in yaml.safe_load_all(kit.render("infra/overlays/production", cwd=tmp_path)) if d]
-    isvc = next(d for d in docs if d["kind"] == "InferenceService")
+    isvc = next(d for d in docs if d["kind"] == "InferenceService" and d["metadata"]["name"] == "fraud")
     assert isvc["spec"]["predictor"]["canaryTrafficPercent"] == 10
     assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/v5")
     assert isvc["spec"]["predictor"]["minReplicas"] == 2  # the other production patch still applies
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
     assert list(model_validator.errors(isvc, "V1beta1InferenceService")) == []
+
+
+def test_production_shadow_renders_and_validates(tmp_path: Path, kit: Any, model_validator: Any) -> None:
+    from mlops_delivery import plan_shadow
+    from mlops_delivery.shadow_stage import apply_shadow
+
+    shutil.copytree(kit.repo / "infra", tmp_path / "infra")
+    cfg = DeliveryConfig()
+    apply_change(plan_promotion(cfg, tmp_path, "fraud", 5, "staging"), cfg, tmp_path)
+    apply_shadow(plan_shadow(cfg, tmp_path, "fraud", 5, fraction=0.5), cfg, tmp_path)
+    docs = [d for d in yaml.safe_load_all(kit.render("infra/overlays/production", cwd=tmp_path)) if d]
+    isvcs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "InferenceService"}
+    assert set(isvcs) == {"fraud", "fraud-shadow"}
+    shadow, live = isvcs["fraud-shadow"], isvcs["fraud"]
+    assert shadow["metadata"]["namespace"] == "mlops-production" and "transformer" not in shadow["spec"]
+    assert shadow["spec"]["predictor"]["model"]["storageUri"].endswith("/v5")
+    assert shadow["spec"]["predictor"]["minReplicas"] == 1
+    assert live["spec"]["predictor"]["model"]["storageUri"].endswith("/v1")  # the live model is untouched
+    assert live["metadata"]["annotations"]["mlops.platform/shadow-version"] == "5"
+    env_from = live["spec"]["transformer"]["containers"][0]["envFrom"]
+    assert {"configMapRef": {"name": "fraud-shadow-env", "optional": True}} in env_from
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fraud-shadow-env")
+    assert config["data"] == {"MLOPS__SERVING__SHADOW__FRACTION": "0.5",
+                              "MLOPS__SERVING__SHADOW__URL": "fraud-shadow-predictor"}
+    for isvc in isvcs.values():
+        assert list(model_validator.errors(isvc, "V1beta1InferenceService")) == []
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "fraud-shadow-serving")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"serving.kserve.io/inferenceservice": "fraud-shadow"}
+    # the transformer reads these keys through the one config layer: they must load as valid settings
+    from mlops_config import ServingConfig
+
+    assert ServingConfig(shadow={"fraction": 0.5, "url": "fraud-shadow-predictor"}).shadow.fraction == 0.5
 
 
 def test_pytorchjob_is_multi_node_hybrid_shard_over_nccl(rendered: dict[str, list[dict[str, Any]]]) -> None:

@@ -176,3 +176,31 @@ def test_summary_appends_reports_and_fails_without_them(tmp_path: Path, repo_roo
     assert summary.read_text() == "previous\n# Gates\n\nall passed\n\n"
     res = cli(root, "gitops", "summary", "reports/none/*.md")
     assert res.exit_code == 2 and "error: no report matches 'reports/none/*.md'" in res.output
+
+
+def test_cli_candidate_shadow_canary_each_a_commit(repo: tuple[Path, TrackingConfig], cli: Any) -> None:
+    root, _ = repo
+    shadow_file = "infra/overlays/production/shadow-fraud.yaml"
+    (root / PROD).write_text((root / PROD).read_text().replace('stable-version: "1"', 'stable-version: "0"')
+                             .replace("fraud/v1", "fraud/v0"))
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "production on v0")
+    refused = mlops(root, "gitops", "shadow", "--version", "2")
+    assert refused.returncode == 2 and "fraud v2 has not passed its gates" in refused.stderr
+    started = cli(root, "gitops", "shadow", "--version", "1", "--fraction", "0.5", "--commit", "--json")
+    assert started.exit_code == 0, started.output
+    change = json.loads(started.stdout)
+    assert change["after"] == {"env": "production", "version": 1, "fraction": 0.5,
+                               "storage_uri": change["evidence"]["published"]["uri"]}
+    assert change["evidence"]["gates"]["gate_report_sha256"]
+    assert sorted(git(root, "show", "--name-only", "--format=", change["commit"]).split()) == [PROD, shadow_file]
+    stopped = cli(root, "gitops", "shadow", "--stop", "--commit", "--json")
+    assert stopped.exit_code == 0, stopped.output
+    assert json.loads(stopped.stdout)["after"]["version"] is None
+    canary = cli(root, "gitops", "promote", "--version", "1", "--to", "canary", "--percent", "10", "--commit", "--json")
+    assert canary.exit_code == 0, canary.output
+    subjects = git(root, "log", "-3", "--format=%s").splitlines()
+    assert subjects == ["gitops: canary fraud v1 at 10% in production",
+                        "gitops: stop the shadow of fraud v1 in production",
+                        "gitops: shadow fraud v1 with 0.5 of live requests in production"]
+    again = mlops(root, "gitops", "shadow", "--version", "1")
+    assert again.returncode == 2 and "the shadow comes before the canary" in again.stderr

@@ -19,6 +19,7 @@ from mlops_cli.commands import monitor as monitor_cmd
 from mlops_cli.commands import pipeline as pipeline_cmd
 from mlops_cli.commands import registry as registry_cmd
 from mlops_cli.commands import serve as serve_cmd
+from mlops_cli.commands import shadow as shadow_cmd
 from mlops_cli.commands import train as train_cmd
 from mlops_core import PlatformError, setup_logging
 
@@ -59,6 +60,7 @@ app.add_typer(data_cmd.app, name="data")
 app.add_typer(features_cmd.app, name="features")
 app.add_typer(gitops_cmd.app, name="gitops")
 app.add_typer(canary_cmd.app, name="canary")
+app.add_typer(shadow_cmd.app, name="shadow")
 app.add_typer(monitor_cmd.app, name="monitor")
 app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(train_cmd.app, name="train")

@@ -4,9 +4,39 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mlops_config._base import Section
+
+
+class ShadowConfig(Section):
+    """Shadow traffic: a share of live requests mirrored to a candidate predictor, off the request path.
+
+    The candidate's answers never reach the caller; they are logged with the request id (the shadow log, beside
+    the prediction log) and compared by ``mlops shadow analyze``.
+    """
+
+    fraction: float = Field(default=0.0, ge=0, le=1)
+    """Share of live requests mirrored to the candidate (0: shadow off; 1: every request), spread evenly."""
+
+    url: str | None = None
+    """The candidate predictor (role ``predictor``): ``host[:port]`` or ``http://...``; required when
+    ``fraction`` > 0."""
+
+    queue_size: int = Field(default=1000, ge=1, le=1_000_000)
+    """Mirrored requests waiting for the sender; when full, new ones are dropped and counted, never waited for."""
+
+    timeout_s: float = Field(default=1.0, gt=0, le=60)
+    """Per-call timeout to the candidate; a slower answer counts as a shadow error (``timeout``)."""
+
+    @model_validator(mode="after")
+    def _url_when_on(self) -> ShadowConfig:
+        if self.fraction > 0 and not self.url:
+            raise ValueError(f"shadow.fraction={self.fraction!r} needs shadow.url (the candidate predictor's "
+                             "host[:port] or http:// URL)")
+        if self.url is not None and (not self.url.strip() or any(c.isspace() for c in self.url)):
+            raise ValueError(f"shadow.url={self.url!r} is not a host[:port] or http(s):// URL")
+        return self
 
 
 class ServingConfig(Section):
@@ -31,6 +61,10 @@ class ServingConfig(Section):
 
     canary_percent: int = Field(default=0, ge=0, le=100)
     """Share of requests routed to the canary."""
+
+    shadow: ShadowConfig = ShadowConfig()
+    """Shadow traffic to a candidate predictor (``serving.shadow.fraction``, ``.url``, ``.queue_size``,
+    ``.timeout_s``)."""
 
     max_payload_bytes: int = Field(default=1_048_576, ge=1024)
     """Requests with a larger body get 413."""

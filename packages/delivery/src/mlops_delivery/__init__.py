@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlops_delivery.errors import DeliveryError, GitError, ManifestError, MetricsError, PromotionRefusedError
+from mlops_delivery.errors import (
+    DeliveryError,
+    GitError,
+    ManifestError,
+    MetricsError,
+    PromotionRefusedError,
+    ShadowError,
+)
 from mlops_delivery.git import push_head
 from mlops_delivery.images import set_images
 from mlops_delivery.ledger import resolve_version
@@ -22,13 +29,30 @@ from mlops_delivery.promotion import (
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.rollback import RollbackCommit, commit_rollback
+from mlops_delivery.shadow_stage import (
+    ShadowChange,
+    ShadowPlacement,
+    plan_shadow,
+    shadow_status,
+    start_shadow,
+    stop_shadow,
+)
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
     from mlops_delivery.canary import analyze_canary, analyze_canary_prometheus, analyze_until_decided
+    from mlops_delivery.shadow import (
+        ShadowAnalysis,
+        ShadowLimits,
+        analyze_shadow,
+        analyze_shadow_until_enough,
+        summarize_shadow,
+    )
 
 _LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_canary_prometheus": "mlops_delivery.canary",
-         "analyze_until_decided": "mlops_delivery.canary"}
+         "analyze_until_decided": "mlops_delivery.canary",
+         **dict.fromkeys(("ShadowAnalysis", "ShadowLimits", "analyze_shadow", "analyze_shadow_until_enough",
+                          "summarize_shadow"), "mlops_delivery.shadow")}
 
 
 def __getattr__(name: str) -> Any:
@@ -51,13 +75,21 @@ __all__ = [
     "PublishError",
     "Published",
     "RollbackCommit",
+    "ShadowAnalysis",
+    "ShadowChange",
+    "ShadowError",
+    "ShadowLimits",
+    "ShadowPlacement",
     "analyze_canary",
     "analyze_canary_prometheus",
+    "analyze_shadow",
+    "analyze_shadow_until_enough",
     "analyze_until_decided",
     "commit_rollback",
     "gitops_status",
     "plan_promotion",
     "plan_rollback",
+    "plan_shadow",
     "promote_version",
     "publish_folder",
     "publish_model",
@@ -65,6 +97,10 @@ __all__ = [
     "resolve_version",
     "rollback_env",
     "set_images",
+    "shadow_status",
+    "start_shadow",
+    "stop_shadow",
+    "summarize_shadow",
     "write_job_summary",
     "write_step_output",
 ]

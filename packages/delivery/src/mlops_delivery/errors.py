@@ -23,3 +23,7 @@ class GitError(DeliveryError):
 
 class MetricsError(DeliveryError):
     """Prometheus metrics or the prediction log cannot be read or lack what the analysis needs."""
+
+
+class ShadowError(DeliveryError):
+    """The shadow log holds nothing to analyse in the window, lacks the shadow columns, or an argument is bad."""

@@ -98,3 +98,17 @@ def push_if_unchanged(root: Path, remote: str, branch: str, env: dict[str, str] 
     detail = text.strip().splitlines()
     last = detail[-1] if detail else proc.returncode
     raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {last}")
+
+
+def commit_files(root: Path, paths: list[Path], message: str, author: str) -> str:
+    """Commit exactly ``paths`` as one commit (nothing else that is staged) and return its SHA."""
+    if "<" not in author or not author.rstrip().endswith(">"):
+        raise GitError(f"delivery.git_author must look like 'Name <email>', got {author!r}")
+    name, _, email = author.partition("<")
+    rel = [str(p.relative_to(root)) if p.is_absolute() else str(p) for p in paths]
+    _git(root, "add", "--", *rel)
+    _git(root, "-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}",
+         "commit", "--quiet", "-m", message, "--", *rel)
+    sha = _git(root, "rev-parse", "HEAD")
+    logger.info("committed %s as %s", ", ".join(rel), sha[:12])
+    return sha

@@ -16,6 +16,7 @@ from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.report import render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
 from mlops_pipeline.sections import build_sections
+from mlops_pipeline.shadow import step_shadow, summarize_shadow_step
 from mlops_pipeline.steps import step_canary, step_data, step_drift, step_features, step_gates, step_train
 
 STEPS = [
@@ -23,6 +24,7 @@ STEPS = [
     Step("features", "Feast apply + materialize", step_features),
     Step("train", "Train with FSDP (2 CPU processes), register", step_train),
     Step("gates", "Evaluation gates, promote to staging", step_gates),
+    Step("shadow", "Mirror live traffic to the candidate, analyse", step_shadow),
     Step("canary", "Serve stable + canary, analyse, promote to champion", step_canary),
     Step("drift", "Drifted day → monitor → rollback", step_drift),
 ]
@@ -64,6 +66,8 @@ def summarize(step: StepResult) -> str:
         passed = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in o["gates"].items())
         ref = f"champion v{o['champion']}" if o["champion"] else "trivial baseline"
         return f"v{o['candidate']} vs {ref}: {passed} → staging"
+    if step.name == "shadow":
+        return summarize_shadow_step(o)
     if step.name == "canary":
         return (f"v{o['canary']} at {o['percent']}% vs v{o['stable']}: {o['requests']} requests → {o['decision']}; "
                 f"champion v{o['champion_now']}, fallback v{o['fallback_now']}")

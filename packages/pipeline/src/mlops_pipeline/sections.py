@@ -9,6 +9,7 @@ from typing import Any
 from mlops_pipeline import plots
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.report import Section
+from mlops_pipeline.shadow import shadow_section
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _fmt(value: Any) -> str:
 def build_sections(ctx: PipelineContext) -> list[Section]:
     """Every section whose step ran; a section that cannot be built is logged and left out."""
     out = []
-    for build in (training_section, gates_section, canary_section, drift_section, ledger_section):
+    for build in (training_section, gates_section, shadow_section, canary_section, drift_section, ledger_section):
         try:
             section = build(ctx)
         except Exception:  # the report must still be written when one section's inputs are odd

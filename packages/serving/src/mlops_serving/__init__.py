@@ -23,6 +23,7 @@ from mlops_serving.log_store import (
     resolve_prediction_log_uri,
     write_prediction_log,
 )
+from mlops_serving.shadow import read_shadow_log, shadow_log_uri
 
 _LAZY = {
     "serve": "mlops_serving.service",
@@ -47,10 +48,12 @@ __all__ = [
     "folder_loader",
     "prune_prediction_log",
     "read_prediction_log",
+    "read_shadow_log",
     "registry_loader",
     "remote_loader",
     "resolve_prediction_log_uri",
     "serve",
+    "shadow_log_uri",
     "write_prediction_log",
 ]
 

@@ -22,6 +22,7 @@ from mlops_serving.prediction_log import PredictionLogWriter
 from mlops_serving.registry import resolve_alias
 from mlops_serving.remote import remote_loader
 from mlops_serving.served import LocalModel, ModelRef, ServedModel, load_model
+from mlops_serving.shadow import shadow_sender
 from mlops_serving.transformer import FraudModel
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,17 @@ def create_app(
     )
     lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage,
                            retry_s=serving.feature_retry_s if retry_s is None else retry_s)
+    shadow = None
+    if serving.shadow.fraction > 0 and serving.shadow.url:
+        shadow = shadow_sender(model_name, url=serving.shadow.url, fraction=serving.shadow.fraction,
+                               queue_size=serving.shadow.queue_size, timeout_s=serving.shadow.timeout_s,
+                               registry=metrics.registry, prediction_log_uri=log_dir,
+                               flush_s=serving.prediction_log_flush_s,
+                               retention_hours=serving.prediction_log_retention_hours,
+                               max_rows=serving.max_instances)
     model = FraudModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
-                       canary_percent=serving.canary_percent if serving.canary_alias else 0)
+                       canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)
     return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
                      max_payload_bytes=serving.max_payload_bytes, prediction_log=writer)
 
@@ -178,6 +187,10 @@ def _check_plan(serving: ServingConfig, model_dir: Path | None) -> None:
         where = "--model-dir" if model_dir is not None else f"role {serving.role!r}"
         raise ServingError(f"serving.canary_alias={serving.canary_alias!r} cannot be used with {where}: the local "
                            "canary needs both versions from the registry (on Kubernetes, KServe splits traffic)")
+    if serving.shadow.fraction > 0 and serving.role == "predictor":
+        raise ServingError(f"serving.shadow.fraction={serving.shadow.fraction} cannot be used with role 'predictor': "
+                           "the transformer (role 'transformer' or 'all') mirrors requests; the candidate is a "
+                           "predictor of its own at serving.shadow.url")
     if serving.canary_alias and serving.canary_percent == 0:
         log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
                     serving.canary_alias)

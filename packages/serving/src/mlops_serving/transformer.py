@@ -28,6 +28,7 @@ from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
 from mlops_serving.served import ServedModel
+from mlops_serving.shadow import ShadowSender
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class FraudModel(kserve.Model):
         max_instances: int,
         canary_percent: int = 0,
         max_batch: int = 64,
+        shadow: ShadowSender | None = None,
     ) -> None:
         super().__init__(name)
         self.ready: bool = False
@@ -89,6 +91,7 @@ class FraudModel(kserve.Model):
         self._log = prediction_log
         self._max_instances = max_instances
         self._canary_percent = canary_percent
+        self._shadow = shadow
         self.router: CanaryRouter[ServedModel] | None = None
         self.reason = "loading"
         self._load_lock = threading.Lock()
@@ -142,6 +145,8 @@ class FraudModel(kserve.Model):
     def close(self) -> None:
         """Finish the batch in flight and stop the batch thread (server shutdown)."""
         self._batcher.close()
+        if self._shadow is not None:
+            self._shadow.close()
 
     @property
     def stable_version(self) -> str:
@@ -157,7 +162,8 @@ class FraudModel(kserve.Model):
                                  "weights_sha256": v.target.weights_sha256,
                                  "feature_service": v.target.feature_service})
         return {"name": self.name, "ready": self.ready, "reason": self.reason or None, "variants": variants,
-                "canary_percent": self.router.percent if self.router else self._canary_percent}
+                "canary_percent": self.router.percent if self.router else self._canary_percent,
+                "shadow": self._shadow.describe() if self._shadow is not None else None}
 
     # -- V2 metadata -----------------------------------------------------------------------------------
     def get_input_types(self) -> list[dict[str, Any]]:
@@ -228,6 +234,10 @@ class FraudModel(kserve.Model):
                     model_version=variant.target.ref.version, variant=variant.name, rows=batch.rows,
                     features=feats, scores=scores[i].tolist(), degraded=found.degraded, latency_ms=latency_ms,
                 ))
+            if self._shadow is not None:  # queued for the shadow thread, never waited for
+                self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
+                                   live_variant=variant.name, rows=batch.rows, features=feats,
+                                   live_scores=scores[i].tolist(), live_predict_ms=(t2 - t1) * 1000.0)
             results.append(_Scored(batch, variant, scores[i], found.degraded, unknown))
         return results
 

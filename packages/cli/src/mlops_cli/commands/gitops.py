@@ -16,6 +16,8 @@ from mlops_delivery import (
     resolve_version,
     rollback_env,
     set_images,
+    start_shadow,
+    stop_shadow,
     write_job_summary,
     write_step_output,
 )
@@ -81,6 +83,42 @@ def rollback(
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     _print_change(rollback_env(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push), as_json)
+
+
+@app.command("shadow")
+def shadow(
+    version: Annotated[int | None, typer.Option(
+        "--version", "-v", help="Candidate to shadow; default: the version holding the registry alias staging.")
+    ] = None,
+    fraction: Annotated[float, typer.Option("--fraction", help="Share of live requests mirrored, in (0, 1].")] = 1.0,
+    stop: Annotated[bool, typer.Option("--stop", help="End the running shadow instead.")] = False,
+    commit: CommitOpt = False,
+    push: PushOpt = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start (or --stop) a shadow of the candidate in production: its own predictor gets a copy of live traffic."""
+    if push and not commit:
+        raise typer.BadParameter("--push needs --commit", param_hint="--push")
+    if stop and version is not None:
+        raise typer.BadParameter("--stop ends the running shadow; it takes no --version", param_hint="--stop")
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    if stop:
+        change = stop_shadow(cfg.delivery, loaded.root, cfg.project.model, commit=commit, push=push)
+    else:
+        change = start_shadow(cfg.delivery, cfg.tracking, loaded.root, cfg.project.model, version, fraction=fraction,
+                              commit=commit, push=push)
+    if as_json:
+        print_json(change.to_dict())
+    elif not change.changed:
+        console.print(f"{change.action}: already in place, nothing changed")
+    else:
+        typer.echo(change.diff, nl=False)
+        where = f"committed {change.commit[:12]}" if change.commit else "wrote the files"
+        console.print(f"{change.action}: {where}{' and pushed' if change.pushed else ''}")
 
 
 @app.command("status")
