@@ -114,6 +114,10 @@ def test_critical_drift_alerted_and_the_fallback_serves_at_head(rehearsal: tuple
     actions = {a["action"]: a for a in monitor["actions"]}
     assert actions["webhook"]["ok"] and actions["webhook"]["detail"] == "HTTP 200"
     assert actions["rollback"]["ok"] and doc["rollback_commit"][:12] in actions["rollback"]["detail"]
+    # and replayed a sample of the served rows against the offline store (skew replay), every mismatch with a cause
+    skew = monitor["skew"]
+    assert 0 < skew["rows_compared"] <= skew["rows_sampled"] <= 200
+    assert 0.0 <= skew["mismatch_rate"] <= 1.0
     assert doc["alerts_received"] >= 1
     assert any(a["alertname"] == "FraudDriftCritical" for a in _detail(doc, "alert")["alerts"])
     rollback = _detail(doc, "rollback")

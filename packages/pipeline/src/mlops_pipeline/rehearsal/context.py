@@ -57,6 +57,8 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         "MLOPS__DELIVERY__CANARY_RATE_WINDOW": "30m",
         "MLOPS__DELIVERY__GITOPS_REPO": str(gitops_remote),
         "MLOPS__MONITORING__METRICS_FILE": str(run / "drift-metrics" / "fraud.prom"),
+        # the drift job also replays a sample of what was served against the offline store (training/serving skew)
+        "MLOPS__MONITORING__SKEW_SAMPLE_ROWS": "200",
         # the bucket is a folder: storageUri values are file:// URIs KServe's initializer (fetch_model) reads
         "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}",
         **platform.secrets,

@@ -336,6 +336,9 @@ def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
     return {"level": result.level, "window": window,
             "drifted_features": [n for n, c in result.report.columns.items() if c.drifted],
             "actions": [{"action": a.action, "ok": a.ok, "detail": a.detail} for a in result.actions],
+            "skew": {k: v for k, v in result.skew.to_dict().items() if k in ("rows_sampled", "rows_compared",
+                                                                               "mismatch_rate", "causes")}
+            if result.skew else None,
             "metrics_file": result.outputs.get("metrics")}
 
 
