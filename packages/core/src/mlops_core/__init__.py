@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from mlops_core.atomic import atomic_dir, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_core.environment import LocalStateError, require_shared_state
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
-from mlops_core.ledger import now_iso
+from mlops_core.ledger import ChainVerdict, now_iso, report_hash
 from mlops_core.lifecycle import (
     FALLBACK,
     GATE_REPORT_ARTIFACT,
+    MODEL_DIGEST_TAG,
     GateNotPassedError,
     LifecycleError,
     aliases,
@@ -23,6 +24,7 @@ from mlops_core.lifecycle import (
     history,
     promote,
     rollback,
+    verify_ledger,
     versions,
 )
 from mlops_core.lineage import GitInfo, git_info, hash_files
@@ -64,6 +66,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FALLBACK",
     "GATE_REPORT_ARTIFACT",
+    "MODEL_DIGEST_TAG",
+    "ChainVerdict",
     "ConfigError",
     "GateNotPassedError",
     "GitInfo",
@@ -91,6 +95,7 @@ __all__ = [
     "promote",
     "quantile_edges",
     "registered_model_name",
+    "report_hash",
     "require_shared_state",
     "resolve_uri",
     "rollback",
@@ -100,5 +105,6 @@ __all__ = [
     "start_run",
     "tracking_scope",
     "tracking_uris",
+    "verify_ledger",
     "versions",
 ]

@@ -118,3 +118,25 @@ def history(
     if at is not None:
         champion = (state or {}).get("champion")
         console.print(f"at {at}: champion = {('v' + champion) if champion else 'none'}; aliases {state}")
+
+
+@app.command("verify-ledger")
+def verify_ledger(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+                  as_json: JsonOpt = False) -> None:
+    """Walk the ledger's hash chain; exit 1 naming the first entry that does not match."""
+    from mlops_core import verify_ledger as do_verify
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    verdict = do_verify(cfg.tracking, loaded.root, cfg.project.model)
+    if as_json:
+        print_json({"model": cfg.project.model, **verdict.as_dict()})
+    elif verdict.ok:
+        note = f"; entries {verdict.unchained} predate the chain (not verifiable)" if verdict.unchained else ""
+        console.print(f"ledger of {cfg.project.model}: {verdict.checked} entries verified, head "
+                      f"{(verdict.head_sha256 or '-')[:16]}{note}")
+    else:
+        typer.echo(f"ledger of {cfg.project.model} is broken at entry #{verdict.first_bad_seq}: {verdict.problem}",
+                   err=True)
+    if not verdict.ok:
+        raise typer.Exit(1)
