@@ -27,7 +27,7 @@ from mlops_core.lifecycle import (
     verify_ledger,
     versions,
 )
-from mlops_core.lineage import GitInfo, git_info, hash_files
+from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
 from mlops_core.logs import setup_logging
 from mlops_core.seed import seed_everything
 from mlops_core.tracking import (
@@ -64,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CODE_PATHS",
     "FALLBACK",
     "GATE_REPORT_ARTIFACT",
     "MODEL_DIGEST_TAG",
@@ -85,6 +86,7 @@ __all__ = [
     "build_reference_profile",
     "check_profile",
     "default_actor",
+    "dirty_code_files",
     "ensure_experiment",
     "flatten",
     "git_info",
