@@ -121,6 +121,41 @@ def test_a_moved_checkout_is_caught(world: dict[str, Any]) -> None:
     assert f"trained at commit {recorded[:12]}" in gate.reason
 
 
+def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: dict[str, Any]) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    version = str(world["honest"].model_version)
+    env = {"MLOPS_CONFIG_DIR": str(world["root"] / "configs")}
+    sets = [a for s in SETS for a in ("--set", s)]
+    result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
+    for name in ("data area", "FeatureService", "resolved config", "git commit", "trajectory", "weights",
+                 "signature"):
+        assert links[name]["status"] == "verified", links[name]
+    assert links["gate report"]["status"] == "not verifiable"  # never evaluated in this world
+    assert world["honest"].weights_sha256[:16] in links["weights"]["detail"]
+
+    run_id = world["honest"].run_id
+    (weights,) = [p for p in (world["root"] / ".mlops").rglob("model.safetensors") if run_id in p.parts]
+    original = weights.read_bytes()
+    data = bytearray(original)
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    try:
+        result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
+    finally:
+        weights.write_bytes(original)
+    assert result.exit_code == 1
+    links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
+    assert links["weights"]["status"] == "broken"
+    assert links["signature"]["status"] == "broken" and "changed model.safetensors" in links["signature"]["detail"]
+
+
 def test_modified_data_is_caught(world: dict[str, Any]) -> None:
     from mlops_features import prepare_local_data
 

@@ -140,3 +140,30 @@ def verify_ledger(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetO
                    err=True)
     if not verdict.ok:
         raise typer.Exit(1)
+
+
+@app.command("verify")
+def verify(
+    version: Annotated[str, typer.Option("--version", "-v", help="Registry version to audit.")],
+    rerun: Annotated[bool, typer.Option("--rerun", help="Also replay the recorded trajectory (a short training).")
+                     ] = False,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Walk a version's provenance: data, FeatureService, config, commit, trajectory, weights, signature, gates,
+    ledger, alias moves, overlay commits, SBOM. Exit 1 when a link is broken."""
+    from mlops_pipeline import verify_version
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    audit = verify_version(loaded.config, loaded.root, version, rerun=rerun)
+    if as_json:
+        print_json(audit.as_dict())
+    else:
+        table = Table(title=f"{audit.model} v{audit.version}: provenance")
+        for col in ("link", "status", "detail"):
+            table.add_column(col)
+        style = {"verified": "green", "not verifiable": "yellow", "broken": "bold red"}
+        for link in audit.links:
+            table.add_row(link.name, f"[{style[link.status]}]{link.status}[/]", link.detail)
+        console.print(table)
+    if not audit.ok:
+        raise typer.Exit(1)
