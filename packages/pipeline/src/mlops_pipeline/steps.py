@@ -220,6 +220,10 @@ def step_train(ctx: PipelineContext) -> dict[str, Any]:
     result = json.loads((ctx.root / TRAIN_RESULT).read_text())
     ctx.facts["train"] = result
     ctx.facts["candidate_version"] = str(result["model_version"])
+    from mlops_pipeline.provenance import SBOM_DEFAULT, attach_sbom
+
+    if (ctx.root / SBOM_DEFAULT).is_file():  # `make sbom` ran: the version names the image's bill of materials
+        out["sbom"] = attach_sbom(ctx.cfg, ctx.root, result["model_version"])
     return {**out, "dvc": dvc, "version": str(result["model_version"]), "run_id": result["run_id"],
             "metrics": result.get("metrics", {}), "weights_sha256": result["weights_sha256"],
             "samples_per_second": (result.get("system") or {}).get("samples_per_second")}

@@ -167,3 +167,21 @@ def verify(
         console.print(table)
     if not audit.ok:
         raise typer.Exit(1)
+
+
+@app.command("attach-sbom")
+def attach_sbom(
+    version: Annotated[str, typer.Option("--version", "-v", help="Registry version the SBOM's image serves.")],
+    sbom: Annotated[Path | None, typer.Option("--sbom", help="CycloneDX JSON; default reports/sbom/serving.cdx.json "
+                                              "(make sbom).")] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Reference the serving image's SBOM from a registry version (path and SHA-256 in its tags)."""
+    from mlops_pipeline import attach_sbom as do_attach
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    tags = do_attach(loaded.config, loaded.root, version, sbom)
+    if as_json:
+        print_json(tags)
+    else:
+        console.print(f"v{version}: {tags['mlops.sbom']} (sha256 {tags['mlops.sbom_sha256'][:16]}…)")
