@@ -156,6 +156,27 @@ def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: 
     assert links["signature"]["status"] == "broken" and "changed model.safetensors" in links["signature"]["detail"]
 
 
+def test_sbom_reference_is_verified_and_an_edit_is_named(world: dict[str, Any]) -> None:
+    import hashlib
+    import json
+
+    from mlops_pipeline import attach_sbom, verify_version
+
+    root, cfg = world["root"], world["loaded"].config
+    version = str(world["honest"].model_version)
+    sbom = root / "reports" / "sbom" / "serving.cdx.json"
+    sbom.parent.mkdir(parents=True, exist_ok=True)
+    sbom.write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}))
+    tags = attach_sbom(cfg, root, version)
+    assert tags == {"mlops.sbom": "reports/sbom/serving.cdx.json",
+                    "mlops.sbom_sha256": hashlib.sha256(sbom.read_bytes()).hexdigest()}
+    links = {link.name: link for link in verify_version(cfg, root, version).links}
+    assert links["SBOM"].status == "verified"
+    sbom.write_text(sbom.read_text().replace('"components": []', '"components": [{"name": "x"}]'))
+    links = {link.name: link for link in verify_version(cfg, root, version).links}
+    assert links["SBOM"].status == "broken"
+
+
 def test_modified_data_is_caught(world: dict[str, Any]) -> None:
     from mlops_features import prepare_local_data
 
