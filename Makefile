@@ -11,13 +11,14 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
 .PHONY: setup browser prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro \
-	repro-smoke rehearse rehearsal-deps rehearse-test
+	repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
 	@echo "make test   lint + the test suite (sets up first)"
 	@echo "make setup  create $(VENV) and install every package from constraints.txt (no-op when unchanged)"
 	@echo "make bench  run every benchmark in benchmarks/ (one JSON line each)"
+	@echo "make sbom   CycloneDX SBOM of the serving image from the lock (reports/sbom/serving.cdx.json)"
 	@echo "make rehearse  the staging topology on this machine, real servers, the whole loop (sets up first)"
 
 setup: $(STAMP)
@@ -93,6 +94,16 @@ repro: setup
 # A tiny FSDP run twice must give identical weights.
 repro-smoke: setup
 	$(BIN)/python tools/repro_smoke.py
+
+# CycloneDX SBOM of the serving image's dependencies, from the lock, validated offline (reports/sbom/).
+sbom: setup
+	$(BIN)/python tools/sbom.py
+
+# The release workflow: the SBOM attached to a GitHub release of this commit (needs gh and GH_TOKEN).
+release-sbom: sbom
+	gh release create "images-$$(git rev-parse --short=12 HEAD)" reports/sbom/serving.cdx.json \
+		--target "$$(git rev-parse HEAD)" --title "images $$(git rev-parse --short=12 HEAD)" \
+		--notes "Service images built, scanned and pushed by the release workflow, with their SBOM."
 
 bench: setup
 	@for f in benchmarks/*.py; do echo "== $$f" >&2; $(BIN)/python $$f || exit 1; done

@@ -68,13 +68,13 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
 
     from mlops_core import mlflow_client
     from mlops_core.tracking import start_run
-    from mlops_model import save_exported
+    from mlops_model import model_signer, save_exported
 
     cfg = world_loaded.config
     folder = root / ".mlops" / "test-models" / name
     meta = {"kind": "tabular_mlp", "architecture": {"input_dim": encoder["input_dim"], "hidden_sizes": list(hidden)},
             "features": {"feature_service": feature_service, "encoder": encoder}, "lineage": {"run_name": name}}
-    save_exported(folder, state, meta)
+    save_exported(folder, state, meta, sign=model_signer(cfg.provenance, root))  # the gates refuse unsigned models
     with start_run(cfg.tracking, root, run_name=name, seed=0) as run:
         mlflow.log_artifacts(str(folder), "model")
     mv = mlflow_client(cfg.tracking, root).create_model_version(

@@ -40,6 +40,13 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
     assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
     assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
         f"file://{tmp_path}/bucket/models/fraud/v3"
+    # the model-signing key pair the staging profile names by env var: both mounted, the private one owner-only
+    from mlops_model import model_signer
+
+    keys = model_signer(cfg.provenance, REPO, env).keys
+    assert keys.private_key is not None and keys.public_key is not None
+    assert keys.private_key.parent == tmp_path / "signing" and keys.public_key.is_file()
+    assert keys.private_key.stat().st_mode & 0o077 == 0
 
 
 def test_a_secret_the_profile_names_but_the_run_lacks_fails_the_load(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from mlops_config.loader import LoadedConfig, config_schema, find_config_dir, lo
 from mlops_config.monitoring import MonitoringConfig
 from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
+from mlops_config.provenance import ProvenanceConfig
 from mlops_config.serving import ServingConfig, ShadowConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import (
@@ -37,6 +38,7 @@ __all__ = [
     "PlatformConfig",
     "PlatformError",
     "ProjectConfig",
+    "ProvenanceConfig",
     "SequentialCanaryConfig",
     "ServingConfig",
     "ShadowConfig",

@@ -9,6 +9,7 @@ from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
 from mlops_config.monitoring import MonitoringConfig
 from mlops_config.project import ProjectConfig
+from mlops_config.provenance import ProvenanceConfig
 from mlops_config.serving import ServingConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import TrainingConfig
@@ -41,3 +42,6 @@ class PlatformConfig(Section):
 
     delivery: DeliveryConfig = DeliveryConfig()
     """GitOps delivery and canary analysis."""
+
+    provenance: ProvenanceConfig = ProvenanceConfig()
+    """Model signing and verification."""

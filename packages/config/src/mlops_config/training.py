@@ -177,6 +177,10 @@ class TrainingConfig(Section):
     epochs: int | None = Field(default=None, ge=1)
     """Passes over the training set; ``None``: train for ``max_steps``."""
 
+    stop_after_steps: int | None = Field(default=None, ge=1)
+    """Stop after this many steps without changing the LR schedule (set by the reproducibility gate to replay
+    the first steps of a recorded run); ``None``: train to the end. Not part of the recipe's hash."""
+
     batch_size: int = Field(default=256, ge=1)
     """Global batch size per optimizer step, split across ranks and accumulation steps."""
 

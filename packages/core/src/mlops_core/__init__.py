@@ -12,20 +12,23 @@ from typing import TYPE_CHECKING, Any
 from mlops_core.atomic import atomic_dir, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_core.environment import LocalStateError, require_shared_state
 from mlops_core.errors import ConfigError, PlatformError, TrackingError
-from mlops_core.ledger import now_iso
+from mlops_core.ledger import ChainVerdict, now_iso, report_hash
 from mlops_core.lifecycle import (
     FALLBACK,
     GATE_REPORT_ARTIFACT,
+    MODEL_DIGEST_TAG,
     GateNotPassedError,
     LifecycleError,
     aliases,
     default_actor,
+    fetch_gate_report,
     history,
     promote,
     rollback,
+    verify_ledger,
     versions,
 )
-from mlops_core.lineage import GitInfo, git_info, hash_files
+from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
 from mlops_core.logs import setup_logging
 from mlops_core.seed import seed_everything
 from mlops_core.tracking import (
@@ -62,8 +65,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CODE_PATHS",
     "FALLBACK",
     "GATE_REPORT_ARTIFACT",
+    "MODEL_DIGEST_TAG",
+    "ChainVerdict",
     "ConfigError",
     "GateNotPassedError",
     "GitInfo",
@@ -81,7 +87,9 @@ __all__ = [
     "build_reference_profile",
     "check_profile",
     "default_actor",
+    "dirty_code_files",
     "ensure_experiment",
+    "fetch_gate_report",
     "flatten",
     "git_info",
     "hash_files",
@@ -91,6 +99,7 @@ __all__ = [
     "promote",
     "quantile_edges",
     "registered_model_name",
+    "report_hash",
     "require_shared_state",
     "resolve_uri",
     "rollback",
@@ -100,5 +109,6 @@ __all__ = [
     "start_run",
     "tracking_scope",
     "tracking_uris",
+    "verify_ledger",
     "versions",
 ]

@@ -5,6 +5,14 @@ in the registry (SQLite locally, PostgreSQL behind ``mlflow server`` on a cluste
 in the same backend as the aliases it describes and needs no second store. An entry is written as
 ``pending`` *before* the aliases move and rewritten as ``applied`` afterwards; a pending entry left by a
 crashed process is rolled forward by the next move (see :mod:`mlops_core.lifecycle`).
+
+The ledger is a hash chain, so an edit made behind the platform's back (a tag rewritten in the registry's
+database) is found: every entry stores ``entry_sha256``, the SHA-256 of its own canonical JSON (every field
+but that one), and ``prev_sha256``, the digest of the entry before it. :func:`verify_chain` recomputes both
+and names the first entry that does not match. An editor who also recomputes the edited entry's own hash is
+caught by the next entry's ``prev_sha256``; only the newest entry can be rewritten consistently by someone
+who knows the recipe, which is why the head digest is worth copying elsewhere (a release, a GitOps commit).
+Entries written before the chain existed carry no hashes: they read as before and verify as "not verifiable".
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 TAG_PREFIX = "mlops.ledger."
+GENESIS = "0" * 64
+"""``prev_sha256`` of the first entry."""
 Status = Literal["pending", "applied"]
 
 
@@ -53,6 +63,14 @@ class LedgerEntry:
     git_commit: str | None = None
     status: Status = "pending"
     extra: dict[str, Any] = field(default_factory=dict)
+    model_digest: str | None = None
+    """The signed model's manifest digest (registry version tag ``mlops.model_digest``), when known."""
+    overlay_commit: str | None = None
+    """The GitOps overlay commit that deployed (or rolled back) this version, when known."""
+    prev_sha256: str | None = None
+    """:func:`entry_digest` of the entry before this one (``GENESIS`` for the first)."""
+    entry_sha256: str | None = None
+    """:func:`entry_digest` of this entry, set each time it is written."""
 
     @property
     def time(self) -> datetime:
@@ -115,16 +133,27 @@ def load_entries(client: MlflowClient, name: str) -> list[LedgerEntry]:
     return read_entries(client.get_registered_model(name).tags)
 
 
-def write_entry(client: MlflowClient, name: str, entry: LedgerEntry) -> None:
-    """Store (or overwrite, e.g. pending → applied) one entry."""
-    client.set_registered_model_tag(name, tag_key(entry.seq), entry.to_json())
+def entry_digest(entry: LedgerEntry) -> str:
+    """SHA-256 of the entry's canonical JSON without ``entry_sha256`` (what the chain links)."""
+    body = {k: v for k, v in asdict(entry).items() if k != "entry_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def chain_link(entries: list[LedgerEntry]) -> str:
+    """``prev_sha256`` for the entry appended after ``entries`` (ledger order)."""
+    return entry_digest(entries[-1]) if entries else GENESIS
+
+
+def write_entry(client: MlflowClient, name: str, entry: LedgerEntry) -> LedgerEntry:
+    """Store (or overwrite, e.g. pending → applied) one entry, sealed with its ``entry_sha256``; returns it."""
+    sealed = replace(entry, entry_sha256=entry_digest(entry))
+    client.set_registered_model_tag(name, tag_key(entry.seq), sealed.to_json())
+    return sealed
 
 
 def mark_applied(client: MlflowClient, name: str, entry: LedgerEntry, **extra: Any) -> LedgerEntry:
     """Rewrite ``entry`` as applied (with optional extra facts, e.g. who recovered it)."""
-    done = replace(entry, status="applied", extra={**entry.extra, **extra})
-    write_entry(client, name, done)
-    return done
+    return write_entry(client, name, replace(entry, status="applied", extra={**entry.extra, **extra}))
 
 
 def aliases_at(entries: list[LedgerEntry], at: str | datetime | None) -> dict[str, str]:
@@ -138,3 +167,73 @@ def aliases_at(entries: list[LedgerEntry], at: str | datetime | None) -> dict[st
             break
         state = dict(entry.aliases_after)
     return state
+
+
+@dataclass(frozen=True)
+class ChainVerdict:
+    """What :func:`verify_chain` found: ``ok``, how many entries it checked, and the first broken one."""
+
+    ok: bool
+    checked: int
+    head_sha256: str | None
+    first_bad_seq: int | None = None
+    problem: str | None = None
+    unchained: list[int] = field(default_factory=list)
+    """Entries written before the chain existed (no hashes): readable, but not verifiable."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for ``--json``."""
+        return asdict(self)
+
+
+def verify_chain(tags: Mapping[str, str]) -> ChainVerdict:
+    """Walk the ledger stored in a registered model's ``tags`` and name the first entry that does not match.
+
+    Checks, in order: each tag parses as an entry whose ``seq`` is the one its key names; sequence numbers
+    run 1, 2, 3... without a gap; each entry's ``entry_sha256`` matches its content; each ``prev_sha256``
+    matches the digest of the entry before it.
+    """
+    raw = sorted((k, v) for k, v in tags.items() if k.startswith(TAG_PREFIX))
+    entries: list[LedgerEntry] = []
+    for key, text in raw:
+        try:
+            entry = LedgerEntry.from_json(text, tag=key)
+        except LedgerError as exc:
+            seq = _seq_of(key)
+            return ChainVerdict(False, len(entries), None, seq, f"entry #{seq} is unreadable: {exc}")
+        if tag_key(entry.seq) != key:
+            return ChainVerdict(False, len(entries), None, _seq_of(key),
+                                f"entry stored under {key!r} claims seq {entry.seq}: it was moved or edited")
+        entries.append(entry)
+    unchained: list[int] = []
+    prev: LedgerEntry | None = None
+    for i, entry in enumerate(entries):
+        if entry.seq != i + 1:
+            return ChainVerdict(False, i, None, i + 1, f"entry #{i + 1} is missing (next stored is #{entry.seq}): "
+                                                       "it was deleted")
+        if entry.entry_sha256 is None and entry.prev_sha256 is None:
+            if prev is not None and prev.entry_sha256 is not None:
+                return ChainVerdict(False, i, None, entry.seq, f"entry #{entry.seq} has no hashes but follows "
+                                                               "chained entries: its hashes were stripped")
+            unchained.append(entry.seq)
+        else:
+            if entry.entry_sha256 != entry_digest(entry):
+                return ChainVerdict(False, i, None, entry.seq,
+                                    f"entry #{entry.seq} was edited: its content hashes to "
+                                    f"{entry_digest(entry)[:12]}, its entry_sha256 says "
+                                    f"{str(entry.entry_sha256)[:12]}")
+            want = entry_digest(prev) if prev is not None else GENESIS
+            if entry.prev_sha256 != want:
+                bad = prev.seq if prev is not None else entry.seq
+                return ChainVerdict(False, i, None, bad,
+                                    f"entry #{bad} does not match the digest entry #{entry.seq} recorded for it "
+                                    f"(recorded {str(entry.prev_sha256)[:12]}, now {want[:12]}): it was edited "
+                                    "after the next entry was written")
+        prev = entry
+    head = entry_digest(entries[-1]) if entries else None
+    return ChainVerdict(True, len(entries), head, unchained=unchained)
+
+
+def _seq_of(key: str) -> int | None:
+    tail = key.removeprefix(TAG_PREFIX)
+    return int(tail) if tail.isdigit() else None

@@ -24,13 +24,16 @@ from typing import TYPE_CHECKING, Any
 from mlops_config import TrackingConfig
 from mlops_core.errors import PlatformError
 from mlops_core.ledger import (
+    ChainVerdict,
     LedgerEntry,
     aliases_at,
+    chain_link,
     mark_applied,
     now_iso,
     parse_time,
     read_entries,
     report_hash,
+    verify_chain,
     write_entry,
 )
 from mlops_core.lineage import git_info
@@ -50,6 +53,8 @@ PREVIOUS = {"staging": "candidate", "canary": "staging", "champion": "canary"}
 DEFAULT_REQUIRED_GATES: dict[str, tuple[str, ...]] = {
     "staging": ("quality", "reproducibility", "latency", "contract"),
 }
+MODEL_DIGEST_TAG = "mlops.model_digest"
+"""Registry version tag holding the signed model's manifest digest (set at registration)."""
 GATE_REPORT_ARTIFACT = "evaluation/evaluation.json"
 """Where ``mlops evaluate run`` logs its JSON on the candidate's run; promote reads it from there."""
 
@@ -189,6 +194,7 @@ def promote(
     gate_report: Mapping[str, Any] | None = None,
     required_gates: Mapping[str, Sequence[str]] | None = None,
     lock_timeout_s: float = 30.0,
+    overlay_commit: str | None = None,
 ) -> LedgerEntry:
     """Move ``version`` of ``model`` to alias ``to``, after checking the gates that step requires.
 
@@ -208,6 +214,7 @@ def promote(
         required_gates: per target alias, gate names that must have passed (default
             :data:`DEFAULT_REQUIRED_GATES`, i.e. all four gates before ``staging``).
         lock_timeout_s: how long to wait for a concurrent move to finish.
+        overlay_commit: the GitOps overlay commit that deploys this move, when it was made first.
 
     Raises:
         LifecycleError: unknown alias/version, or out of order. GateNotPassedError: gates missing or failed.
@@ -253,9 +260,10 @@ def promote(
             from_alias=source, to_alias=to, actor=actor, reason=reason.strip(), ts=now_iso(),
             aliases_before=before, aliases_after=after,
             gate_report_sha256=report_hash(report) if report is not None else None,
-            data_hash=data_hash, git_commit=commit,
+            data_hash=data_hash, git_commit=commit, model_digest=(mv.tags or {}).get(MODEL_DIGEST_TAG),
+            overlay_commit=overlay_commit, prev_sha256=chain_link(entries),
         )
-        write_entry(client, name, entry)
+        entry = write_entry(client, name, entry)
         _apply(client, name, before, after)
         done = mark_applied(client, name, entry)
     log.info("%s version %s → %s (ledger #%d)", name, version, to, done.seq)
@@ -322,8 +330,10 @@ def rollback(
             from_alias=FALLBACK, to_alias="champion", actor=actor, reason=reason.strip(), ts=now_iso(),
             aliases_before=before, aliases_after=after, git_commit=commit,
             extra={**dict(extra or {}), "replaced": before.get("champion")},
+            model_digest=(_version(client, name, target).tags or {}).get(MODEL_DIGEST_TAG),
+            overlay_commit=(extra or {}).get("gitops_commit"), prev_sha256=chain_link(entries),
         )
-        write_entry(client, name, entry)
+        entry = write_entry(client, name, entry)
         _apply(client, name, before, after)
         done = mark_applied(client, name, entry)
     log.warning("%s rolled back: champion %s → %s (ledger #%d)", name, before.get("champion"), target, done.seq)
@@ -341,6 +351,12 @@ def history(
         return entries
     when = parse_time(at)
     return [e for e in entries if e.time <= when]
+
+
+def verify_ledger(tracking: TrackingConfig, root: Path, model: str) -> ChainVerdict:
+    """Walk ``model``'s ledger hash chain as stored in the registry (pending entries included)."""
+    client = _client(tracking, root)
+    return verify_chain(_registered(client, registered_model_name(tracking, model)).tags)
 
 
 def aliases(tracking: TrackingConfig, root: Path, model: str, at: str | datetime | None = None) -> dict[str, str]:

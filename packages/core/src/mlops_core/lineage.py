@@ -28,6 +28,19 @@ def git_info(path: str | Path = ".") -> GitInfo:
     return GitInfo(commit=head.stdout.strip(), dirty=bool(status.stdout.strip()))
 
 
+CODE_PATHS = ("packages", "services", "feature_repo", "tools", "pyproject.toml", "constraints.txt")
+"""What counts as the platform's code in a checkout: an uncommitted change here makes a run unreproducible."""
+
+
+def dirty_code_files(path: str | Path = ".", paths: Iterable[str] = CODE_PATHS) -> list[str]:
+    """Tracked code files (under ``paths``) that differ from HEAD; empty outside a git checkout."""
+    done = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", *paths],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return []
+    return sorted(line[3:].strip() for line in done.stdout.splitlines() if line.strip())
+
+
 def hash_files(paths: Iterable[str | Path], *, chunk: int = 1 << 20) -> str:
     """SHA-256 over the files' relative names and bytes, in sorted order (folders are walked)."""
     files: list[tuple[str, Path]] = []

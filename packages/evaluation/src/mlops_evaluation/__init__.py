@@ -7,6 +7,7 @@ from mlops_evaluation.latency import LatencyRun, measure_interleaved, percentile
 from mlops_evaluation.metrics import binary_metrics, perplexity, slice_metrics
 from mlops_evaluation.report import EvaluationReport, to_markdown
 from mlops_evaluation.runner import evaluate
+from mlops_evaluation.trajectory import check_trajectory
 
 __all__ = [
     "GATES",
@@ -16,6 +17,7 @@ __all__ = [
     "GateResult",
     "LatencyRun",
     "binary_metrics",
+    "check_trajectory",
     "contract_gate",
     "evaluate",
     "latency_gate",

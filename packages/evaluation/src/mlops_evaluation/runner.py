@@ -26,6 +26,7 @@ from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
+from mlops_evaluation.trajectory import check_trajectory, recorded_differences
 from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
@@ -57,8 +58,10 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
     """Re-run the candidate's recorded training (config, seed, data) and compare weights.
 
     When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
-    candidate's own weights hash. A longer run is re-run twice for ``repro_steps`` steps and the two must
-    agree: the same pipeline is deterministic, though the candidate's weights are not re-derived.
+    candidate's own weights hash. A longer run that recorded its trajectory is replayed for ``repro_steps``
+    steps and must reproduce the hash it recorded then (:mod:`mlops_evaluation.trajectory`). A longer run from
+    before trajectories were recorded is re-run twice for ``repro_steps`` steps and the two must agree: the
+    pipeline is deterministic, though the candidate's weights are not re-derived (the reason says so).
     """
     from mlflow.exceptions import MlflowException
 
@@ -88,7 +91,15 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
                        root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
+    if steps > section.repro_steps and str(section.repro_steps) in (lineage.get("trajectory") or {}):
+        gate = check_trajectory(candidate.version, lineage, recorded, root, section.repro_steps, rerun, device=device)
+        gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
+        return gate
     if steps and steps <= section.repro_steps:
+        problems = recorded_differences(lineage, recorded, root)
+        if problems:
+            return GateResult("reproducibility", False, f"v{candidate.version}: " + "; ".join(problems),
+                              {"differences": problems})
         result = rerun(recorded, root, None)
         expected = {"weights_sha256": candidate.meta.get("weights_sha256"), "data_hash": lineage.get("data_hash"),
                     "steps": steps, "source": f"v{candidate.version}'s own weights"}
@@ -224,8 +235,11 @@ def evaluate(
     *, model: str, candidate: str, evaluation: EvaluationConfig, tracking: TrackingConfig,
     features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
     gates: Sequence[str] = GATES, reproduce_fn: Reproduce | None = None, log_to_run: bool = True,
+    check: Callable[[Path], object] | None = None,
 ) -> EvaluationReport:
     """Evaluate registry version ``candidate`` (or ``latest``) of ``model`` against the champion (or a baseline).
+
+    ``check`` (:func:`mlops_model.model_verifier`) verifies each version's signature before it is scored.
 
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
@@ -248,8 +262,8 @@ def evaluate(
         candidate = listed[0]["version"]
     champion_version = current.get("champion")
     with tempfile.TemporaryDirectory() as tmp:
-        cand = load_version(client, name, str(candidate), Path(tmp) / "candidate")
-        champ = (load_version(client, name, champion_version, Path(tmp) / "champion")
+        cand = load_version(client, name, str(candidate), Path(tmp) / "candidate", check)
+        champ = (load_version(client, name, champion_version, Path(tmp) / "champion", check)
                  if champion_version and champion_version != cand.version else None)
         if champ is not None and champ.kind != cand.kind:
             raise EvaluationError(f"candidate v{cand.version} is a {cand.kind!r} model but champion "

@@ -61,9 +61,16 @@ class Scorer:
         return self._tabular().score_frame(frame)
 
 
-def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Scorer:
-    """Download ``model/`` of the version's run into ``dst`` and load it (weights verified)."""
+def load_version(client: MlflowClient, name: str, version: str, dst: Path,
+                 check: Callable[[Path], object] | None = None) -> Scorer:
+    """Download ``model/`` of the version's run into ``dst`` and load it (weights verified).
+
+    ``check`` (:func:`mlops_model.model_verifier`) verifies the signature before anything is scored: a version
+    whose files or signature do not verify is refused with an :class:`EvaluationError` saying what differs.
+    """
     from mlflow.exceptions import MlflowException
+
+    from mlops_model import ModelSignatureError
 
     try:
         mv = client.get_model_version(name, str(version))
@@ -77,7 +84,10 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path) -> Sc
     except (MlflowException, OSError) as exc:
         raise EvaluationError(f"cannot fetch artifact {MODEL_ARTIFACT!r} of run {mv.run_id!r} "
                               f"({name!r} v{version}): {exc}") from None
-    tensors, meta = load_exported(folder)
+    try:
+        tensors, meta = load_exported(folder, check=check)
+    except ModelSignatureError as exc:
+        raise EvaluationError(f"{name!r} v{version} is refused before scoring: {exc}") from None
     if meta.get("kind") == "causal_lm":
         from mlops_evaluation.lm import build_lm
 

@@ -24,7 +24,13 @@ from mlops_model.contract import (
     Feature,
 )
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
-from mlops_model.errors import EncoderSpecError, ExportedModelError, ModelContractError, StatisticsError
+from mlops_model.errors import (
+    EncoderSpecError,
+    ExportedModelError,
+    ModelContractError,
+    ModelSignatureError,
+    StatisticsError,
+)
 from mlops_model.exported import (
     META_FILE,
     WEIGHTS_FILE,
@@ -34,6 +40,17 @@ from mlops_model.exported import (
     read_meta,
     save_exported,
     weights_hash,
+)
+from mlops_model.signing import (
+    SIGNATURE_FILE,
+    ModelSigner,
+    ModelVerifier,
+    ensure_local_keys,
+    model_digest,
+    model_signer,
+    model_verifier,
+    sign_folder,
+    verify_folder,
 )
 
 __all__ = [
@@ -48,6 +65,7 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "REQUEST_FIELDS",
     "REQUIRED_FIELDS",
+    "SIGNATURE_FILE",
     "UNKNOWN_ENTITY",
     "UNKNOWN_FLAGS",
     "USER_FEATURES",
@@ -60,13 +78,22 @@ __all__ = [
     "ExportedModelError",
     "Feature",
     "ModelContractError",
+    "ModelSignatureError",
+    "ModelSigner",
+    "ModelVerifier",
     "NumericColumn",
     "StatisticsError",
     "build_tabular_mlp",
+    "ensure_local_keys",
     "load_exported",
+    "model_digest",
+    "model_signer",
+    "model_verifier",
     "read_meta",
     "save_exported",
+    "sign_folder",
     "statistics",
+    "verify_folder",
     "weights_hash",
 ]
 

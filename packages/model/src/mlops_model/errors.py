@@ -19,3 +19,7 @@ class ExportedModelError(ModelContractError):
 
 class StatisticsError(ModelContractError):
     """A statistic got inputs it is not defined for (empty samples, mismatched bins, non-binary labels)."""
+
+
+class ModelSignatureError(ExportedModelError):
+    """An exported model is unsigned, differs from what was signed, or its signature was made by another key."""

@@ -8,6 +8,10 @@ An exported model is a folder with two files and nothing executable (never pickl
   LM builder) needs; for ``tabular_mlp`` ``features`` holds the FeatureService name and the fitted
   :class:`~mlops_model.encoder.EncoderSpec`; ``lineage`` holds run id, seed, data hash, git commit.
 
+A signed model also holds ``model.sig`` (:mod:`mlops_model.signing`): ``save_exported(sign=...)`` signs the
+folder before it appears, and ``load_exported(check=...)`` / ``ExportedModel.load(check=...)`` verify it
+before a byte of the weights is read.
+
 :class:`ExportedModel` is the one load-and-score: serving's predictor and evaluation's gates both score
 through it, so the scores a gate judged are the scores production returns.
 torch and safetensors are imported inside functions so importing :mod:`mlops_model` stays cheap.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +54,13 @@ def weights_hash(state_dict: Mapping[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def save_exported(folder: str | Path, state_dict: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> Path:
-    """Write ``model.safetensors`` + ``model.json`` (with ``weights_sha256`` added). Returns the folder."""
+FolderHook = Callable[[Path], object]
+"""Called with an exported folder: a signer after writing (``sign=``), a verifier before reading (``check=``)."""
+
+
+def save_exported(folder: str | Path, state_dict: Mapping[str, torch.Tensor], meta: Mapping[str, Any], *,
+                  sign: FolderHook | None = None) -> Path:
+    """Write ``model.safetensors`` + ``model.json`` (with ``weights_sha256`` added), signed by ``sign``."""
     from safetensors.torch import save_file
 
     if "kind" not in meta or "architecture" not in meta:
@@ -63,6 +72,8 @@ def save_exported(folder: str | Path, state_dict: Mapping[str, torch.Tensor], me
         save_file(tensors, str(tmp / WEIGHTS_FILE))
         (tmp / META_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=_json_default) + "\n",
                                      encoding="utf-8")
+        if sign is not None:
+            sign(tmp)
     return out
 
 
@@ -86,11 +97,17 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     return meta
 
 
-def load_exported(folder: str | Path, *, verify: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Tensors and meta of an exported model; with ``verify``, the weights must match ``weights_sha256``."""
+def load_exported(folder: str | Path, *, verify: bool = True, check: FolderHook | None = None
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors and meta of an exported model; with ``verify``, the weights must match ``weights_sha256``.
+
+    ``check`` (a :class:`mlops_model.signing.ModelVerifier`) runs first and raises to refuse the folder.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    if check is not None:
+        check(Path(folder))
     meta = read_meta(folder)
     path = Path(folder) / WEIGHTS_FILE
     if not path.is_file():
@@ -148,10 +165,11 @@ class ExportedModel:
         self.input_dim = encoder.input_dim
 
     @classmethod
-    def load(cls, folder: str | Path) -> ExportedModel:
-        """Read ``folder``; any problem (files, hash, kind, encoder, shapes) is an :class:`ExportedModelError`."""
+    def load(cls, folder: str | Path, *, check: FolderHook | None = None) -> ExportedModel:
+        """Read ``folder``; any problem (signature, files, hash, kind, encoder, shapes) is an
+        :class:`ExportedModelError`."""
         folder = Path(folder)
-        tensors, meta = load_exported(folder)
+        tensors, meta = load_exported(folder, check=check)
         if meta.get("kind") != "tabular_mlp":
             raise ExportedModelError(f"{str(folder)!r} holds a model of kind {meta.get('kind')!r}; expected "
                                      "'tabular_mlp'")

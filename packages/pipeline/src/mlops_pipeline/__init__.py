@@ -3,6 +3,7 @@ monitoring decisions carried out."""
 
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.pipeline import STEPS, PipelineResult, run_pipeline
+from mlops_pipeline.provenance import VersionAudit, attach_sbom, verify_version
 from mlops_pipeline.rehearsal import RehearsalResult, run_rehearsal
 from mlops_pipeline.rollback import RollbackOutcome, execute_rollback, rollback_executor, run_monitoring
 from mlops_pipeline.steps import stdout_to_stderr
@@ -13,10 +14,13 @@ __all__ = [
     "PipelineResult",
     "RehearsalResult",
     "RollbackOutcome",
+    "VersionAudit",
+    "attach_sbom",
     "execute_rollback",
     "rollback_executor",
     "run_monitoring",
     "run_pipeline",
     "run_rehearsal",
     "stdout_to_stderr",
+    "verify_version",
 ]

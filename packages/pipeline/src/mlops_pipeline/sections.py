@@ -140,6 +140,23 @@ def ledger_section(ctx: PipelineContext) -> Section | None:
                    plots=[plots.timeline_chart("ledger-timeline", events, title="alias moves")])
 
 
+def provenance_section(ctx: PipelineContext) -> Section | None:
+    """``mlops registry verify`` of the candidate this run trained (the new champion, unless gates stopped it)."""
+    from mlops_pipeline.provenance import verify_version
+
+    version = ctx.facts.get("candidate_version")
+    if version is None:
+        return None
+    audit = verify_version(ctx.cfg, ctx.root, version)
+    counts = {s: sum(1 for link in audit.links if link.status == s) for s in ("verified", "not verifiable", "broken")}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    return Section("provenance", f"Provenance of v{version}",
+                   text=f"`mlops registry verify --version {version}`: {summary}"
+                        + ("" if audit.ok else " — a broken link means this version cannot be trusted"),
+                   table={"header": ["link", "status", "detail"],
+                          "rows": [[link.name, link.status, link.detail] for link in audit.links]})
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return ""
@@ -149,7 +166,8 @@ def _fmt(value: Any) -> str:
 def build_sections(ctx: PipelineContext) -> list[Section]:
     """Every section whose step ran; a section that cannot be built is logged and left out."""
     out = []
-    for build in (training_section, gates_section, shadow_section, canary_section, drift_section, ledger_section):
+    for build in (training_section, gates_section, shadow_section, canary_section, drift_section, ledger_section,
+                  provenance_section):
         try:
             section = build(ctx)
         except Exception:  # the report must still be written when one section's inputs are odd

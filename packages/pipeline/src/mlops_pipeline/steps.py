@@ -171,12 +171,13 @@ def _promote(ctx: PipelineContext, version: str, to: str, reason: str, gate_repo
 
 def _evaluate(ctx: PipelineContext, version: str, label: str) -> Any:
     from mlops_evaluation import evaluate
+    from mlops_model import model_verifier
 
     cfg = ctx.cfg
     return evaluate(model=ctx.model, candidate=version, evaluation=_evaluation_section(ctx), tracking=cfg.tracking,
                     features=cfg.features, data=cfg.data, root=ctx.root,
                     report_dir=ctx.root / cfg.project.reports_dir / "latest" / f"gates-{label}-v{version}",
-                    seed=cfg.project.seed)
+                    seed=cfg.project.seed, check=model_verifier(cfg.provenance, ctx.root))
 
 
 def bootstrap_champion(ctx: PipelineContext) -> dict[str, Any] | None:
@@ -219,6 +220,10 @@ def step_train(ctx: PipelineContext) -> dict[str, Any]:
     result = json.loads((ctx.root / TRAIN_RESULT).read_text())
     ctx.facts["train"] = result
     ctx.facts["candidate_version"] = str(result["model_version"])
+    from mlops_pipeline.provenance import SBOM_DEFAULT, attach_sbom
+
+    if (ctx.root / SBOM_DEFAULT).is_file():  # `make sbom` ran: the version names the image's bill of materials
+        out["sbom"] = attach_sbom(ctx.cfg, ctx.root, result["model_version"])
     return {**out, "dvc": dvc, "version": str(result["model_version"]), "run_id": result["run_id"],
             "metrics": result.get("metrics", {}), "weights_sha256": result["weights_sha256"],
             "samples_per_second": (result.get("system") or {}).get("samples_per_second")}

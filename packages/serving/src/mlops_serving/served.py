@@ -8,7 +8,7 @@ evaluation gates' holdout, so production scores what the gates judged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,10 +81,14 @@ class LocalModel:
         return {**self.model.meta, "served_version": self.ref.version, "served_name": self.ref.name}
 
 
-def load_model(ref: ModelRef) -> LocalModel:
-    """Load the exported model at ``ref.folder``; any problem is a :class:`ModelLoadError` with the reason."""
+def load_model(ref: ModelRef, check: Callable[[Path], object] | None = None) -> LocalModel:
+    """Load the exported model at ``ref.folder``; any problem is a :class:`ModelLoadError` with the reason.
+
+    ``check`` (:func:`mlops_model.model_verifier`) verifies the model's signature first: a model whose files or
+    signature do not verify is refused, and the server stays up but not ready, saying why.
+    """
     try:
-        model = ExportedModel.load(ref.folder)
+        model = ExportedModel.load(ref.folder, check=check)
     except ModelContractError as exc:
         raise ModelLoadError(f"model {ref.name!r} version {ref.version!r}: {exc}") from None
     log.info("loaded model %s version %s from %s", ref.name, ref.version, ref.folder)

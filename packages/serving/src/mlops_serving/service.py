@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlops_config import FeaturesConfig, ServingConfig, TrackingConfig
+from mlops_config import FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
 from mlops_model import ENTITY_KEYS
 from mlops_serving.errors import ServingError
 from mlops_serving.log_store import resolve_prediction_log_uri
@@ -26,6 +26,9 @@ from mlops_serving.shadow import shadow_sender
 from mlops_serving.transformer import FraudModel
 
 log = logging.getLogger(__name__)
+Check = Callable[[Path], object]
+"""A verifier run on an exported folder before it loads (:func:`mlops_model.model_verifier`)."""
+
 
 def create_app(
     serving: ServingConfig,
@@ -66,13 +69,17 @@ def create_app(
 
 
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
-                    cache_dir: Path, report: Callable[[str], None] | None = None
+                    cache_dir: Path, report: Callable[[str], None] | None = None, *, check: Check | None = None
                     ) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
-    """A loader that resolves aliases to versions (once, at start-up) and loads them; the versions are reported."""
+    """A loader that resolves aliases to versions (once, at start-up) and loads them; the versions are reported.
+
+    ``check`` verifies each version's signature before it is loaded (:func:`mlops_model.model_verifier`).
+    """
 
     def load() -> tuple[LocalModel, LocalModel | None]:
-        stable = load_model(resolve_alias(tracking, root, model, alias, cache_dir))
-        canary = load_model(resolve_alias(tracking, root, model, canary_alias, cache_dir)) if canary_alias else None
+        stable = load_model(resolve_alias(tracking, root, model, alias, cache_dir), check)
+        canary = (load_model(resolve_alias(tracking, root, model, canary_alias, cache_dir), check)
+                  if canary_alias else None)
         line = f"serving {model}@{alias} = version {stable.ref.version}" + (
             f"; canary {model}@{canary_alias} = version {canary.ref.version}" if canary else "")
         log.info(line)
@@ -83,13 +90,13 @@ def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str
     return load
 
 
-def folder_loader(model: str, folder: Path, canary_folder: Path | None = None, *, version: str | None = None
-                  ) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
+def folder_loader(model: str, folder: Path, canary_folder: Path | None = None, *, version: str | None = None,
+                  check: Check | None = None) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
     """A loader for exported folders on disk (no registry); the version label is ``version`` or the folder's name."""
 
     def load() -> tuple[LocalModel, LocalModel | None]:
-        stable = load_model(ModelRef(model, version or folder.name, folder))
-        canary = load_model(ModelRef(model, canary_folder.name, canary_folder)) if canary_folder else None
+        stable = load_model(ModelRef(model, version or folder.name, folder), check)
+        canary = load_model(ModelRef(model, canary_folder.name, canary_folder), check) if canary_folder else None
         return stable, canary
 
     return load
@@ -106,6 +113,7 @@ def serve(
     model_dir: Path | None = None,
     model_version: str | None = None,
     report: Callable[[str], None] | None = None,
+    provenance: ProvenanceConfig | None = None,
 ) -> None:
     """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
 
@@ -119,14 +127,18 @@ def serve(
         model_dir: Serve this exported folder instead of the registry's version.
         model_version: Version label of ``model_dir`` in metrics and the log (default: the folder's name).
         report: Called with one line once the versions are resolved (the CLI prints it).
+        provenance: Signature policy and keys; each model's signature is verified before it loads (``None``:
+            no verification, for callers that checked already).
     """
     import mlops_features
+    from mlops_model import model_verifier
     from mlops_serving.server import run_app
 
     _check_plan(serving, model_dir)
+    check = model_verifier(provenance, root) if provenance is not None else None
     if serving.role == "predictor":
         _serve_predictor(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,
-                         model_version=model_version, report=report)
+                         model_version=model_version, report=report, check=check)
         return
     if serving.workers != 1:
         raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
@@ -138,9 +150,10 @@ def serve(
             raise ServingError("serving.role=transformer needs serving.predictor_host (KServe: --predictor_host)")
         loader = remote_loader(serving.predictor_host, model)
     elif model_dir is not None:
-        loader = folder_loader(model, model_dir, version=model_version)
+        loader = folder_loader(model, model_dir, version=model_version, check=check)
     else:
-        loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report)
+        loader = registry_loader(tracking, root, model, serving.alias, serving.canary_alias, cache, report,
+                                 check=check)
     source = mlops_features.OnlineFeatures(features, root)
     app = create_app(serving, model_name=model, loader=loader, source=source,
                      log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root))
@@ -163,15 +176,15 @@ def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Cal
 
 def _serve_predictor(serving: ServingConfig, tracking: TrackingConfig, root: Path, model: str, *, state_dir: str,
                      model_dir: Path | None, model_version: str | None,
-                     report: Callable[[str], None] | None) -> None:
+                     report: Callable[[str], None] | None, check: Check | None) -> None:
     from mlops_serving.server import run_app
 
     if model_dir is not None:
         ref = ModelRef(model, model_version or model_dir.name, model_dir)
-        app = create_predictor_app(serving, model_name=model, loader=lambda: load_model(ref))
+        app = create_predictor_app(serving, model_name=model, loader=lambda: load_model(ref, check))
     else:
         cache = root / state_dir / "serving" / "models"
-        stable = registry_loader(tracking, root, model, serving.alias, None, cache, report)
+        stable = registry_loader(tracking, root, model, serving.alias, None, cache, report, check=check)
         app = create_predictor_app(serving, model_name=model, loader=lambda: stable()[0])
     if report is not None:
         report(f"predictor listening on http://{serving.host}:{serving.port} (V2 /v2/models/{model}/infer)")

@@ -6,6 +6,7 @@ from mlops_training.corpus import load_corpus
 from mlops_training.doctor import Diagnosis, diagnose, plan_report, preflight
 from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, TrainingError
 from mlops_training.launcher import TrainResult, launch
+from mlops_training.lineage import config_hash
 from mlops_training.planner import plan
 from mlops_training.sft import gate_instructions
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
@@ -25,6 +26,7 @@ __all__ = [
     "accelerate_config",
     "build_causal_lm",
     "build_model",
+    "config_hash",
     "diagnose",
     "gate_instructions",
     "launch",

@@ -58,6 +58,8 @@ def reproduce(recorded: PlatformConfig | Mapping[str, Any] | Path, root: Path, *
     config = recorded if isinstance(recorded, PlatformConfig) else PlatformConfig.model_validate(recorded)
     if max_steps is not None:
         config = config.model_copy(update={"training": config.training.model_copy(update={"max_steps": max_steps})})
+    # a re-run is compared by weights hash and thrown away: it is not a model anyone serves, so it is not signed
+    config = config.model_copy(update={"provenance": config.provenance.model_copy(update={"signer": "none"})})
     name = run_name or f"{config.project.model}-repro-{secrets.token_hex(3)}"
     return _single_node(train_model(config, root, run_name=name, track=False))
 

@@ -24,9 +24,24 @@ log = logging.getLogger(__name__)
 
 
 def config_hash(config: PlatformConfig) -> str:
-    """SHA-256 of the training section and seed: two runs with the same hash trained the same recipe."""
-    doc = {"seed": config.project.seed, "training": config.training.model_dump(mode="json")}
+    """SHA-256 of the training section and seed: two runs with the same hash trained the same recipe.
+
+    ``stop_after_steps`` says how far to run, not how to train: a replay of a run's first steps has its hash.
+    """
+    training = config.training.model_dump(mode="json", exclude={"stop_after_steps"})
+    doc = {"seed": config.project.seed, "training": training}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def signature_tags(export_dir: Path) -> dict[str, str]:
+    """``mlops.model_digest`` and ``mlops.signature_sha256`` of a signed export (empty when unsigned)."""
+    from mlops_model import SIGNATURE_FILE, model_digest
+
+    signature = export_dir / SIGNATURE_FILE
+    if not signature.is_file():
+        return {}
+    return {"mlops.model_digest": model_digest(export_dir),
+            "mlops.signature_sha256": hashlib.sha256(signature.read_bytes()).hexdigest()}
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: st
 
             weights = read_meta(export_dir)["weights_sha256"]
             mlflow.set_tag("mlops.weights_sha256", weights)
+            signed = signature_tags(export_dir)
+            mlflow.set_tags(signed)
             mlflow.log_artifacts(str(export_dir), "model")
             try:
                 client.create_registered_model(name)
@@ -93,7 +110,7 @@ def record_run(tracking: TrackingConfig, root: Path, *, model: str, run_name: st
                     raise
             version = client.create_model_version(
                 name, source=f"{run.info.artifact_uri}/model", run_id=run_id,
-                tags={"mlops.weights_sha256": weights, "mlops.data_hash": data_hash,
+                tags={"mlops.weights_sha256": weights, "mlops.data_hash": data_hash, **signed,
                       **{k: v for k, v in tags.items() if k == "mlops.feature_service"}},
             )
         except TrackingError:

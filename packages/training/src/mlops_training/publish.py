@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,20 +19,25 @@ log = logging.getLogger(__name__)
 _ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "is_fraud", "created_timestamp"}
 
 
-def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any]) -> Path:
-    """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict."""
+def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any],
+                 sign: Callable[[Path], object] | None = None) -> Path:
+    """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict,
+    signed by ``sign`` (:func:`mlops_model.model_signer`); a causal LM as a Hugging Face folder, signed alike."""
     if outcome.built.kind == "hf_causal_lm":
         from mlops_training.hf_export import export_hf
 
         lm = task.training.causal_lm  # type: ignore[attr-defined]
-        return export_hf(folder, outcome.full_state, outcome.built.architecture, task.checkpoint,  # type: ignore[attr-defined]
-                         {"features": task.features_meta(), "lineage": lineage},
-                         lora=lm.lora if lm.finetune == "lora" else None, adapter_only=lm.export_adapter_only)
+        out = export_hf(folder, outcome.full_state, outcome.built.architecture, task.checkpoint,  # type: ignore[attr-defined]
+                        {"features": task.features_meta(), "lineage": lineage},
+                        lora=lm.lora if lm.finetune == "lora" else None, adapter_only=lm.export_adapter_only)
+        if sign is not None:
+            sign(out)
+        return out
     from mlops_model import save_exported
 
     meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
             "features": task.features_meta(), "lineage": lineage}
-    return save_exported(folder, outcome.full_state, meta)
+    return save_exported(folder, outcome.full_state, meta, sign=sign)
 
 
 def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[str, Any] | None:
@@ -66,9 +72,11 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
     """Export, and with ``track`` log the run to MLflow and register a model version. Returns the result."""
     import torch
 
-    from mlops_core import git_info
+    from mlops_core import dirty_code_files, git_info
+    from mlops_model import model_signer
     from mlops_training.lineage import config_hash
 
+    sign = model_signer(config.provenance, root)
     training = config.training
     export_root = Path(training.export_dir)
     export_root = export_root if export_root.is_absolute() else root / export_root
@@ -79,13 +87,14 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                                "world_size": int(outcome.system["world_size"]),
                                "parallelism": plan.parallelism,
                                "sharding_strategy": plan.sharding_strategy,
-                               "torch_version": torch.__version__, "config_sha256": config_hash(config)}
+                               "torch_version": torch.__version__, "config_sha256": config_hash(config),
+                               "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory)}
     result: dict[str, Any] = {"run_name": run_name, "steps": outcome.steps,
                               "resumed_from_step": outcome.resumed_from_step, "metrics": outcome.final_metrics,
                               "system": outcome.system, "per_rank": outcome.per_rank, "run_id": None,
                               "model_name": None, "model_version": None}
     if not track:
-        export_model(folder, outcome, task, lineage)
+        export_model(folder, outcome, task, lineage, sign)
     else:
         from mlops_training.lineage import record_run
 
@@ -93,7 +102,8 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
         tags = {"mlops.torch_version": torch.__version__, "mlops.world_size": str(lineage["world_size"]),
                 "mlops.parallelism": plan.parallelism,
                 "mlops.sharding_strategy": plan.sharding_strategy,
-                "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind}
+                "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind,
+                **{f"mlops.trajectory.{k}": v for k, v in outcome.trajectory.items()}}
         if "dataset" in features:  # a fine-tuned language model: what it started from and learned on
             tags.update({"mlops.dataset": str(features["dataset"]), "mlops.finetune": str(features["finetune"]),
                          "mlops.base_checkpoint": str(features["checkpoint"])})
@@ -102,7 +112,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
             tags["mlops.data_version"] = str(features.get("data_version", ""))
 
         def do_export(run_id: str) -> Path:
-            return export_model(folder, outcome, task, {**lineage, "run_id": run_id})
+            return export_model(folder, outcome, task, {**lineage, "run_id": run_id}, sign)
 
         recorded = record_run(
             config.tracking, root, model=config.project.model, run_name=run_name, seed=config.project.seed,
@@ -118,4 +128,5 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
     result["weights_sha256"] = read_meta(folder)["weights_sha256"]
     result["data_hash"] = task.data_hash
     result["config_sha256"] = lineage["config_sha256"]
+    result["trajectory"] = dict(outcome.trajectory)
     return result

@@ -10,7 +10,7 @@ import math
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,10 @@ class TrainOutcome:
     system: dict[str, float]
     manifest: dict[str, Any] | None
     per_rank: list[dict[str, float]] = field(default_factory=list)
+    trajectory: dict[str, str] = field(default_factory=dict)
+    """Step (as text) → SHA-256 of the full weights after it (:func:`mlops_model.weights_hash`), rank 0 only:
+    the recorded ``trajectory_steps`` and the last step. The reproducibility gate replays a prefix and must
+    reproduce the hash recorded at its step."""
 
 
 def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
@@ -126,9 +130,11 @@ class _Progress:
 
 
 def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_info: Dist, run_dir: Path, *,
-                 seed: int, describe: dict[str, Any]) -> TrainOutcome:
+                 seed: int, describe: dict[str, Any], trajectory_steps: Sequence[int] = ()) -> TrainOutcome:
     """Train ``task`` per ``training`` laid out by ``plan`` (resuming from the newest checkpoint in ``run_dir``)
-    and gather the model."""
+    and gather the model; the weights hash is recorded after each of ``trajectory_steps`` and at the end.
+
+    ``training.stop_after_steps`` ends the loop early with the schedule of the full run (a replay)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -147,12 +153,14 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     torch.manual_seed(seed + 1 + dist_info.rank)  # per-rank stream (dropout); restored on resume
     history: dict[str, list[list[float]]] = {}
     step, resumed_from = 0, None
+    trajectory: dict[str, str] = {}
     latest = latest_checkpoint(run_dir)
     if latest is not None:
         state = ckpt.load(latest, model, optimizer)
         scheduler.load_state_dict(state["scheduler"])
         step = resumed_from = int(state["step"])
         history = state["history"]
+        trajectory = dict(state.get("trajectory") or {})
         if dist_info.is_main:
             log.info("resumed from %s (step %d, saved at world size %s)", latest, step,
                      state["manifest"]["world_size"])
@@ -166,7 +174,8 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     progress = _Progress(dist_info.is_main, steps, step, unit)
     step_times: list[float] = []
     state_bytes = {"total": 0}
-    while step < steps:
+    stop = min(steps, training.stop_after_steps or steps)
+    while step < stop:
         model.train()
         started = time.perf_counter()
         loss_sum = torch.zeros((), device=dist_info.device)
@@ -194,14 +203,18 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
                             ("step_seconds", elapsed), (f"{unit}_per_second", rate)):
             record(name, value)
         progress.update(step, train_loss, rate)
-        if training.eval_every and step % training.eval_every == 0 and step < steps:
+        if step in trajectory_steps and step < stop:
+            _record_weights(model, dist_info, trajectory, step)
+        if training.eval_every and step % training.eval_every == 0 and step < stop:
             _evaluate(task, model, record)
-        if training.checkpoint.every_steps and step % training.checkpoint.every_steps == 0 and step < steps:
-            ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history})
+        if training.checkpoint.every_steps and step % training.checkpoint.every_steps == 0 and step < stop:
+            ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history,
+                                               "trajectory": trajectory})
     progress.close()
     last_eval = _evaluate(task, model, record)
-    if resumed_from != steps:
-        ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history})
+    if resumed_from != step:
+        ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history,
+                                           "trajectory": trajectory})
     ckpt.wait()
     manifest_path = latest_checkpoint(run_dir)
     peak = peak_memory_bytes(dist_info.device)  # before the export gathers a full copy on rank 0
@@ -222,9 +235,24 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
                                      if mine["step_seconds_mean"] else 0.0)}
     manifest = json.loads((manifest_path / "manifest.json").read_text()) if manifest_path else None
     full_state: dict[str, Any] = dict(full) if dist_info.is_main else {}
+    if dist_info.is_main:
+        from mlops_model import weights_hash
+
+        trajectory[str(step)] = weights_hash(full_state)
     return TrainOutcome(built=built, full_state=full_state, steps=step,
                         resumed_from_step=resumed_from, history=history, final_metrics=last_eval, system=system,
-                        manifest=manifest, per_rank=per_rank)
+                        manifest=manifest, per_rank=per_rank, trajectory=trajectory)
+
+
+def _record_weights(model: torch.nn.Module, dist_info: Dist, trajectory: dict[str, str], step: int) -> None:
+    """Gather the full weights (a collective: every rank calls it) and record their hash on rank 0."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from mlops_model import weights_hash
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist_info.is_main:
+        trajectory[str(step)] = weights_hash(full)
 
 
 def _evaluate(task: Task, model: torch.nn.Module, record: Any) -> dict[str, float]:

@@ -97,7 +97,8 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
         describe = {"run_name": name, "model": config.project.model, "parallelism": plan.parallelism,
                     "sharding_strategy": plan.sharding_strategy, "config_sha256": config_hash(config),
                     "mesh": [plan.dp_replicate, plan.dp_shard]}
-        outcome = run_training(training, plan, task, dist_info, run_dir, seed=config.project.seed, describe=describe)
+        outcome = run_training(training, plan, task, dist_info, run_dir, seed=config.project.seed, describe=describe,
+                               trajectory_steps=(config.evaluation.repro_steps,))
         if not dist_info.is_main:
             return None
         result = publish(config, plan, root, name, task, outcome, track=track)

@@ -26,6 +26,7 @@ def run(
     """Evaluate CANDIDATE against the champion (or a trivial baseline); exit 0 when every gate passes, else 1."""
     from mlops_core import PlatformError
     from mlops_evaluation import GATES, EvaluationError, evaluate
+    from mlops_model import model_verifier
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
@@ -34,7 +35,8 @@ def run(
     try:
         report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation,
                           tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=loaded.root,
-                          report_dir=out, seed=cfg.project.seed, gates=tuple(gate) if gate else GATES)
+                          report_dir=out, seed=cfg.project.seed, gates=tuple(gate) if gate else GATES,
+                          check=model_verifier(cfg.provenance, loaded.root))
     except PlatformError:
         raise
     except Exception as exc:  # exit 1 means "blocked by a gate"; anything unforeseen must exit 2, not 1

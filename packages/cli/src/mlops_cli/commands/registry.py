@@ -118,3 +118,70 @@ def history(
     if at is not None:
         champion = (state or {}).get("champion")
         console.print(f"at {at}: champion = {('v' + champion) if champion else 'none'}; aliases {state}")
+
+
+@app.command("verify-ledger")
+def verify_ledger(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+                  as_json: JsonOpt = False) -> None:
+    """Walk the ledger's hash chain; exit 1 naming the first entry that does not match."""
+    from mlops_core import verify_ledger as do_verify
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    verdict = do_verify(cfg.tracking, loaded.root, cfg.project.model)
+    if as_json:
+        print_json({"model": cfg.project.model, **verdict.as_dict()})
+    elif verdict.ok:
+        note = f"; entries {verdict.unchained} predate the chain (not verifiable)" if verdict.unchained else ""
+        console.print(f"ledger of {cfg.project.model}: {verdict.checked} entries verified, head "
+                      f"{(verdict.head_sha256 or '-')[:16]}{note}")
+    else:
+        typer.echo(f"ledger of {cfg.project.model} is broken at entry #{verdict.first_bad_seq}: {verdict.problem}",
+                   err=True)
+    if not verdict.ok:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+def verify(
+    version: Annotated[str, typer.Option("--version", "-v", help="Registry version to audit.")],
+    rerun: Annotated[bool, typer.Option("--rerun", help="Also replay the recorded trajectory (a short training).")
+                     ] = False,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Walk a version's provenance: data, FeatureService, config, commit, trajectory, weights, signature, gates,
+    ledger, alias moves, overlay commits, SBOM. Exit 1 when a link is broken."""
+    from mlops_pipeline import verify_version
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    audit = verify_version(loaded.config, loaded.root, version, rerun=rerun)
+    if as_json:
+        print_json(audit.as_dict())
+    else:
+        table = Table(title=f"{audit.model} v{audit.version}: provenance")
+        for col in ("link", "status", "detail"):
+            table.add_column(col)
+        style = {"verified": "green", "not verifiable": "yellow", "broken": "bold red"}
+        for link in audit.links:
+            table.add_row(link.name, f"[{style[link.status]}]{link.status}[/]", link.detail)
+        console.print(table)
+    if not audit.ok:
+        raise typer.Exit(1)
+
+
+@app.command("attach-sbom")
+def attach_sbom(
+    version: Annotated[str, typer.Option("--version", "-v", help="Registry version the SBOM's image serves.")],
+    sbom: Annotated[Path | None, typer.Option("--sbom", help="CycloneDX JSON; default reports/sbom/serving.cdx.json "
+                                              "(make sbom).")] = None,
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Reference the serving image's SBOM from a registry version (path and SHA-256 in its tags)."""
+    from mlops_pipeline import attach_sbom as do_attach
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    tags = do_attach(loaded.config, loaded.root, version, sbom)
+    if as_json:
+        print_json(tags)
+    else:
+        console.print(f"v{version}: {tags['mlops.sbom']} (sha256 {tags['mlops.sbom_sha256'][:16]}…)")

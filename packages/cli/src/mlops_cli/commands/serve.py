@@ -57,4 +57,5 @@ def serve(
         raise ServingError(f"--model_name {kserve_model_name!r} differs from the model config {cfg.project.model!r}; "
                            "name the InferenceService after the model")
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
-        model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True))
+        model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True),
+        provenance=cfg.provenance)

@@ -62,10 +62,19 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         # the bucket is a folder: storageUri values are file:// URIs KServe's initializer (fetch_model) reads
         "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}",
         **platform.secrets,
+        **signing_env(run),
     }
     # --fast trains as long as the demo does: the first champion gets a sixth of max_steps, and below ~100 steps
     # it does not beat the trivial baseline's CI (measured: 50 steps, F1 0.09, CI lower bound +0.008 < +0.02)
     return env
+
+
+def signing_env(run: Path) -> dict[str, str]:
+    """The model-signing key pair a staging pod gets as mounted secret files (generated once for this run)."""
+    from mlops_model import ensure_local_keys
+
+    private, public = ensure_local_keys(run / "signing")
+    return {"MLOPS_SIGNING_KEY": str(private), "MLOPS_SIGNING_PUBLIC_KEY": str(public)}
 
 
 def load_rehearsal_config(repo_root: Path, env: dict[str, str]) -> LoadedConfig:

@@ -1,0 +1,188 @@
+"""The reproducibility gate proves the candidate's own trajectory: a real torchrun training records the weights
+hash at ``repro_steps`` and at its end; the gate replays ``repro_steps`` of the recorded recipe and must hit the
+recorded hash bit for bit on CPU. A modified config, modified data, a dirty tree with a code change or a moved
+checkout are each caught, and the reason names which."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_config import load_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+SETS = ["data.rows=4000", "training.nproc=1", "training.eval_every=0", "training.max_steps=12",
+        "training.checkpoint.every_steps=0", "evaluation.repro_steps=5"]
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A git checkout with configs, the feature repo and one code file; data prepared; one candidate trained."""
+    from mlops_features import prepare_local_data
+    from mlops_training import train_model
+
+    root = tmp_path_factory.mktemp("trajectory") / "repo"
+    shutil.copytree(REPO / "configs", root / "configs")
+    shutil.copytree(REPO / "feature_repo", root / "feature_repo")
+    (root / "packages").mkdir()
+    (root / "packages" / "recipe.py").write_text("LEARNING = 'as committed'\n")
+    (root / ".gitignore").write_text(".mlops/\ndata/\nreports/\n")
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "recorded code")
+    loaded = load_config(config_dir=root / "configs", overrides=SETS, environ={})
+    prepare_local_data(loaded.config.data, loaded.config.features, root, seed=loaded.config.project.seed)
+    assert _git(root, "status", "--porcelain", "--untracked-files=no") == "", "data preparation dirtied the tree"
+    result = train_model(loaded.config, root, run_name="honest")
+    return {"root": root, "loaded": loaded, "honest": result}
+
+
+def _gate(world: dict[str, Any], version: str) -> Any:
+    from mlops_core import mlflow_client
+    from mlops_evaluation.runner import check_reproducibility
+    from mlops_evaluation.scorer import load_version
+    from mlops_training import reproduce
+
+    cfg = world["loaded"].config
+    client = mlflow_client(cfg.tracking, world["root"])
+    scorer = load_version(client, "fraud", version, world["root"] / ".mlops" / f"gate-{version}")
+    rerun = lambda recorded, root, max_steps: reproduce(recorded, root, max_steps=max_steps)  # noqa: E731
+    return check_reproducibility(scorer, world["root"], cfg.evaluation, rerun, client=client), scorer
+
+
+def test_honest_candidate_reproduces_its_own_step_5_weights(world: dict[str, Any]) -> None:
+    from mlops_model import load_exported, weights_hash
+
+    honest = world["honest"]
+    gate, scorer = _gate(world, str(honest.model_version))
+    trajectory = scorer.meta["lineage"]["trajectory"]
+    assert sorted(trajectory, key=int) == ["5", "12"]
+    tensors, _ = load_exported(scorer.folder)
+    assert trajectory["12"] == weights_hash(tensors) == honest.weights_sha256  # the end of the trajectory is the model
+    assert trajectory["5"] != trajectory["12"]
+    assert gate.passed, gate.reason
+    assert "own trajectory reproduced" in gate.reason
+    assert gate.evidence["replay"]["weights_sha256"] == trajectory["5"]
+    assert gate.evidence["replay"]["steps"] == 5
+
+
+def test_modified_config_is_caught(world: dict[str, Any]) -> None:
+    import json
+
+    run_id = world["honest"].run_id
+    (path,) = [p for p in (world["root"] / ".mlops").rglob("config.json") if run_id in p.parts]
+    original = path.read_text()
+    doc = json.loads(original)
+    doc["training"]["lr"] = doc["training"]["lr"] * 2
+    path.write_text(json.dumps(doc))
+    try:
+        gate, _ = _gate(world, str(world["honest"].model_version))
+    finally:
+        path.write_text(original)
+    assert not gate.passed
+    assert "config differs" in gate.reason and "code differs" not in gate.reason
+
+
+def test_dirty_tree_with_a_code_change_is_caught(world: dict[str, Any]) -> None:
+    from mlops_training import train_model
+
+    code = world["root"] / "packages" / "recipe.py"
+    code.write_text("LEARNING = 'changed, never committed'\n")
+    try:
+        dirty = train_model(world["loaded"].config, world["root"], run_name="dirty")
+    finally:
+        _git(world["root"], "checkout", "--", "packages/recipe.py")
+    gate, _ = _gate(world, str(dirty.model_version))
+    assert not gate.passed
+    assert "code differs" in gate.reason and "uncommitted code changes (packages/recipe.py)" in gate.reason
+
+
+def test_a_moved_checkout_is_caught(world: dict[str, Any]) -> None:
+    root = world["root"]
+    recorded = _git(root, "rev-parse", "HEAD")
+    (root / "packages" / "recipe.py").write_text("LEARNING = 'a later commit'\n")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "later code")
+    try:
+        gate, _ = _gate(world, str(world["honest"].model_version))
+    finally:
+        _git(root, "reset", "-q", "--hard", recorded)
+    assert not gate.passed
+    assert f"trained at commit {recorded[:12]}" in gate.reason
+
+
+def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: dict[str, Any]) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    version = str(world["honest"].model_version)
+    env = {"MLOPS_CONFIG_DIR": str(world["root"] / "configs")}
+    sets = [a for s in SETS for a in ("--set", s)]
+    result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
+    for name in ("data area", "FeatureService", "resolved config", "git commit", "trajectory", "weights",
+                 "signature"):
+        assert links[name]["status"] == "verified", links[name]
+    assert links["gate report"]["status"] == "not verifiable"  # never evaluated in this world
+    assert world["honest"].weights_sha256[:16] in links["weights"]["detail"]
+
+    run_id = world["honest"].run_id
+    (weights,) = [p for p in (world["root"] / ".mlops").rglob("model.safetensors") if run_id in p.parts]
+    original = weights.read_bytes()
+    data = bytearray(original)
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    try:
+        result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
+    finally:
+        weights.write_bytes(original)
+    assert result.exit_code == 1
+    links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
+    assert links["weights"]["status"] == "broken"
+    assert links["signature"]["status"] == "broken" and "changed model.safetensors" in links["signature"]["detail"]
+
+
+def test_sbom_reference_is_verified_and_an_edit_is_named(world: dict[str, Any]) -> None:
+    import hashlib
+    import json
+
+    from mlops_pipeline import attach_sbom, verify_version
+
+    root, cfg = world["root"], world["loaded"].config
+    version = str(world["honest"].model_version)
+    sbom = root / "reports" / "sbom" / "serving.cdx.json"
+    sbom.parent.mkdir(parents=True, exist_ok=True)
+    sbom.write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}))
+    tags = attach_sbom(cfg, root, version)
+    assert tags == {"mlops.sbom": "reports/sbom/serving.cdx.json",
+                    "mlops.sbom_sha256": hashlib.sha256(sbom.read_bytes()).hexdigest()}
+    links = {link.name: link for link in verify_version(cfg, root, version).links}
+    assert links["SBOM"].status == "verified"
+    sbom.write_text(sbom.read_text().replace('"components": []', '"components": [{"name": "x"}]'))
+    links = {link.name: link for link in verify_version(cfg, root, version).links}
+    assert links["SBOM"].status == "broken"
+
+
+def test_modified_data_is_caught(world: dict[str, Any]) -> None:
+    from mlops_features import prepare_local_data
+
+    cfg = world["loaded"].config
+    prepare_local_data(cfg.data, cfg.features, world["root"], seed=cfg.project.seed + 1)  # the data area changed
+    gate, _ = _gate(world, str(world["honest"].model_version))
+    assert not gate.passed
+    assert "data differs" in gate.reason
+    assert gate.evidence["replay"]["data_hash"] != gate.evidence["recorded_data_hash"]
