@@ -185,3 +185,28 @@ def attach_sbom(
         print_json(tags)
     else:
         console.print(f"v{version}: {tags['mlops.sbom']} (sha256 {tags['mlops.sbom_sha256'][:16]}…)")
+
+
+@app.command("signing-keys")
+def signing_keys(
+    out: Annotated[Path, typer.Option("--out", help="New folder for the key pair (refused when it exists).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate the model-signing key pair a cluster's Secrets hold (mlops-signing-key, mlops-signing-public-key)."""
+    from mlops_model import ensure_local_keys
+
+    if out.exists():
+        console.print(f"[red]error:[/red] --out {str(out)!r} exists; give a new folder (a key is never overwritten)")
+        raise typer.Exit(2)
+    private, public = ensure_local_keys(out)
+    # the names infra/ mounts: the trainer reads the private key, serving and the gates the public one
+    secrets = {"mlops-signing-key": "kubectl create secret generic mlops-signing-key "
+                                    f"--from-file={private.name}={private}",
+               "mlops-signing-public-key": "kubectl create secret generic mlops-signing-public-key "
+                                           f"--from-file={public.name}={public}"}
+    if as_json:
+        print_json({"private_key": str(private), "public_key": str(public), "secrets": secrets})
+        return
+    console.print(f"private key {private} (trainer only), public key {public} (serving, gates); create the Secrets:")
+    for command in secrets.values():
+        console.print(f"  {command}")
