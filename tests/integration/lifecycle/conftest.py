@@ -38,7 +38,8 @@ def mlflow_server_pg(postgres_url: str, tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [mlflow_bin, "server", "--backend-store-uri", f"{base}/{db}", "--default-artifact-root",
          (tmp_path / "server-artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"},
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+                                            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -78,12 +78,17 @@ def server_command(*, backend_store_uri: str, artifacts_destination: str, host: 
                          port=port, workers=workers)]
 
 
+NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+"""MLflow 3's server starts seven huey job consumers (GenAI evaluation, prompt optimization) unless told not to; the
+platform uses none of them, and on a 2-core machine they cost every server start seconds."""
+
+
 def server_env(auth_config: str | Path, secret_key: str, *, admin_username: str | None = None,
                admin_password: str | None = None) -> dict[str, str]:
     """Env vars the server needs besides the inherited ones: the auth config's path, Flask's secret key and,
     when given, the first admin's credentials (what the Deployment takes from the Secret ``mlflow-auth``)."""
     env = {AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
-           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **NO_JOB_RUNNER}
     if admin_username:
         env[ADMIN_USERNAME_ENV] = admin_username
     if admin_password:

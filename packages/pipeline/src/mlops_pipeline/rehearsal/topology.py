@@ -130,7 +130,8 @@ def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str,
          "--workers", "1", "--backend-store-uri", sqlalchemy_url(backend_url), "--serve-artifacts",
          "--artifacts-destination", str(platform.run_dir / "mlflow" / "artifacts")],
         ready=http_ready(f"{url}/health"),
-        env={"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)},
+        env={"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         ready_timeout_s=480,
     ))
     platform.mlflow_url = url
