@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]  # the demo runs in the module fixture
 
 FRAUD_RATE = 0.03
 TRIVIAL_F1 = 2 * FRAUD_RATE / (1 + FRAUD_RATE)  # "everything is fraud": precision = rate, recall = 1
