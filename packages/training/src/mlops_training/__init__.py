@@ -8,6 +8,7 @@ from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, 
 from mlops_training.launcher import TrainResult, launch
 from mlops_training.planner import plan
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
+from mlops_training.trainjob import TrainJobResult, job_from_overlay, job_state, submit_trainjob
 from mlops_training.zoo import PRESETS, build_causal_lm, build_model
 
 __all__ = [
@@ -19,12 +20,15 @@ __all__ = [
     "RunLockedError",
     "ShardPlan",
     "ShardPlanError",
+    "TrainJobResult",
     "TrainResult",
     "TrainingError",
     "accelerate_config",
     "build_causal_lm",
     "build_model",
     "diagnose",
+    "job_from_overlay",
+    "job_state",
     "launch",
     "load_corpus",
     "plan",
@@ -32,6 +36,7 @@ __all__ = [
     "preflight",
     "reproduce",
     "reproduce_weights_hash",
+    "submit_trainjob",
     "train_fraud",
     "train_model",
     "write_accelerate_config",
