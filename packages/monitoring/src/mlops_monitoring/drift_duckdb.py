@@ -192,35 +192,42 @@ def _x(name: str) -> str:
 
 def _numeric_counts(eng: DuckDBDrift, view: str, names: Sequence[str],
                     edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
-    """Per column, one scan: non-missing count, missing count, infinities and (with ``edges``) the counts below
-    each edge, i.e. ``searchsorted(sorted, edges, "left")``."""
+    """Per column: non-missing and missing counts (one scan for all columns), infinities refused, and with
+    ``edges`` the counts per bin ``[edges[i-1], edges[i])`` (one ``CASE`` + ``GROUP BY`` scan per column; a
+    long row of ``count(*) FILTER`` aggregates is many times slower in DuckDB)."""
     if not names:
         return {}
+    side = "reference" if view == "ref" else "current"
     for name in names:
         kind = eng.types[view].get(name, "")
         if not (kind in _NUMERIC_TYPES or kind.startswith("DECIMAL")):
-            raise MonitoringError(f"{'reference' if view == 'ref' else 'current'} data: column {name!r} has type "
-                                  f"{kind}; expected a numeric column (int or float)")
-    select, params = ["count(*)"], []
+            raise MonitoringError(f"{side} data: column {name!r} has type {kind}; expected a numeric column "
+                                  "(int or float)")
+    select = ["count(*)"]
     for name in names:
         x = _x(name)
-        select += [f"count(*) FILTER (WHERE NOT isnan({x}))", f"count(*) FILTER (WHERE isinf({x}))"]
-        for edge in (edges or {}).get(name, np.empty(0)):
-            select.append(f"count(*) FILTER (WHERE {x} < ?)")
-            params.append(float(edge))
-    row = eng.sql(f"SELECT {', '.join(select)} FROM {view}", params)[0]
-    total, out, at = int(row[0]), {}, 1
-    for name in names:
-        n_edges = len((edges or {}).get(name, ()))
-        valid, inf = int(row[at]), int(row[at + 1])
+        select += [f"count({x})", f"sum(CASE WHEN isnan({x}) THEN 1 ELSE 0 END)",
+                   f"sum(CASE WHEN isinf({x}) THEN 1 ELSE 0 END)"]
+    row = eng.sql(f"SELECT {', '.join(select)} FROM {view}")[0]
+    total, out = int(row[0]), {}
+    for i, name in enumerate(names):
+        non_null, nan, inf = (int(v or 0) for v in row[1 + 3 * i: 4 + 3 * i])
         if inf:
-            side = "reference" if view == "ref" else "current"
             raise MonitoringError(f"{side} data: column {name!r} holds an infinite value; expected finite numbers "
                                   "or NaN for missing")
-        below = np.asarray(row[at + 2: at + 2 + n_edges], dtype=np.int64)
-        out[name] = {"valid": valid, "missing": total - valid,
-                     "counts": np.diff(np.concatenate(([0], below, [valid]))).astype(np.int64)}
-        at += 2 + n_edges
+        valid = non_null - nan
+        counts = np.zeros(0, dtype=np.int64)
+        if edges is not None:
+            col_edges = edges[name]
+            counts = np.zeros(col_edges.shape[0] + 1, dtype=np.int64)
+            if valid:
+                x = _x(name)
+                case = " ".join(f"WHEN {x} < ? THEN {k}" for k in range(col_edges.shape[0]))
+                bin_expr = f"CASE {case} ELSE {col_edges.shape[0]} END" if case else "0"
+                for b, n in eng.sql(f"SELECT {bin_expr} AS b, count(*) FROM {view} WHERE NOT isnan({x}) GROUP BY b",
+                                    [float(e) for e in col_edges]):
+                    counts[int(b)] = int(n)
+        out[name] = {"valid": valid, "missing": total - valid, "counts": counts}
     return out
 
 
