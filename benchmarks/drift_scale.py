@@ -21,6 +21,7 @@ Prints one JSON object on its last line. ``--sizes`` and ``--ref-rows`` make a q
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -133,7 +134,7 @@ def main() -> None:
     duck = [s["duckdb"] for s in out]
     both = [s for s in out if "psi" in s["in_memory"] and "psi" in s["duckdb"]]
     timed = [(n, d["seconds"]) for n, d in zip(sizes, duck, strict=True) if "seconds" in d]
-    linear = len(timed) == len(sizes) and all(tb / ta <= nb / na for (na, ta), (nb, tb) in zip(timed, timed[1:]))
+    linear = len(timed) == len(sizes) and all(tb / ta <= nb / na for (na, ta), (nb, tb) in itertools.pairwise(timed))
     result = {
         "benchmark": "drift_scale",
         "reference_rows": args.ref_rows,
