@@ -10,7 +10,8 @@ fresh subprocess: ``feast apply`` + a full ``materialize`` into the real Redis u
 Reported per size and engine: ``rows_per_s`` (source rows / materialize seconds), ``seconds``,
 ``online_rows`` (entities written), ``peak_rss_mb`` of our (Python driver) process and, for Spark,
 ``peak_rss_children_mb`` (the JVM it starts). A run whose time, extrapolated linearly from the previous size,
-would exceed ``--max-run-s`` is skipped, and says so. Needs Redis (``MLOPS_TEST_REDIS_URL`` or
+would exceed ``--max-run-s``, or whose peak RSS extrapolated the same way would exceed ``--max-rss-gib``, is
+skipped, and says so. Needs Redis (``MLOPS_TEST_REDIS_URL`` or
 127.0.0.1:6379) and, for Spark, ``java``.
 
 Prints one JSON object on its last line.
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,5000000,20000000")
     parser.add_argument("--engines", default="local,spark")
     parser.add_argument("--max-run-s", type=float, default=1200.0)
+    parser.add_argument("--max-rss-gib", type=float, default=8.0)
     parser.add_argument("--worker", nargs=2, metavar=("ROOT", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -147,9 +149,14 @@ def main() -> None:
                 prev = next((r[engine] for r in reversed(out) if "seconds" in r.get(engine, {})), None)
                 prev_rows = next((r["rows"] for r in reversed(out) if "seconds" in r.get(engine, {})), None)
                 estimate = prev["seconds"] * n / prev_rows if prev and prev_rows else 0.0
+                rss = (prev["peak_rss_mb"] + prev.get("peak_rss_children_mb", 0.0)) * n / prev_rows \
+                    if prev and prev_rows else 0.0
                 if estimate > args.max_run_s:
                     row[engine] = {"skipped": f"estimated {estimate:.0f}s (linear from {prev_rows} rows) > "
                                               f"--max-run-s {args.max_run_s:.0f} on {os.cpu_count()} CPUs"}
+                elif rss > args.max_rss_gib * 1024:
+                    row[engine] = {"skipped": f"estimated peak RSS {rss / 1024:.1f} GiB (linear from {prev_rows} "
+                                              f"rows) > --max-rss-gib {args.max_rss_gib} on a shared machine"}
                 else:
                     row[engine] = measure(root, engine, n, args.max_run_s * 1.5)
             print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
