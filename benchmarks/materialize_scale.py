@@ -149,8 +149,8 @@ def main() -> None:
                 prev = next((r[engine] for r in reversed(out) if "seconds" in r.get(engine, {})), None)
                 prev_rows = next((r["rows"] for r in reversed(out) if "seconds" in r.get(engine, {})), None)
                 estimate = prev["seconds"] * n / prev_rows if prev and prev_rows else 0.0
-                rss = (prev["peak_rss_mb"] + prev.get("peak_rss_children_mb", 0.0)) * n / prev_rows \
-                    if prev and prev_rows else 0.0
+                # our process's RSS; Spark's JVM is capped by its own -Xmx (spark.driver.memory), not by the rows
+                rss = prev["peak_rss_mb"] * n / prev_rows if prev and prev_rows else 0.0
                 if estimate > args.max_run_s:
                     row[engine] = {"skipped": f"estimated {estimate:.0f}s (linear from {prev_rows} rows) > "
                                               f"--max-run-s {args.max_run_s:.0f} on {os.cpu_count()} CPUs"}
