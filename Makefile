@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup browser prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro \
+.PHONY: setup browser java prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro \
 	repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom
 
 help:
@@ -50,6 +50,11 @@ unit: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# A JVM for Spark (features.batch_engine: spark; the engine-parity test runs Spark local[*]): Debian's
+# default-jre-headless where `java` is missing (needs root and Debian's package index, as on CI).
+java:
+	@command -v java >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jre-headless >/dev/null; }
+
 # Debian's Prometheus (with promtool), Alertmanager, the node exporter (the drift job's textfile metrics) and
 # Redis: `promtool check|test rules` on our rules, and the real servers the alerting, canary-analysis and
 # rehearsal tests run against (needs root and Debian's package index, as on CI). Installed, never started as
@@ -66,7 +71,7 @@ rehearsal-deps: prometheus
 rehearse: setup prometheus
 	$(BIN)/mlops pipeline rehearse
 
-test: setup browser prometheus checkov-setup lint
+test: setup browser java prometheus checkov-setup lint
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).

@@ -20,11 +20,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SCHEMAS = Path(__file__).parent / "schemas"
-# What `kubectl kustomize` renders: both overlays, the platform services, the Argo CD bootstrap.
+# What `kubectl kustomize` renders: both overlays, the platform services, the cluster-scoped training runtime,
+# the Argo CD bootstrap.
 TARGETS = {
     "staging": "infra/overlays/staging",
     "production": "infra/overlays/production",
     "platform": "infra/platform",
+    "cluster": "infra/cluster",
     "argocd": "argocd",
 }
 

@@ -25,6 +25,9 @@ CUSTOM = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): ("schema", "monitoring.coreos.com_v1_prometheusrule.json"),
     ("argoproj.io/v1alpha1", "Application"): ("schema", "argoproj.io_v1alpha1_application.json"),
     ("argoproj.io/v1alpha1", "AppProject"): ("schema", "argoproj.io_v1alpha1_appproject.json"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("schema", "trainer.kubeflow.org_v1alpha1_trainjob.json"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"):
+        ("schema", "trainer.kubeflow.org_v1alpha1_clustertrainingruntime.json"),
 }
 
 
@@ -40,8 +43,13 @@ def validate_custom(doc: dict[str, Any], model_validator: Any, json_schema: Any)
     how, name = CUSTOM[(doc["apiVersion"], doc["kind"])]
     if how == "model":
         return list(model_validator.errors(doc, name, doc_id(doc)))
-    return [f"{doc_id(doc)}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in json_schema(name).iter_errors(doc)]
+    errors = [f"{doc_id(doc)}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in json_schema(name).iter_errors(doc)]
+    if doc["kind"] == "ClusterTrainingRuntime":  # the schema leaves the JobSet's Job templates to the k8s models
+        for i, job in enumerate(doc["spec"]["template"]["spec"].get("replicatedJobs", [])):
+            errors += model_validator.errors(job.get("template"), "V1JobTemplateSpec",
+                                             f"{doc_id(doc)}.replicatedJobs[{i}].template")
+    return errors
 
 
 def test_every_target_renders_the_expected_kinds(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -51,6 +59,10 @@ def test_every_target_renders_the_expected_kinds(rendered: dict[str, list[dict[s
                 "Namespace", "NetworkPolicy", "ServiceAccount"} <= set(kinds[env]), kinds[env]
         assert all(d["metadata"].get("namespace") == f"mlops-{env}" for d in rendered[env] if d["kind"] != "Namespace")
     assert {"Deployment", "StatefulSet", "Service", "NetworkPolicy"} <= set(kinds["platform"])
+    assert kinds["cluster"] == ["ClusterTrainingRuntime"]
+    assert all("namespace" not in d["metadata"] for d in rendered["cluster"])
+    for env in ("staging", "production"):
+        assert "TrainJob" in kinds[env]
     assert kinds["argocd"] == ["AppProject", "Application", "ConfigMap"]
 
 
@@ -103,6 +115,12 @@ def test_custom_resources_validate_against_their_schemas(rendered: dict[str, lis
          "does not match"),
         ("Application", lambda d: d["spec"]["syncPolicy"]["automated"].update(prune="yes"), "is not of type"),
         ("AppProject", lambda d: d["spec"].update(syncWindow=[]), "Additional properties"),
+        ("TrainJob", lambda d: d["spec"]["trainer"].update(numNodes="2"), "is not of type 'integer'"),
+        ("TrainJob", lambda d: d["spec"]["runtimeRef"].pop("name"), "'name' is a required property"),
+        ("TrainJob", lambda d: d["spec"]["trainer"].update(numProcPerNodes=8), "Additional properties"),
+        ("ClusterTrainingRuntime", lambda d: d["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+         ["template"]["spec"]["containers"][0].update(volumeMount=[]), "unknown field"),
+        ("ClusterTrainingRuntime", lambda d: d["spec"]["mlPolicy"].update(numNodes="one"), "is not of type"),
     ],
 )
 def test_schema_checks_catch_real_mistakes(rendered: dict[str, list[dict[str, Any]]], model_validator: Any,
@@ -124,6 +142,8 @@ def containers(doc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]
         pods = [spec["jobTemplate"]["spec"]["template"]["spec"]]
     elif kind == "PyTorchJob":
         pods = [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
+    elif kind == "ClusterTrainingRuntime":
+        pods = [j["template"]["spec"]["template"]["spec"] for j in spec["template"]["spec"]["replicatedJobs"]]
     elif kind == "ServingRuntime":
         pods = [spec]
     elif kind == "InferenceService":
@@ -274,3 +294,39 @@ def test_monitoring_is_wired_in(rendered: dict[str, list[dict[str, Any]]], kit: 
     assert sum(len(g["rules"]) for g in rules["spec"]["groups"]) >= 3
     cron = next(d for d in docs if d["kind"] == "CronJob")
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_trainjob_runs_the_pytorchjob_worker_on_the_cluster_runtime(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    runtime = next(d for d in rendered["cluster"] if d["kind"] == "ClusterTrainingRuntime")
+    node_job = next(j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node")
+    pod = node_job["template"]["spec"]["template"]["spec"]
+    node = next(c for c in pod["containers"] if c["name"] == "node")  # the container the torch plugin drives
+    assert "command" not in node and "args" not in node  # the image's entrypoint: `mlops train run`
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    mounts = {m["name"]: m["mountPath"] for m in node["volumeMounts"]}
+    for env in ("staging", "production"):
+        job = next(d for d in rendered[env] if d["kind"] == "TrainJob")
+        pytorch = next(d for d in rendered[env] if d["kind"] == "PyTorchJob")
+        master = pytorch["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        pt_claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in master["volumes"]
+                     if "persistentVolumeClaim" in v}
+        pt_mounts = {m["name"]: m["mountPath"] for m in master["containers"][0]["volumeMounts"]}
+        assert claims == pt_claims and mounts["checkpoints"] == pt_mounts["checkpoints"]  # the same DCP store
+        assert node["envFrom"] == master["containers"][0]["envFrom"]
+        assert job["spec"]["suspend"] is True  # a template: train.yml submits named copies
+        ref = job["spec"]["runtimeRef"]
+        assert (ref["kind"], ref["name"]) == ("ClusterTrainingRuntime", runtime["metadata"]["name"])
+        data = next(d for d in rendered[env] if d["kind"] == "ConfigMap"
+                    and d["metadata"]["name"] == "fraud-train-env")["data"]
+        trainer = job["spec"]["trainer"]
+        assert trainer["numNodes"] == int(data["MLOPS__TRAINING__NNODES"]) == 2  # multi-node
+        assert trainer["numProcPerNode"] == int(data["MLOPS__TRAINING__NPROC"])
+        assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == data["MLOPS__TRAINING__NPROC"]
+        assert trainer["image"] == master["containers"][0]["image"]
+        env_vars = {e["name"]: e for e in trainer["env"]}
+        names = [e["name"] for e in trainer["env"]]
+        assert names.index("MLOPS_RUN_NAME") < names.index("MLOPS__TRAINING__RDZV_ENDPOINT")  # $(..) expands
+        assert env_vars["MLOPS__TRAINING__RDZV_ENDPOINT"]["value"] == \
+            "$(MLOPS_RUN_NAME)-node-0-0.$(MLOPS_RUN_NAME):29400"
+        assert "jobset.sigs.k8s.io/jobset-name" in env_vars["MLOPS_RUN_NAME"]["valueFrom"]["fieldRef"]["fieldPath"]

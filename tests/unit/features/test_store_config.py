@@ -92,3 +92,21 @@ def test_local_paths_are_absolute_under_the_root(tmp_path: Path) -> None:
 def test_bad_redis_url_is_named(url: str) -> None:
     with pytest.raises(FeatureStoreError, match=r"features\.redis_url="):
         redis_connection_string(FeaturesConfig(online_store="redis", redis_url=url))
+
+
+def test_batch_engine_spark_renders_feasts_spark_compute_engine(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    local = repo_config_dict(FeaturesConfig(), tmp_path)
+    assert "batch_engine" not in local  # local: Feast's default engine, the rendered files unchanged
+    spark = repo_config_dict(FeaturesConfig(batch_engine="spark", spark_master="spark://spark:7077",
+                                            spark_partitions=8,
+                                            spark_conf={"spark.master": "ignored", "spark.driver.memory": "4g"}),
+                             tmp_path)
+    assert spark["batch_engine"] == {"type": "spark.engine", "partitions": 8,
+                                     "spark_conf": {"spark.master": "spark://spark:7077", "spark.driver.memory": "4g"}}
+    from feast.infra.compute_engines.spark.compute import SparkComputeEngineConfig
+
+    SparkComputeEngineConfig(**spark["batch_engine"])  # what Feast parses it into
+    with pytest.raises(ValidationError, match="batch_engine"):
+        FeaturesConfig(batch_engine="flink")

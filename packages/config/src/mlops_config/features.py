@@ -54,3 +54,19 @@ class FeaturesConfig(Section):
 
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""
+
+    batch_engine: Literal["local", "spark"] = "local"
+    """Feast's materialization engine: ``local`` (in this process) or ``spark`` (Feast's Spark compute engine
+    on ``spark_master``: ``local[*]`` on one machine, ``spark://host:7077`` or ``k8s://https://…`` for a
+    cluster). Both write the same online values; Spark needs a JVM (``make java``) and ``pyspark``."""
+
+    spark_master: str = Field(default="local[*]", min_length=1)
+    """``spark.master`` of the Spark engine (``batch_engine: spark``)."""
+
+    spark_partitions: int = Field(default=0, ge=0)
+    """Partitions the Spark engine repartitions each view to before writing the online store (0: as read);
+    each partition writes in parallel."""
+
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    """Further Spark settings for the engine (``spark.driver.memory``, ``spark.executor.instances``, …);
+    ``spark_master`` wins over a ``spark.master`` here."""

@@ -92,6 +92,21 @@ class MonitoringConfig(Section):
     pushgateway_url: str | None = None
     """Prometheus Pushgateway the drift CronJob pushes its metrics to (``None``: only the file)."""
 
+    engine: Literal["pandas", "duckdb"] = "duckdb"
+    """Where the drift statistics are computed: ``duckdb`` pushes binning, counts and the KS ECDF down to
+    DuckDB SQL over the prediction log's parquet parts and the reference (memory bounded by
+    ``duckdb_memory_limit``, spilling to disk, not by the window); ``pandas`` loads the window into memory.
+    Both give the same statistics (to 1e-9) and verdicts."""
+
+    duckdb_memory_limit: str = Field(default="1GB", pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B|B)$")
+    """DuckDB's ``memory_limit`` for the drift queries (``512MB``, ``4GB``); beyond it DuckDB spills to disk."""
+
+    duckdb_threads: int = Field(default=0, ge=0, le=512)
+    """DuckDB worker threads for the drift queries; 0: one per core."""
+
+    duckdb_temp_dir: str | None = None
+    """Where DuckDB spills when a query outgrows ``duckdb_memory_limit`` (``None``: a fresh temporary folder)."""
+
     evidently_html: bool = True
     """Write Evidently's HTML drift report for people next to the JSON report."""
 

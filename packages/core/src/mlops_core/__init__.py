@@ -48,12 +48,16 @@ if TYPE_CHECKING:
         bin_counts,
         build_reference_profile,
         check_profile,
+        edge_probs,
+        lerp_quantiles,
         quantile_edges,
+        quantile_positions,
         sorted_finite,
     )
 
 _LAZY = {name: "mlops_core.profile" for name in (
-    "ProfileError", "bin_counts", "build_reference_profile", "check_profile", "quantile_edges", "sorted_finite")}
+    "ProfileError", "bin_counts", "build_reference_profile", "check_profile", "edge_probs", "lerp_quantiles",
+    "quantile_edges", "quantile_positions", "sorted_finite")}
 
 
 def __getattr__(name: str) -> Any:
@@ -88,16 +92,19 @@ __all__ = [
     "check_profile",
     "default_actor",
     "dirty_code_files",
+    "edge_probs",
     "ensure_experiment",
     "fetch_gate_report",
     "flatten",
     "git_info",
     "hash_files",
     "history",
+    "lerp_quantiles",
     "mlflow_client",
     "now_iso",
     "promote",
     "quantile_edges",
+    "quantile_positions",
     "registered_model_name",
     "report_hash",
     "require_shared_state",

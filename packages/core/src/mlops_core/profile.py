@@ -55,16 +55,27 @@ def sorted_finite(values: Any, *, name: str) -> tuple[np.ndarray, int]:
     return arr, len(series) - n_valid
 
 
-def quantiles_of_sorted(sorted_values: np.ndarray, probs: np.ndarray) -> np.ndarray:
-    """Quantiles of a sorted array, equal to ``np.quantile(..., method="linear")`` without sorting again."""
-    n = sorted_values.shape[0]
+def quantile_positions(n: int, probs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For ``n`` sorted values: the 0-based ranks ``lo``, ``hi`` around each quantile and the fraction between.
+
+    An engine that sorts elsewhere (DuckDB) fetches the order statistics at ``lo`` and ``hi`` and calls
+    :func:`lerp_quantiles`, so its quantiles equal :func:`quantiles_of_sorted` bit for bit.
+    """
     pos = np.asarray(probs, dtype=np.float64) * (n - 1)
     lo = np.floor(pos).astype(np.int64)
     hi = np.minimum(lo + 1, n - 1)
-    frac = pos - lo
-    low, high = sorted_values[lo], sorted_values[hi]
-    # np.quantile's lerp: exact at both ends, so equal neighbours give exactly that value
+    return lo, hi, pos - lo
+
+
+def lerp_quantiles(low: np.ndarray, high: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """np.quantile's lerp: exact at both ends, so equal neighbours give exactly that value."""
     return np.where(frac >= 0.5, high - (high - low) * (1 - frac), low + (high - low) * frac)
+
+
+def quantiles_of_sorted(sorted_values: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Quantiles of a sorted array, equal to ``np.quantile(..., method="linear")`` without sorting again."""
+    lo, hi, frac = quantile_positions(sorted_values.shape[0], probs)
+    return lerp_quantiles(sorted_values[lo], sorted_values[hi], frac)
 
 
 def quantile_edges(sorted_values: np.ndarray, n_bins: int) -> np.ndarray:
@@ -73,8 +84,12 @@ def quantile_edges(sorted_values: np.ndarray, n_bins: int) -> np.ndarray:
         raise ProfileError(f"n_bins={n_bins!r}; expected at least 2")
     if sorted_values.shape[0] == 0:
         return np.empty(0, dtype=np.float64)
-    probs = np.arange(1, n_bins, dtype=np.float64) / n_bins
-    return np.unique(quantiles_of_sorted(sorted_values, probs))
+    return np.unique(quantiles_of_sorted(sorted_values, edge_probs(n_bins)))
+
+
+def edge_probs(n_bins: int) -> np.ndarray:
+    """The probabilities ``k / n_bins`` (``k = 1 … n_bins-1``) whose quantiles are the interior bin edges."""
+    return np.arange(1, n_bins, dtype=np.float64) / n_bins
 
 
 def bin_counts(sorted_values: np.ndarray, edges: np.ndarray) -> np.ndarray:

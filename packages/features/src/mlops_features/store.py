@@ -68,7 +68,7 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
         online = {"type": REDIS_STORE_TYPE, "connection_string": redis_connection_string(features)}
         if features.redis_password_env:
             online["password_env"] = features.redis_password_env
-    return {
+    config: dict[str, Any] = {
         "project": features.feast_project,
         "provider": "local",
         "registry": registry,
@@ -76,6 +76,15 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
         "offline_store": {"type": features.offline_store},
         "entity_key_serialization_version": 3,
     }
+    if features.batch_engine == "spark":
+        config["batch_engine"] = spark_engine_config(features)
+    return config
+
+
+def spark_engine_config(features: FeaturesConfig) -> dict[str, Any]:
+    """Feast's ``batch_engine`` block for its Spark compute engine (``features.batch_engine: spark``)."""
+    return {"type": "spark.engine", "spark_conf": {**features.spark_conf, "spark.master": features.spark_master},
+            "partitions": features.spark_partitions}
 
 
 def _secret(var: str, environ: Mapping[str, str] | None, key: str) -> str:
@@ -160,6 +169,8 @@ def open_store(features: FeaturesConfig, root: str | Path) -> Any:
     for key in ("registry", "online_store"):
         if raw[key].get("registry_type", raw[key].get("type")) in ("file", "sqlite"):
             Path(raw[key]["path"]).parent.mkdir(parents=True, exist_ok=True)
+    if "batch_engine" in raw:  # Spark's Python workers must run this interpreter (feast, our online store class)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     repo = Path(root) / features.repo_path
     return FeatureStore(config=RepoConfig(repo_path=repo, **raw), repo_path=str(repo))
 

@@ -61,6 +61,22 @@ def ks(ref: Any, cur: Any) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
+KS_EXACT_MAX_N = 10_000
+"""``ks_2samp``'s method ``auto`` computes the exact p-value when both samples are at most this large."""
+
+
+def ks_asymptotic_pvalue(d: float, n1: int, n2: int) -> float:
+    """The two-sided p-value ``ks_2samp`` (method ``auto``) gives for statistic ``d`` when a sample exceeds
+    :data:`KS_EXACT_MAX_N`: Smirnov's ``kstwo.sf(d, round(m·n / (m + n)))``, clipped to [0, 1].
+
+    For an engine that computes D where the rows are (DuckDB) and brings back only D and the sizes.
+    """
+    from scipy import stats
+
+    m, n = sorted([float(n1), float(n2)], reverse=True)
+    return float(np.clip(stats.kstwo.sf(d, np.round(m * n / (m + n))), 0.0, 1.0))
+
+
 def _last_of_ties(sorted_values: np.ndarray) -> np.ndarray:
     mask = np.ones(sorted_values.shape[0], dtype=bool)
     mask[:-1] = sorted_values[1:] != sorted_values[:-1]
@@ -75,8 +91,6 @@ def ks_from_sketch(ecdf: np.ndarray, n_ref: int, cur_sorted: np.ndarray) -> tupl
     about 1/(k-1) of the exact statistic; the p-value is scipy's asymptotic ``kstwo.sf`` with ``n_ref`` as the
     reference size, as ``ks_2samp`` uses for large samples.
     """
-    from scipy import stats
-
     k = ecdf.shape[0]
     n2 = cur_sorted.shape[0]
     at_cur = _last_of_ties(cur_sorted)
@@ -87,8 +101,7 @@ def ks_from_sketch(ecdf: np.ndarray, n_ref: int, cur_sorted: np.ndarray) -> tupl
     at_ref = _last_of_ties(ecdf)
     d_ref = np.abs(np.flatnonzero(at_ref) / (k - 1) - np.searchsorted(cur_sorted, ecdf[at_ref], side="right") / n2)
     d = float(max(d_cur.max(), d_ref.max()))
-    m, n = sorted([float(n_ref), float(n2)], reverse=True)
-    return d, float(np.clip(stats.kstwo.sf(d, np.round(m * n / (m + n))), 0.0, 1.0))
+    return d, ks_asymptotic_pvalue(d, n_ref, n2)
 
 
 def chi2(ref_counts: Any, cur_counts: Any) -> tuple[float, float, float]:

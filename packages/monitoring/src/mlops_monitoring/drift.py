@@ -96,14 +96,15 @@ def _numeric_sorted(frame: pd.DataFrame, name: str, side: str) -> tuple[np.ndarr
         raise MonitoringError(f"{side} data: {exc}") from None
 
 
-def _with_missing(counts: np.ndarray, ref_missing: int, cur_missing: int, own: int) -> np.ndarray:
+def with_missing(counts: np.ndarray, ref_missing: int, cur_missing: int, own: int) -> np.ndarray:
     return np.append(counts, own) if (ref_missing or cur_missing) else counts
 
 
-def _verdict(
+def column_verdict(
     kind: str, method: str, stat: float, p: float | None, psi: float, effect: float, key: bool,
     monitoring: MonitoringConfig, n: tuple[int, int], missing: tuple[int, int],
 ) -> ColumnDrift:
+    """The verdict on one column from its statistics; ``drifted`` and the severity come from PSI."""
     severity = column_severity(psi, key=key, monitoring=monitoring)
     return ColumnDrift(
         method=method, statistic=stat, p_value=p, psi=psi, effect_size=effect,
@@ -120,11 +121,11 @@ def _numeric_vs_frame(ref: pd.DataFrame, cur: pd.DataFrame, name: str, kind: str
         side = "reference" if ref_sorted.size == 0 else "current"
         raise MonitoringError(f"column {name!r} has no non-missing value in the {side} data; nothing to compare")
     edges = quantile_edges(ref_sorted, monitoring.n_bins)
-    ref_counts = _with_missing(bin_counts(ref_sorted, edges), ref_missing, cur_missing, ref_missing)
-    cur_counts = _with_missing(bin_counts(cur_sorted, edges), ref_missing, cur_missing, cur_missing)
+    ref_counts = with_missing(bin_counts(ref_sorted, edges), ref_missing, cur_missing, ref_missing)
+    cur_counts = with_missing(bin_counts(cur_sorted, edges), ref_missing, cur_missing, cur_missing)
     d, p = statistics.ks(ref_sorted, cur_sorted)
     value = statistics.psi(ref_counts, cur_counts, monitoring.psi_floor)
-    return _verdict(kind, "ks", d, p, value, d, key, monitoring, (ref_sorted.size, cur_sorted.size),
+    return column_verdict(kind, "ks", d, p, value, d, key, monitoring, (ref_sorted.size, cur_sorted.size),
                     (ref_missing, cur_missing))
 
 
@@ -135,11 +136,11 @@ def _numeric_vs_profile(col: Mapping[str, Any], cur: pd.DataFrame, name: str, ki
         raise MonitoringError(f"column {name!r} has no non-missing value in the current data; nothing to compare")
     ref_missing = int(col["missing"])
     edges = np.asarray(col["edges"], dtype=np.float64)
-    ref_counts = _with_missing(np.asarray(col["counts"]), ref_missing, cur_missing, ref_missing)
-    cur_counts = _with_missing(bin_counts(cur_sorted, edges), ref_missing, cur_missing, cur_missing)
+    ref_counts = with_missing(np.asarray(col["counts"]), ref_missing, cur_missing, ref_missing)
+    cur_counts = with_missing(bin_counts(cur_sorted, edges), ref_missing, cur_missing, cur_missing)
     d, p = statistics.ks_from_sketch(np.asarray(col["ecdf"], dtype=np.float64), int(col["count"]), cur_sorted)
     value = statistics.psi(ref_counts, cur_counts, monitoring.psi_floor)
-    return _verdict(kind, "ks_sketch", d, p, value, d, key, monitoring, (int(col["count"]), cur_sorted.size),
+    return column_verdict(kind, "ks_sketch", d, p, value, d, key, monitoring, (int(col["count"]), cur_sorted.size),
                     (ref_missing, cur_missing))
 
 
@@ -155,9 +156,9 @@ def _category_counts(frame: pd.DataFrame, name: str) -> tuple[pd.Series, int]:
     return counts[counts > 0], missing
 
 
-def _categorical(ref_counts: pd.Series, ref_missing: int, ref_other: int, cur: pd.DataFrame, name: str, key: bool,
-                 monitoring: MonitoringConfig, n_ref: int) -> ColumnDrift:
-    cur_counts, cur_missing = _category_counts(cur, name)
+def categorical_verdict(ref_counts: pd.Series, ref_missing: int, ref_other: int, cur_counts: pd.Series,
+                        cur_missing: int, key: bool, monitoring: MonitoringConfig, n_ref: int) -> ColumnDrift:
+    """The verdict on a categorical column from its counts per category (string keys) and missing counts."""
     ref_counts = ref_counts[ref_counts > 0]
     known = cur_counts.reindex(ref_counts.index, fill_value=0)
     unseen = int(cur_counts.sum() - known.sum())
@@ -174,7 +175,7 @@ def _categorical(ref_counts: pd.Series, ref_missing: int, ref_other: int, cur: p
             np.concatenate([cur_counts.reindex(union, fill_value=0).to_numpy(), miss_cur]),
         )
     value = statistics.psi(psi_ref, psi_cur, monitoring.psi_floor)
-    return _verdict("categorical", "chi2", stat, p, value, v, key, monitoring,
+    return column_verdict("categorical", "chi2", stat, p, value, v, key, monitoring,
                     (n_ref, int(cur_counts.sum())), (ref_missing, cur_missing))
 
 
@@ -278,12 +279,14 @@ def compare(
     for name in categorical:
         if is_frame:
             counts, missing = _category_counts(reference, name)
-            columns[name] = _categorical(counts, missing, 0, current, name, name in keys, monitoring, int(counts.sum()))
+            columns[name] = categorical_verdict(counts, missing, 0, *_category_counts(current, name), name in keys,
+                                                monitoring, int(counts.sum()))
         else:
             col = profile["categorical"][name]
             counts = pd.Series(col["counts"], dtype=np.int64)
-            columns[name] = _categorical(counts, int(col["missing"]), int(col["other_count"]), current, name,
-                                         name in keys, monitoring, int(col["count"]) + int(col["other_count"]))
+            columns[name] = categorical_verdict(counts, int(col["missing"]), int(col["other_count"]),
+                                                *_category_counts(current, name), name in keys, monitoring,
+                                                int(col["count"]) + int(col["other_count"]))
     if has_score:
         assert score is not None
         if is_frame:

@@ -39,6 +39,7 @@ from mlops_monitoring.source import (
     load_window,
     read_table,
     sample_from_profile,
+    window_source,
 )
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,90 @@ def run_monitor(
     token_env = monitoring.webhook_token_env
     if monitoring.webhook_url and token_env and not os.environ.get(token_env):  # fail now, not when alerting
         raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
+    labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
+    label_rows = read_table(labels_path, "labels") if labels_path is not None else None
+    want_html = monitoring.evidently_html if html is None else html
+    if monitoring.engine == "duckdb":
+        frame, ref, level, reasons, report, quality, skew = _assess_duckdb(
+            monitoring, serving, tracking, project, root, model, window=window, current=current, reference=reference,
+            labels=label_rows, html=want_html, now=now, features=features)
+    else:
+        frame, ref, level, reasons, report, quality, skew = _assess_pandas(
+            monitoring, serving, tracking, project, root, model, window=window, current=current, reference=reference,
+            labels=label_rows, now=now, features=features)
+
+    out_dir = _out_dir(project, root, model, now)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs = {"json": str(out_dir / "drift.json")}
+    if want_html:
+        from mlops_monitoring.evidently_report import write_evidently_html
+
+        ref_rows = ref if isinstance(ref, pd.DataFrame) else sample_from_profile(
+            ref, min(monitoring.evidently_max_rows, int(ref["n_rows"])), seed=project.seed)
+        numeric = [n for n, c in report.columns.items() if c.kind != "categorical"]
+        categorical = [n for n, c in report.columns.items() if c.kind == "categorical"]
+        write_evidently_html(ref_rows, frame, numeric, categorical, out_dir / "drift.html",
+                             psi_threshold=monitoring.psi_warning, max_rows=monitoring.evidently_max_rows,
+                             seed=project.seed)
+        outputs["html"] = str(out_dir / "drift.html")
+    return _act(monitoring, tracking, project, root, model, serving.alias, level, reasons, report, quality, skew,
+                out_dir, outputs, dry_run=dry_run, now=now, execute=execute)
+
+
+_Assessed = tuple[pd.DataFrame, dict[str, Any] | pd.DataFrame, Level, list[str], DriftReport,
+                  RealizedQuality | None, SkewReport | None]
+
+
+def _assess_duckdb(
+    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
+    root: Path, model: str, *, window: str | None, current: Path | None, reference: Path | None,
+    labels: pd.DataFrame | None, html: bool, now: datetime, features: FeaturesConfig | None,
+) -> _Assessed:
+    """``monitoring.engine: duckdb``: the window stays in parquet; only aggregates and samples come back."""
+    from mlops_monitoring.drift_duckdb import TableSource
+    from mlops_monitoring.window_duckdb import assess_window
+
+    info: dict[str, Any]
+    if current is not None:
+        source, info = TableSource.from_path(current, "current batch"), {"source": str(current)}
+    else:
+        from mlops_serving import resolve_prediction_log_uri
+
+        log_uri = resolve_prediction_log_uri(serving.prediction_log_uri, root)
+        source, info = window_source(log_uri, model, window or monitoring.window, now=now)
+    loaded: list[dict[str, Any] | TableSource] = []
+
+    def load() -> dict[str, Any] | TableSource:  # after the window's row count is checked, as in memory
+        if reference is None:
+            loaded.append(fetch_reference_profile(tracking, root, model, serving.alias))
+        elif reference.suffix == ".json":
+            profile = load_reference(reference)
+            assert isinstance(profile, dict)
+            loaded.append(profile)
+        else:
+            loaded.append(TableSource.from_path(reference, "reference"))
+        return loaded[0]
+    skew_rows = monitoring.skew_sample_rows if features is not None and current is None else 0
+    done = assess_window(monitoring, load, source, info, labels=labels,
+                         sample_rows=monitoring.evidently_max_rows if html else 0, skew_rows=skew_rows,
+                         seed=project.seed)
+    skew = None
+    if skew_rows and features is not None and done.skew_sample is not None:
+        skew = replay_skew(features, root, done.skew_sample, model=model, sample=skew_rows, seed=project.seed)
+    q_level, q_reasons = quality_level(done.quality, monitoring, done.reference_metrics)
+    level = highest([Level(done.report.level), q_level])
+    ref = loaded[0]
+    shown: dict[str, Any] | pd.DataFrame = ref if isinstance(ref, dict) else (
+        done.reference_sample if done.reference_sample is not None else pd.DataFrame())  # shown only with html
+    return (done.current_sample, shown, level, [*q_reasons, *done.report.reasons], done.report, done.quality, skew)
+
+
+def _assess_pandas(
+    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
+    root: Path, model: str, *, window: str | None, current: Path | None, reference: Path | None,
+    labels: pd.DataFrame | None, now: datetime, features: FeaturesConfig | None,
+) -> _Assessed:
+    """``monitoring.engine: pandas``: the window is read into memory."""
     info: dict[str, Any]
     if current is not None:
         frame, info = read_table(current, "current batch"), {"source": str(current)}
@@ -208,29 +293,21 @@ def run_monitor(
         )
     ref = load_reference(reference) if reference is not None else fetch_reference_profile(
         tracking, root, model, serving.alias)
-    labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
-    label_rows = read_table(labels_path, "labels") if labels_path is not None else None
-    level, reasons, report, quality = assess(ref, frame, monitoring, labels=label_rows, window=info)
+    level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info)
+    return frame, ref, level, reasons, report, quality, skew
 
-    out_dir = _out_dir(project, root, model, now)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = {"json": str(out_dir / "drift.json")}
-    if monitoring.evidently_html if html is None else html:
-        from mlops_monitoring.evidently_report import write_evidently_html
 
-        ref_rows = ref if isinstance(ref, pd.DataFrame) else sample_from_profile(
-            ref, min(monitoring.evidently_max_rows, int(ref["n_rows"])), seed=project.seed)
-        numeric = [n for n, c in report.columns.items() if c.kind != "categorical"]
-        categorical = [n for n, c in report.columns.items() if c.kind == "categorical"]
-        write_evidently_html(ref_rows, frame, numeric, categorical, out_dir / "drift.html",
-                             psi_threshold=monitoring.psi_warning, max_rows=monitoring.evidently_max_rows,
-                             seed=project.seed)
-        outputs["html"] = str(out_dir / "drift.html")
-
+def _act(
+    monitoring: MonitoringConfig, tracking: TrackingConfig, project: ProjectConfig, root: Path, model: str,
+    alias: str, level: Level, reasons: list[str], report: DriftReport, quality: RealizedQuality | None,
+    skew: SkewReport | None, out_dir: Path, outputs: dict[str, str], *, dry_run: bool, now: datetime,
+    execute: RollbackExecutor | None,
+) -> MonitorResult:
+    """Alert, decide the rollback, write the metrics and the JSON report."""
     alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
     decision = None
     if level is Level.CRITICAL and monitoring.auto_rollback and not dry_run:
-        decision = decide_rollback(tracking, root, model, serving.alias, alert)
+        decision = decide_rollback(tracking, root, model, alias, alert)
     actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
                        decision=decision, execute=execute, dry_run=dry_run, now=now)
     done = {a.action: a.ok for a in actions}

@@ -85,6 +85,23 @@ def load_window(
     return frame, info
 
 
+def window_source(log_uri: str, model: str, window: str, *, now: datetime | None = None) -> tuple[Any, dict[str, Any]]:
+    """The last ``window`` of the prediction log as a :class:`mlops_monitoring.drift_duckdb.TableSource` (its
+    parts, the ``ts`` bounds, degraded rows left out) for DuckDB to read in place, and what it covers."""
+    from mlops_monitoring.drift_duckdb import TableSource
+    from mlops_serving import PredictionLogError, prediction_log_parts
+
+    now = now or datetime.now(UTC)
+    since = now - parse_window(window)
+    try:
+        parts, fs = prediction_log_parts(log_uri, model, since=since, until=now)
+    except PredictionLogError as exc:
+        raise MonitoringError(str(exc)) from None
+    info = {"source": f"{str(log_uri).rstrip('/')}/model={model}", "window": window, "since": since.isoformat(),
+            "until": now.isoformat()}
+    return TableSource(tuple(parts), filesystem=fs, since=since, until=now, drop_degraded=True), info
+
+
 def load_reference(path: Path) -> dict[str, Any] | pd.DataFrame:
     """A reference from disk: a profile (``.json``) or reference rows (parquet / CSV / folder)."""
     if path.suffix == ".json":

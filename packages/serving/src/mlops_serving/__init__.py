@@ -18,6 +18,7 @@ from mlops_serving.errors import (
     ServingError,
 )
 from mlops_serving.log_store import (
+    prediction_log_parts,
     prune_prediction_log,
     read_prediction_log,
     resolve_prediction_log_uri,
@@ -46,6 +47,7 @@ __all__ = [
     "create_app",
     "create_predictor_app",
     "folder_loader",
+    "prediction_log_parts",
     "prune_prediction_log",
     "read_prediction_log",
     "read_shadow_log",

@@ -286,6 +286,28 @@ def read_prediction_log(
     return frame[wanted]
 
 
+def prediction_log_parts(
+    uri: str | Path, model: str, *, since: datetime | None = None, until: datetime | None = None,
+    versions: Iterable[str | int] | None = None,
+) -> tuple[list[str], AbstractFileSystem | None]:
+    """The parquet parts of the hour partitions overlapping ``[since, until]``, for an engine that reads them
+    itself (the DuckDB drift path), and the fsspec filesystem to read them through (``None`` when local).
+
+    The rows of those parts still need the exact ``since <= ts <= until`` filter.
+
+    Raises:
+        PredictionLogError: the store cannot be opened, or holds parts in the old flat layout.
+    """
+    store = PredictionLogStore(uri, model)
+    parts = store.window_parts(since, until, versions)
+    if not parts and store.legacy_parts():
+        raise PredictionLogError(
+            f"{store.base}/{model} holds prediction-log parts in the old flat layout; expected "
+            f"{store.model_dir}/version=<v>/hour=<YYYY-MM-DDTHH>/part-*.parquet: rewrite them with "
+            "mlops_serving.write_prediction_log")
+    return parts, None if store.local else store.fs
+
+
 def _part_schemas(store: PredictionLogStore, parts: Sequence[str]) -> list[pa.Schema]:
     """Each part's schema (a footer read each; in parallel, as an object store answers each after a round trip).
 

@@ -10,6 +10,7 @@ from mlops_training.lineage import config_hash
 from mlops_training.planner import plan
 from mlops_training.sft import gate_instructions
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
+from mlops_training.trainjob import TrainJobResult, job_from_overlay, job_state, submit_trainjob
 from mlops_training.zoo import PRESETS, build_causal_lm, build_model
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RunLockedError",
     "ShardPlan",
     "ShardPlanError",
+    "TrainJobResult",
     "TrainResult",
     "TrainingError",
     "accelerate_config",
@@ -29,6 +31,8 @@ __all__ = [
     "config_hash",
     "diagnose",
     "gate_instructions",
+    "job_from_overlay",
+    "job_state",
     "launch",
     "load_corpus",
     "plan",
@@ -36,6 +40,7 @@ __all__ = [
     "preflight",
     "reproduce",
     "reproduce_weights_hash",
+    "submit_trainjob",
     "train_fraud",
     "train_model",
     "write_accelerate_config",

@@ -1,4 +1,5 @@
-"""``mlops train``: run (torchrun + FSDP2), plan (memory planner + doctor), export-accelerate."""
+"""``mlops train``: run (torchrun + FSDP2), submit (a Kubeflow TrainJob), plan (memory planner + doctor),
+export-accelerate."""
 
 from __future__ import annotations
 
@@ -50,6 +51,36 @@ def run(
     console.print(f"exported to {result.export_dir}")
     if result.model_version:
         console.print(f"registered {result.model_name} version {result.model_version} (run {result.run_id})")
+
+
+@app.command("submit")
+def submit(
+    overlay: Annotated[Path, typer.Option("--overlay", help="Kustomize overlay holding the TrainJob template.")] = Path(
+        "infra/overlays/production"),
+    run_id: Annotated[str, typer.Option("--run-id", help="Names the job <template>-<run id> (its run name).")] = "",
+    timeout_s: Annotated[float, typer.Option("--timeout", min=60, help="Seconds to wait for the job.")] = 10800.0,
+    poll_s: Annotated[float, typer.Option("--poll", min=1, help="Seconds between status checks.")] = 15.0,
+) -> None:
+    """Create the overlay's Kubeflow Trainer TrainJob on the cluster and wait for it (status, logs on failure).
+
+    kubectl's credentials: ``KUBECONFIG``, or the kubeconfig's content in ``KUBECONFIG_DATA`` (a CI secret),
+    written to a private temporary file for the duration of the command.
+    """
+    import os
+    import tempfile
+    import time
+
+    from mlops_training import submit_trainjob
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if os.environ.get("KUBECONFIG_DATA"):
+            path = Path(tmp) / "kubeconfig"
+            path.touch(mode=0o600)
+            path.write_text(os.environ["KUBECONFIG_DATA"], encoding="utf-8")
+            os.environ["KUBECONFIG"] = str(path)
+        result = submit_trainjob(overlay, run_id or time.strftime("%Y%m%d%H%M%S"), timeout_s=timeout_s,
+                                 poll_s=poll_s, echo=console.print)
+    console.print(f"TrainJob {result.namespace}/{result.name}: {result.state} after {result.seconds:.0f}s")
 
 
 @app.command("plan")

@@ -1,0 +1,114 @@
+"""The monitor's verdict on a window with ``monitoring.engine: duckdb``: the window stays in parquet.
+
+Only what is small comes back to Python: the drift aggregates (:mod:`mlops_monitoring.drift_duckdb`), the
+``transaction_id, score`` columns when delayed labels are joined, and seeded samples for Evidently's HTML and
+the skew replay.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from mlops_config import MonitoringConfig
+from mlops_monitoring.drift import SCORE, DriftReport
+from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
+from mlops_monitoring.errors import MonitoringError
+from mlops_monitoring.quality import RealizedQuality, realized_quality
+
+log = logging.getLogger(__name__)
+
+LABEL = "is_fraud"
+
+
+@dataclass
+class WindowAssessment:
+    """A window's drift report and realized quality, with the samples a report shows."""
+
+    report: DriftReport
+    quality: RealizedQuality | None
+    reference_metrics: dict[str, float]
+    current_sample: pd.DataFrame
+    reference_sample: pd.DataFrame | None
+    skew_sample: pd.DataFrame | None
+
+
+def _sample(eng: DuckDBDrift, view: str, n: int, seed: int) -> pd.DataFrame:
+    return eng.frame(f"SELECT * FROM {view} USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)})")
+
+
+Reference = dict[str, Any] | TableSource
+
+
+def assess_window(
+    monitoring: MonitoringConfig, reference: Reference | Callable[[], Reference], current: TableSource,
+    info: dict[str, Any],
+    *, labels: pd.DataFrame | None = None, sample_rows: int = 0, skew_rows: int = 0, seed: int = 0,
+) -> WindowAssessment:
+    """Compare the window with the reference in DuckDB, as ``monitor.assess`` does in memory.
+
+    With reference rows the compared columns are those both sides share, minus ``monitoring.ignore_columns``.
+    ``info`` (what the window covers) gets ``degraded_rows_excluded`` when the window holds degraded rows.
+    ``reference`` may be a loader, called once the window has enough rows.
+
+    Raises:
+        MonitoringError: fewer than ``monitoring.min_rows`` rows, no shared column, or unusable inputs.
+    """
+    with DuckDBDrift(monitoring) as eng:
+        n = 0
+        if current.paths:
+            eng.view("cur", current)
+            n = eng.count("cur")
+            degraded = eng.count("cur_window") - n
+            if degraded:
+                info["degraded_rows_excluded"] = degraded
+                log.warning("%d degraded predictions (default features) are left out of the comparison", degraded)
+        if n < monitoring.min_rows:
+            raise MonitoringError(
+                f"{info.get('source')!r} holds {n} rows in the window {info.get('window', 'given')!r}; "
+                f"at least monitoring.min_rows={monitoring.min_rows} are needed for a verdict (widen --window)"
+            )
+        cur_types = eng.types["cur"]
+        window = dict(info)
+        if callable(reference):
+            reference = reference()
+        reference_sample = None
+        if isinstance(reference, TableSource):
+            ref_types = eng.view("ref", reference)
+            ignore = set(monitoring.ignore_columns)
+            columns = [c for c in ref_types if c in cur_types and c not in ignore and c != SCORE]
+            unmatched = sorted(c for c in ref_types if c not in cur_types and c not in ignore)
+            if unmatched:
+                log.warning("reference columns %s are not in the current data; they are not compared", unmatched)
+                window["reference_only_columns"] = unmatched
+            if not columns:
+                raise MonitoringError(
+                    f"the reference and the current data share no feature column (reference has {list(ref_types)!r})")
+            numeric, categorical = infer_columns({c: ref_types[c] for c in columns})
+            report = compare_duckdb(reference, current, monitoring, numeric=numeric, categorical=categorical,
+                                    window=window, engine=eng)
+            ref_metrics = {"positive_rate": float(eng.sql(f"SELECT avg(CAST({LABEL} AS DOUBLE)) FROM ref")[0][0])} \
+                if LABEL in ref_types else {}
+            if sample_rows:
+                reference_sample = _sample(eng, "ref", sample_rows, seed)
+        else:
+            report = compare_duckdb(reference, current, monitoring, window=window, engine=eng)
+            ref_metrics = dict(reference.get("metrics") or {})
+        quality = None
+        if labels is not None:
+            keep = [c for c in ("transaction_id", SCORE) if c in cur_types]
+            predictions = eng.frame(f"SELECT {', '.join(keep)} FROM cur") if keep else pd.DataFrame(index=range(n))
+            quality = realized_quality(predictions, labels, monitoring.decision_threshold)
+        return WindowAssessment(
+            report=report, quality=quality, reference_metrics=ref_metrics,
+            current_sample=_sample(eng, "cur", sample_rows, seed) if sample_rows else pd.DataFrame(),
+            reference_sample=reference_sample,
+            skew_sample=_sample(eng, "cur_window", skew_rows, seed) if skew_rows else None,
+        )
+
+
+__all__ = ["WindowAssessment", "assess_window"]
