@@ -40,9 +40,6 @@ class FeaturesConfig(Section):
     registry_password_env: str | None = None
     """Name of the env var holding the SQL registry's password (secret)."""
 
-    ttl_days: int = Field(default=7, ge=1)
-    """Feature views' time-to-live: older values are not joined to a label."""
-
     source_dir: str = "data/features"
     """Folder the ingestion step writes the feature tables to; the Feast sources read from here."""
 

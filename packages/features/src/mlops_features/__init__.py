@@ -4,6 +4,7 @@ Heavy dependencies (Feast, Great Expectations) load on first use, not on import.
 """
 
 from mlops_features.aggregates import ingest, read_validated
+from mlops_features.backfill import backfill, offline_views
 from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
@@ -25,6 +26,7 @@ __all__ = [
     "PreparedData",
     "ValidationSummary",
     "apply_repo",
+    "backfill",
     "build_features",
     "data_version",
     "generate_transactions",
@@ -32,6 +34,7 @@ __all__ = [
     "ingest",
     "ingest_landed",
     "materialize",
+    "offline_views",
     "open_store",
     "prepare_local_data",
     "pull_accepted",

@@ -10,18 +10,13 @@ from mlops_model import statistics
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
     ENTITY_KEYS,
-    FEATURE_DEFAULTS,
-    FEATURES,
     LABEL,
-    MERCHANT_FEATURES,
     NUMERIC_FIELDS,
     OPTIONAL_FIELDS,
     REQUEST_FIELDS,
     REQUIRED_FIELDS,
     UNKNOWN_ENTITY,
     UNKNOWN_FLAGS,
-    USER_FEATURES,
-    Feature,
 )
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import EncoderSpecError, ExportedModelError, ModelContractError, StatisticsError
@@ -39,10 +34,7 @@ from mlops_model.exported import (
 __all__ = [
     "CATEGORICAL_FIELDS",
     "ENTITY_KEYS",
-    "FEATURES",
-    "FEATURE_DEFAULTS",
     "LABEL",
-    "MERCHANT_FEATURES",
     "META_FILE",
     "NUMERIC_FIELDS",
     "OPTIONAL_FIELDS",
@@ -50,7 +42,6 @@ __all__ = [
     "REQUIRED_FIELDS",
     "UNKNOWN_ENTITY",
     "UNKNOWN_FLAGS",
-    "USER_FEATURES",
     "WEIGHTS_FILE",
     "CategoricalColumn",
     "DerivedColumn",
@@ -58,7 +49,6 @@ __all__ = [
     "EncoderSpecError",
     "ExportedModel",
     "ExportedModelError",
-    "Feature",
     "ModelContractError",
     "NumericColumn",
     "StatisticsError",
