@@ -15,13 +15,11 @@ See ``docs/features.md``.
 
 from __future__ import annotations
 
-import inspect
 from datetime import timedelta
 
 from feast import BatchFeatureView, Entity, FeatureService, Field, FileSource, ValueType
-from feast.transformation.udf_rehydrate import rehydrate_udf_from_source
 from feast.types import Float64, Int64, String
-from windows import merchant_risk_udf, user_windows_udf
+from windows import merchant_risk_udf, registered, user_windows_udf
 
 TTL = timedelta(days=7)
 """Values older than this are not joined to a label (and come back as the feature's default)."""
@@ -39,19 +37,8 @@ transactions = FileSource(
 )
 
 
-def _registered(udf: object) -> tuple[object, str]:
-    """``(udf, its source)``, the udf rebuilt from its source text the way Feast rebuilds it from the registry:
-    the function applied is byte for byte the one stored, so ``feast plan`` sees no change after a materialization
-    (Feast 0.67 compares the stored function, and fails on a BatchFeatureView whose stored bytes differ)."""
-    source = inspect.getsource(udf)  # type: ignore[arg-type]
-    rebuilt = rehydrate_udf_from_source(source, preferred_name=udf.__name__)  # type: ignore[attr-defined]
-    if rebuilt is None:
-        raise ValueError(f"udf {udf.__name__!r} does not run from its own source text: keep its imports inside it")  # type: ignore[attr-defined]
-    return rebuilt, source
-
-
-USER_WINDOWS, USER_WINDOWS_SOURCE = _registered(user_windows_udf)
-MERCHANT_RISK, MERCHANT_RISK_SOURCE = _registered(merchant_risk_udf)
+USER_WINDOWS, USER_WINDOWS_SOURCE = registered(user_windows_udf)
+MERCHANT_RISK, MERCHANT_RISK_SOURCE = registered(merchant_risk_udf)
 
 
 def _feature(name: str, dtype: object, default: float, description: str) -> Field:

@@ -13,9 +13,22 @@ window-less aggregations are one group-by over the whole read range, with no val
 The windows below are the point-in-time form: per event at ``t``, the window ``[t - w, t]``.
 """
 
+import inspect
 from typing import Any
 
 import pandas as pd  # the udfs' signatures: Feast checks that a pandas udf takes and returns a DataFrame
+from feast.transformation.udf_rehydrate import rehydrate_udf_from_source
+
+
+def registered(udf: object) -> tuple[object, str]:
+    """``(udf, its source)``, the udf rebuilt from its source text the way Feast rebuilds it from the registry:
+    the function applied is byte for byte the one stored, so ``feast plan`` sees no change after a materialization
+    (Feast 0.67 compares the stored function, and fails on a BatchFeatureView whose stored bytes differ)."""
+    source = inspect.getsource(udf)  # type: ignore[arg-type]
+    rebuilt = rehydrate_udf_from_source(source, preferred_name=udf.__name__)  # type: ignore[attr-defined]
+    if rebuilt is None:
+        raise ValueError(f"udf {udf.__name__!r} does not run from its own source text: keep its imports inside it")  # type: ignore[attr-defined]
+    return rebuilt, source
 
 
 def user_windows_udf(tx: pd.DataFrame) -> pd.DataFrame:
