@@ -70,7 +70,8 @@ user_transactions = BatchFeatureView(
         _feature("user_distinct_merchants_24h", Int64, 0, "Distinct merchants in 24 hours."),
     ],
     description="Per user, after each transaction: counts and sums over 1 h / 24 h / 7 d windows [t - w, t].",
-    tags={"team": "fraud"},
+    # A user's values depend on that user's rows alone: the stream updater refreshes them per transaction.
+    tags={"team": "fraud", "mlops.stream": "true"},
 )
 
 merchant_risk = BatchFeatureView(

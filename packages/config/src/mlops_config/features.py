@@ -49,5 +49,13 @@ class FeaturesConfig(Section):
     redis_timeout_s: float = Field(default=0.5, gt=0, le=30)
     """Connect and read timeout (seconds) of the Redis online store: a down Redis fails fast, not hangs."""
 
+    stream_key: str = Field(default="mlops:transactions", min_length=1)
+    """Redis Stream of new transactions the stream updater (``mlops features stream``) consumes (same Redis as the
+    online store); each entry's field ``tx`` is the transaction as JSON."""
+
+    freshness_slo_s: int = Field(default=1800, gt=0)
+    """Freshness objective per feature view: seconds since the newest event its online values reflect (the
+    15-minute materialization schedule plus its run time); the ``FeatureViewStale`` alert fires past it."""
+
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""

@@ -13,6 +13,7 @@ from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
 from mlops_features.sample import DRIFT_MODES, generate_transactions
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
+from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
 
 __all__ = [
     "DRIFT_MODES",
@@ -24,11 +25,14 @@ __all__ = [
     "IngestReport",
     "OnlineFeatures",
     "PreparedData",
+    "StreamUpdater",
     "ValidationSummary",
     "apply_repo",
     "backfill",
     "build_features",
     "data_version",
+    "freshness",
+    "freshness_metrics_text",
     "generate_transactions",
     "historical_features",
     "ingest",
@@ -37,6 +41,7 @@ __all__ = [
     "offline_views",
     "open_store",
     "prepare_local_data",
+    "publish_transactions",
     "pull_accepted",
     "read_validated",
     "refresh_online",
