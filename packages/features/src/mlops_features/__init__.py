@@ -11,6 +11,7 @@ from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
 from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
+from mlops_features.review import PlanReport, base_repo_from_git, plan_features
 from mlops_features.sample import DRIFT_MODES, generate_transactions
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
 from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
@@ -24,11 +25,13 @@ __all__ = [
     "FeaturesError",
     "IngestReport",
     "OnlineFeatures",
+    "PlanReport",
     "PreparedData",
     "StreamUpdater",
     "ValidationSummary",
     "apply_repo",
     "backfill",
+    "base_repo_from_git",
     "build_features",
     "data_version",
     "freshness",
@@ -40,6 +43,7 @@ __all__ = [
     "materialize",
     "offline_views",
     "open_store",
+    "plan_features",
     "prepare_local_data",
     "publish_transactions",
     "pull_accepted",

@@ -70,6 +70,7 @@ def load_repo(features: FeaturesConfig, root: str | Path) -> Any:
     Raises:
         FeatureStoreError: a definition file fails to import; the message names the file and the error.
     """
+    from feast import Project
     from feast.repo_operations import parse_repo
 
     repo = repo_dir(features, root)
@@ -78,6 +79,8 @@ def load_repo(features: FeaturesConfig, root: str | Path) -> Any:
             contents = parse_repo(repo)
         except Exception as exc:
             raise FeatureStoreError(f"{_where(exc, repo)}: {type(exc).__name__}: {exc}") from exc
+    if not contents.projects:  # as the feast CLI does: the project named in feature_store.yaml
+        contents.projects.append(Project(name=features.feast_project, description=""))
     return contents
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -167,3 +168,43 @@ def freshness_cmd(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetO
         return
     for name, age in sorted(ages.items()):
         console.print(f"{name}: {age:.0f} s {'[red]> SLO' if age > cfg.freshness_slo_s else '[green]ok'}")
+
+
+@app.command("plan")
+def plan(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    base_ref: Annotated[str | None, typer.Option("--base-ref", help="Compare with feature_repo/ at this git ref "
+                                                 "(e.g. origin/main); default: the configured registry.")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Also write the report as Markdown here "
+                                                  "(CI writes it to $GITHUB_STEP_SUMMARY).")] = None,
+    skip_unchanged: Annotated[bool, typer.Option("--skip-unchanged", help="With --base-ref: report nothing "
+                                                 "when feature_repo/ did not change.")] = False,
+) -> None:
+    """Review report of a feature change: registry diff, schema, breaking changes, statistics, leakage."""
+    from mlops_features import base_repo_from_git, plan_features
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    base = None
+    if base_ref and skip_unchanged:
+        import subprocess
+
+        same = subprocess.run(["git", "-C", str(loaded.root), "diff", "--quiet", base_ref, "--",
+                               cfg.features.repo_path], check=False).returncode == 0
+        if same:
+            text = f"## Feature plan\n\nNo change to `{cfg.features.repo_path}/` against `{base_ref}`.\n"
+            if markdown is not None:
+                markdown.write_text(text, encoding="utf-8")
+            console.print(text, markup=False)
+            return
+    if base_ref:
+        base = base_repo_from_git(loaded.root, base_ref, cfg.features.repo_path,
+                                  loaded.root / ".mlops" / "plan-base")
+    report = plan_features(cfg.features, loaded.root, tracking=cfg.tracking, base_repo=base,
+                           model=cfg.project.model)
+    text = report.to_markdown()
+    if markdown is not None:
+        markdown.write_text(text, encoding="utf-8")
+    print_json(report.to_dict()) if as_json else console.print(text, markup=False)
+    if not report.ok:
+        raise typer.Exit(1)
