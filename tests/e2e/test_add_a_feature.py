@@ -101,7 +101,9 @@ def added(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Pa
     model = repo / "configs" / "models" / "fraud.yaml"
     model.write_text(model.read_text() + "features:\n  feature_service: fraud_v2\n")
     res = _mlops(repo, "pipeline", "run", "--fast", "--json")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    if res.returncode != 0:
+        gates = [p.read_text()[-4000:] for p in (repo / "reports").rglob("evaluation.json")]
+        pytest.fail(res.stdout[-2000:] + res.stderr[-2000:] + "\n".join(gates))
     return repo, json.loads(res.stdout)
 
 
