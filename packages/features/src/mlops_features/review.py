@@ -216,10 +216,33 @@ def _feast_diff(features: FeaturesConfig, root: Path, repo: Any) -> str:
     try:
         with contextlib.redirect_stdout(io.StringIO()), in_repo(features, root):
             registry_diff, infra_diff, _ = store.plan(repo)
+        _drop_source_meta_diffs(registry_diff)
         text = registry_diff.to_string() + "\n" + infra_diff.to_string()
         return re.sub(r"\x1b\[[0-9;]*m", "", text)  # Feast colours its diff for a terminal
     except Exception as exc:  # Feast 0.67's diff fails on a BatchFeatureView whose udf changed
         return f"feast plan failed ({type(exc).__name__}: {exc}); see the schema changes above"
+
+
+def _drop_source_meta_diffs(registry_diff: Any) -> None:
+    """Feast 0.67 lists a materialized view's source as updated when only its ``meta`` timestamps differ (the view
+    counts its materialization intervals in equality, then diffs every field): drop those, keep real changes."""
+    from feast.diff.registry_diff import TransitionType
+
+    for diff in registry_diff.feast_object_diffs:
+        kept = []
+        for prop in diff.feast_object_property_diffs:
+            if prop.property_name in ("batch_source", "stream_source") and hasattr(prop.val_existing, "meta"):
+                a, b = type(prop.val_existing)(), type(prop.val_declared)()
+                a.CopyFrom(prop.val_existing)
+                b.CopyFrom(prop.val_declared)
+                a.ClearField("meta")
+                b.ClearField("meta")
+                if a == b:
+                    continue
+            kept.append(prop)
+        diff.feast_object_property_diffs = kept
+        if not kept and diff.transition_type == TransitionType.UPDATE:
+            diff.transition_type = TransitionType.UNCHANGED
 
 
 def _spec(view: Any) -> dict[str, Any]:
