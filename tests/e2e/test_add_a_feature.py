@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 NEW_VIEW = '''"""A new feature, declared here alone: the largest amount of the user's last 24 hours."""
 
