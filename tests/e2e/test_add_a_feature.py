@@ -178,7 +178,8 @@ def test_fraud_v1_still_returns_what_it_did(added: tuple[Path, dict]) -> None:
         assert "user_amount_max_24h" not in x
         assert {n: x[n] for n in V1} == {n: y[n] for n in V1}
     tx = read_validated(repo / v1.data.validated_dir)  # type: ignore[attr-defined]
-    after = pd.to_datetime(tx["event_timestamp"], utc=True).max() + pd.Timedelta(seconds=1)
+    # after every row the online store holds: merchant rows are stamped at the end of their day
+    after = pd.to_datetime(tx["event_timestamp"], utc=True).max().floor("D") + pd.Timedelta(days=1, seconds=1)
     entity = pd.DataFrame({"user_id": [r["user_id"] for r in rows], "merchant_id": [r["merchant_id"] for r in rows],
                            "event_timestamp": after})
     old = historical_features(v1.features, repo, entity).set_index(["user_id", "merchant_id"])  # type: ignore[attr-defined]
