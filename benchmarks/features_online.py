@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -27,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, apply_repo, materialize, open_store, prepare_local_data
-from mlops_model import USER_FEATURES
+from mlops_features.schema import RAW_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,28 +74,34 @@ def _entity_rows(root: Path, features: FeaturesConfig, n: int, size: int, seed: 
 
 
 def _source_rows(root: Path, features: FeaturesConfig) -> int:
-    src = root / features.source_dir
-    return sum(pq.read_metadata(src / f"{n}.parquet").num_rows for n in ("user_transactions", "merchant_risk"))
+    """Rows the views' udfs read (the raw transactions, read once per view)."""
+    return 2 * pq.read_metadata(root / features.source_dir / "transactions.parquet").num_rows
 
 
 def _materialize_rate(features: FeaturesConfig, root: Path, rows: int) -> float:
-    """Rows/s writing ``rows`` distinct users (one row each) into the online store."""
+    """Rows/s computing and writing ``rows`` distinct users (one transaction each) into the online store: the
+    views' udfs run in Feast's compute engine, then the online write."""
     src = root / features.source_dir
     src.mkdir(parents=True, exist_ok=True)
+    _copy_repo(root)
     ts = pd.Timestamp("2026-11-01", tz="UTC") + pd.to_timedelta(np.arange(rows) % 86_400, unit="s")
-    table = pd.DataFrame({"user_id": [f"B{i:08d}" for i in range(rows)], "event_timestamp": ts, "created": ts})
     rng = np.random.default_rng(0)
-    for name in USER_FEATURES:
-        table[name] = rng.integers(0, 50, rows) if "count" in name or "distinct" in name else rng.random(rows) * 100
-    table.to_parquet(src / "user_transactions.parquet", index=False)
-    table.iloc[:0][["event_timestamp", "created"]].assign(
-        merchant_id=pd.Series([], dtype=str), merchant_fraud_rate_7d=pd.Series([], dtype=float),
-        merchant_txn_count_1d=pd.Series([], dtype="int64"), merchant_amount_mean_7d=pd.Series([], dtype=float),
-    ).to_parquet(src / "merchant_risk.parquet", index=False)
+    tx = pd.DataFrame({"transaction_id": [f"T{i:08d}" for i in range(rows)],
+                       "user_id": [f"B{i:08d}" for i in range(rows)], "merchant_id": "M00001",
+                       "event_timestamp": ts, "created": ts, "amount": rng.random(rows) * 100, "currency": "EUR",
+                       "category": "grocery", "country": "DE", "device": "ios", "channel": "online",
+                       "is_fraud": np.zeros(rows, dtype=np.int8)})
+    pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False), src / "transactions.parquet")
     apply_repo(features, root)
     t0 = time.perf_counter()
     materialize(features, root)
     return rows / (time.perf_counter() - t0)
+
+
+def _copy_repo(root: Path) -> None:
+    """``root/feature_repo``: the repository's relative source paths then resolve under ``root``."""
+    shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def main() -> int:
@@ -104,11 +112,12 @@ def main() -> int:
     parser.add_argument("--mat-rows", type=int, default=50_000, help="Distinct rows for the materialization run.")
     args = parser.parse_args()
     redis_url = os.environ.get("MLOPS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    repo = str(REPO_ROOT / "feature_repo")
+    repo = "feature_repo"
     project = f"bench_{uuid.uuid4().hex[:8]}"
     result: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="bench-features-") as tmp:
         root = Path(tmp)
+        _copy_repo(root)
         sqlite = FeaturesConfig(repo_path=repo)
         t0 = time.perf_counter()
         prepared = prepare_local_data(DataConfig(), sqlite, root)

@@ -1,75 +1,102 @@
-"""Features as code: the fraud model's entities, sources, feature views and feature services.
+"""Features as code: the fraud model's entities, source, feature views and feature services.
 
-The platform loads this file (``mlops features apply``) and calls :func:`build` with the folder that the
-ingestion step writes the source tables to, so the same definitions serve every profile and test.
-To add a feature: compute it in ``mlops_features.aggregates``, list it in
-``mlops_model.contract.FEATURES`` (names, types, defaults and descriptions live there once), add it to a
-*new* FeatureService version (``fraud_v2``); never change what ``fraud_v1`` returns under a model.
+A plain Feast repository: every object is defined at module level, so ``feast plan``, ``feast apply`` and
+``feast ui`` run by hand in this folder see exactly what ``mlops features apply`` registers (the platform
+loads this folder with Feast's own ``parse_repo``). Paths are relative to this folder, as Feast resolves them.
+
+How a feature is computed lives here too: each :class:`BatchFeatureView` reads the validated transactions
+and carries a pandas ``udf`` that Feast's compute engine (``batch_engine: local``) runs when it materializes
+the online store; the platform runs the same ``udf`` over the full history for the offline (training) table.
+Each feature's ``Field`` carries its ``default`` (what a model sees for an entity the store does not know)
+in its tags. To add a feature: add a view (or a column to a view's ``udf``) here, list it in a *new*
+FeatureService version (``fraud_v2``) and point the model config at it; never change ``fraud_v1``.
+See ``docs/features.md``.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
-from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
-from feast.types import Float64, Int64
+from feast import BatchFeatureView, Entity, FeatureService, Field, FileSource, ValueType
+from feast.types import Float64, Int64, String
+from windows import merchant_risk_udf, registered, user_windows_udf
 
-from mlops_model import FEATURE_DEFAULTS, FEATURES
+TTL = timedelta(days=7)
+"""Values older than this are not joined to a label (and come back as the feature's default)."""
 
-_DTYPES = {"int64": Int64, "float64": Float64}
+user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING, description="Card holder.")
+merchant = Entity(name="merchant", join_keys=["merchant_id"], value_type=ValueType.STRING,
+                  description="Card acceptor.")
 
-__all__ = ["FEATURE_DEFAULTS", "build"]
-"""``FEATURE_DEFAULTS``: what a model sees for an entity the store does not know (new, or past its TTL)."""
+transactions = FileSource(
+    name="transactions",
+    path="../data/features/transactions.parquet",
+    timestamp_field="event_timestamp",
+    created_timestamp_column="created",
+    description="Validated transactions (every accepted batch), written by the platform's ingestion step.",
+)
 
 
-def _fields(entity: str) -> list[Field]:
-    """The views' schemas, from the model contract's one feature list (names, types, descriptions)."""
-    return [Field(name=f.name, dtype=_DTYPES[f.dtype], description=f.description) for f in FEATURES
-            if f.entity == entity]
+USER_WINDOWS, USER_WINDOWS_SOURCE = registered(user_windows_udf)
+MERCHANT_RISK, MERCHANT_RISK_SOURCE = registered(merchant_risk_udf)
 
 
-def build(source_dir: str | Path, ttl: timedelta) -> list:
-    """Every Feast object of the repository, with sources under ``source_dir`` and views living for ``ttl``."""
-    source_dir = Path(source_dir)
-    user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING, description="Card holder.")
-    merchant = Entity(
-        name="merchant", join_keys=["merchant_id"], value_type=ValueType.STRING, description="Card acceptor."
-    )
-    user_source = FileSource(
-        name="user_transactions_source",
-        path=str(source_dir / "user_transactions.parquet"),
-        timestamp_field="event_timestamp",
-        created_timestamp_column="created",
-    )
-    merchant_source = FileSource(
-        name="merchant_risk_source",
-        path=str(source_dir / "merchant_risk.parquet"),
-        timestamp_field="event_timestamp",
-        created_timestamp_column="created",
-    )
-    user_transactions = FeatureView(
-        name="user_transactions",
-        entities=[user],
-        ttl=ttl,
-        schema=_fields("user_id"),
-        source=user_source,
-        online=True,
-        tags={"team": "fraud", "computed_by": "mlops_features.aggregates.compute_user_features"},
-    )
-    merchant_risk = FeatureView(
-        name="merchant_risk",
-        entities=[merchant],
-        ttl=ttl,
-        schema=_fields("merchant_id"),
-        source=merchant_source,
-        online=True,
-        tags={"team": "fraud", "computed_by": "mlops_features.aggregates.compute_merchant_features"},
-    )
-    fraud_v1 = FeatureService(
-        name="fraud_v1",
-        features=[user_transactions, merchant_risk],
-        description="Fraud model inputs, version 1: user windows and merchant risk.",
-        tags={"owner": "fraud"},
-    )
-    return [user, merchant, user_source, merchant_source, user_transactions, merchant_risk, fraud_v1]
+def _feature(name: str, dtype: object, default: float, description: str) -> Field:
+    """A feature column; ``default`` is what the platform fills in for an unknown entity or a value past TTL."""
+    return Field(name=name, dtype=dtype, description=description, tags={"default": repr(default)})  # type: ignore[arg-type]
+
+
+user_transactions = BatchFeatureView(
+    name="user_transactions",
+    mode="pandas",
+    source=transactions,
+    entities=[user],
+    ttl=TTL,
+    online=True,
+    offline=False,
+    udf=USER_WINDOWS,  # type: ignore[arg-type]
+    udf_string=USER_WINDOWS_SOURCE,
+    schema=[
+        Field(name="user_id", dtype=String),
+        _feature("user_txn_count_1h", Int64, 0, "Transactions in the last hour."),
+        _feature("user_txn_count_24h", Int64, 0, "Transactions in the last 24 hours."),
+        _feature("user_txn_count_7d", Int64, 0, "Transactions in the last 7 days."),
+        _feature("user_amount_sum_1h", Float64, 0.0, "Amount spent in the last hour."),
+        _feature("user_amount_sum_24h", Float64, 0.0, "Amount spent in the last 24 hours."),
+        _feature("user_amount_sum_7d", Float64, 0.0, "Amount spent in the last 7 days."),
+        _feature("user_amount_mean_7d", Float64, 0.0, "Mean amount over 7 days."),
+        _feature("user_amount_std_7d", Float64, 0.0, "Standard deviation of amounts, 7 days."),
+        _feature("user_amount_zscore", Float64, 0.0, "Latest amount vs the previous 7 days."),
+        _feature("user_distinct_merchants_24h", Int64, 0, "Distinct merchants in 24 hours."),
+    ],
+    description="Per user, after each transaction: counts and sums over 1 h / 24 h / 7 d windows [t - w, t].",
+    # A user's values depend on that user's rows alone: the stream updater refreshes them per transaction.
+    tags={"team": "fraud", "mlops.stream": "true"},
+)
+
+merchant_risk = BatchFeatureView(
+    name="merchant_risk",
+    mode="pandas",
+    source=transactions,
+    entities=[merchant],
+    ttl=TTL,
+    online=True,
+    offline=False,
+    udf=MERCHANT_RISK,  # type: ignore[arg-type]
+    udf_string=MERCHANT_RISK_SOURCE,
+    schema=[
+        Field(name="merchant_id", dtype=String),
+        _feature("merchant_fraud_rate_7d", Float64, 0.03, "Smoothed fraud rate over 7 days."),
+        _feature("merchant_txn_count_1d", Int64, 0, "Transactions on the last full day."),
+        _feature("merchant_amount_mean_7d", Float64, 0.0, "Mean amount over 7 days."),
+    ],
+    description="Per merchant and day, stamped at the day's end: labelled risk of the 7 days up to then.",
+    tags={"team": "fraud"},
+)
+
+fraud_v1 = FeatureService(
+    name="fraud_v1",
+    features=[user_transactions, merchant_risk],
+    description="Fraud model inputs, version 1: user windows and merchant risk.",
+    tags={"owner": "fraud"},
+)

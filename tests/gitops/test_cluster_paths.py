@@ -83,3 +83,23 @@ def test_cluster_data_path_is_ingestion_and_dvc_never_the_generator(rendered: di
     fit = next(i for i, r in enumerate(runs) if "mlops train run" in r)
     assert guard < pull < fit
     assert not any("repro" in r or "data generate" in r for r in runs), "train.yml still runs the generator"
+
+
+def test_online_store_freshness_is_scheduled_with_the_platforms_materialize(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The CronJob pulls the accepted area and runs `mlops features materialize --incremental` (an existing
+    command and option), more often than the freshness SLO, one run at a time."""
+    import typer
+
+    from mlops_cli.app import app as mlops_app
+
+    materialize = typer.main.get_command(mlops_app).commands["features"].commands["materialize"]  # type: ignore[attr-defined]
+    assert "--incremental" in {o for p in materialize.params for o in p.opts}
+    for env in ("staging", "production"):
+        job = next(d for d in rendered[env] if d["kind"] == "CronJob" and d["metadata"]["name"] == "fraud-materialize")
+        c = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        assert c["command"] == ["sh", "-c", "mlops data pull && mlops features materialize --incremental --json"]
+        minutes = [int(m) for m in job["spec"]["schedule"].split()[0].split(",")]
+        gaps = [(b - a) % 60 for a, b in zip(minutes, [*minutes[1:], minutes[0]], strict=True)]
+        assert max(gaps) * 60 < _profile(env).features.freshness_slo_s
+        assert job["spec"]["concurrencyPolicy"] == "Forbid"

@@ -30,7 +30,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_pass_promtool_check(rules: Path) -> None:
     proc = _promtool("check", "rules", str(rules))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 8 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 9 rules found" in proc.stdout + proc.stderr
 
 
 def test_rule_unit_tests_pass(rules: Path) -> None:
@@ -47,3 +47,14 @@ def test_a_broken_threshold_is_caught(rules: Path) -> None:
     rules.write_text(text)
     proc = _promtool("test", "rules", str(rules.parent / "fraud-rules.test.yaml"))
     assert proc.returncode != 0 and "FraudModelErrorRateHigh" in proc.stdout + proc.stderr
+
+
+def test_the_freshness_alert_threshold_is_the_configured_slo(repo_root: Path) -> None:
+    import yaml
+
+    from mlops_config import load_config
+
+    slo = load_config(config_dir=repo_root / "configs", environ={}).config.features.freshness_slo_s
+    doc = yaml.safe_load((repo_root / RULES_MANIFEST).read_text())
+    rule = next(r for g in doc["spec"]["groups"] for r in g["rules"] if r.get("alert") == "FeatureViewStale")
+    assert rule["expr"].rstrip().endswith(f"> {slo}"), rule["expr"]

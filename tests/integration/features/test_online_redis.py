@@ -90,11 +90,15 @@ def own_redis(tmp_path: Path) -> Iterator[dict[str, Any]]:
         proc.wait(timeout=10)
 
 
+def _copy_repo(root: Path) -> None:
+    shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
     own_redis: dict[str, Any], tmp_path: Path
 ) -> None:
-    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), online_store="redis",
-                              redis_url=f"redis://127.0.0.1:{own_redis['port']}/0")
+    _copy_repo(tmp_path)
+    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis['port']}/0")
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
     online = OnlineFeatures(features, tmp_path)
     row = {"user_id": "U000001", "merchant_id": "M00001"}
@@ -118,8 +122,8 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
 
 def test_teardown_removes_this_projects_keys(redis_url: str, tmp_path: Path) -> None:
     project = f"t_{uuid.uuid4().hex[:10]}"
-    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), online_store="redis", redis_url=redis_url,
-                              feast_project=project)
+    _copy_repo(tmp_path)
+    features = FeaturesConfig(online_store="redis", redis_url=redis_url, feast_project=project)
     prepare_local_data(DataConfig(rows=300, days=1, users=20, merchants=5), features, tmp_path, seed=4)
     client = redis.Redis.from_url(redis_url)
     mine = [k for k in client.scan_iter(count=10_000) if project.encode() in k]

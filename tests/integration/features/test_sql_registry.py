@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
@@ -21,7 +22,8 @@ def test_apply_materialize_and_read_through_a_sql_registry(
 ) -> None:
     registry = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
     registry += f"?options=-csearch_path%3D{postgres_schema}"
-    features = FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), registry_type="sql", registry=registry,
+    shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
+    features = FeaturesConfig(registry_type="sql", registry=registry,
                               online_store="redis", redis_url=redis_url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
     data = DataConfig(rows=600, days=2, users=40, merchants=10)
     try:

@@ -82,7 +82,9 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     root = config_dir.parent
     redis = Redis(kit.free_port(), root)
     redis.start()
-    sets = [f"features.repo_path={REPO / 'feature_repo'}", "features.online_store=redis",
+    shutil.copytree(REPO / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    sets = ["features.repo_path=feature_repo", "features.online_store=redis",
             f"features.redis_url=redis://127.0.0.1:{redis.port}/0", "serving.prediction_log_flush_s=0.3",
             "serving.feature_retry_s=0.3"]
     cfg = load_config(config_dir=config_dir, overrides=sets).config

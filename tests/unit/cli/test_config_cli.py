@@ -33,10 +33,10 @@ def test_show_json_has_every_section_and_sources(config_dir: Path) -> None:
 
 def test_show_table_for_people(config_dir: Path) -> None:
     res = run(["config", "show", "--section", "features"], cwd=config_dir.parent,
-              env={"MLOPS__FEATURES__TTL_DAYS": "3", "COLUMNS": "200"})
+              env={"MLOPS__FEATURES__REDIS_TIMEOUT_S": "3", "COLUMNS": "200"})
     assert res.returncode == 0, res.stderr
-    assert "features.ttl_days" in res.stdout
-    assert "env:MLOPS__FEATURES__TTL_DAYS" in res.stdout
+    assert "features.redis_timeout_s" in res.stdout
+    assert "env:MLOPS__FEATURES__REDIS_TIMEOUT_S" in res.stdout
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,8 @@ def test_generate_validate_apply_materialize_get(config_dir: Path, repo_root: Pa
     res = run(["features", "materialize", "--json"], cwd=repo)
     assert res.returncode == 0, res.stderr
     done = json.loads(res.stdout)
-    assert done["ingested_rows"]["user_transactions"] == good_rows
+    assert done["ingested_rows"]["transactions"] == good_rows
+    assert done["backfilled_rows"]["user_transactions"] == good_rows
     assert sorted(done["views"]) == ["merchant_risk", "user_transactions"]
     assert (repo / ".mlops/feast/online.db").is_file() and (repo / ".mlops/feast/registry.db").is_file()
 

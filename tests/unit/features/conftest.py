@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,24 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 SMALL = {"rows": 6_000, "days": 3, "users": 300, "merchants": 60}
 
 
-def features_cfg(root: Path, **over: object) -> FeaturesConfig:
-    """The features section with every path under ``root`` and the real feature_repo/ definitions."""
+def copy_repo(root: Path) -> None:
+    """``root/feature_repo``: a copy of the real one (its relative source paths then resolve under ``root``)."""
+    shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def features_cfg(root: Path, *, ttl_days: int | None = None, **over: object) -> FeaturesConfig:
+    """The features section with every path under ``root`` and a copy of feature_repo/ in ``root``; ``ttl_days``
+    rewrites the copy's ``TTL`` (the views' time-to-live is declared in the repository)."""
+    copy_repo(root)
+    if ttl_days is not None:
+        definitions = root / "feature_repo" / "definitions.py"
+        text, n = re.subn(r"^TTL = timedelta\(days=\d+\)$", f"TTL = timedelta(days={ttl_days})",
+                          definitions.read_text(), flags=re.MULTILINE)
+        assert n == 1, "feature_repo/definitions.py no longer declares `TTL = timedelta(days=...)`"
+        definitions.write_text(text)
     base = {
-        "repo_path": str(REPO_ROOT / "feature_repo"),
+        "repo_path": "feature_repo",
         "online_store_path": ".mlops/feast/online.db",
         "registry": ".mlops/feast/registry.db",
         "source_dir": "data/features",

@@ -6,6 +6,7 @@ only the ``online_overrides`` fixture differs.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
@@ -25,15 +28,21 @@ from mlops_features import (
     open_store,
     prepare_local_data,
 )
-from mlops_features.store import feature_defaults
-from mlops_model import MERCHANT_FEATURES, USER_FEATURES
+from mlops_features.schema import RAW_SCHEMA
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
+                 "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
+                 "user_amount_zscore", "user_distinct_merchants_24h")
+MERCHANT_FEATURES = ("merchant_fraud_rate_7d", "merchant_txn_count_1d", "merchant_amount_mean_7d")
 ALL = (*USER_FEATURES, *MERCHANT_FEATURES)
+DEFAULTS = {**dict.fromkeys(ALL, 0), "merchant_fraud_rate_7d": 0.03}  # as fraud_v1 declares them
 
 
 def _cfg(root: Path, overrides: dict[str, Any], **more: Any) -> FeaturesConfig:
-    return FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), **{**overrides, **more})
+    shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return FeaturesConfig(**{**overrides, **more})
 
 
 class OnlineSuite:
@@ -74,7 +83,7 @@ class OnlineSuite:
 
     def test_unknown_entities_get_defaults_and_flags(self, env: tuple) -> None:
         root, features, online = env
-        defaults = feature_defaults(features, root)
+        defaults = DEFAULTS
         known_merchant = pd.read_parquet(root / features.source_dir / "merchant_risk.parquet")["merchant_id"].iloc[0]
         both, user_only = online.get([{"user_id": "U-nobody", "merchant_id": "M-nobody"},
                                       {"user_id": "U-nobody", "merchant_id": known_merchant}])
@@ -101,7 +110,7 @@ class OnlineSuite:
         with pytest.raises(FeatureStoreError, match=r"entity row 1 lacks \['merchant_id'\]"):
             online.get([{"user_id": "U1", "merchant_id": "M1"}, {"user_id": "U1"}])
 
-    def test_incremental_materialization_loads_only_new_rows(
+    def test_incremental_materialization_reaches_the_online_store(
         self, online_overrides: dict[str, Any], tmp_path: Path
     ) -> None:
         features = _cfg(tmp_path, online_overrides)
@@ -109,27 +118,29 @@ class OnlineSuite:
         src.mkdir(parents=True)
         t0 = pd.Timestamp("2026-11-02 08:00", tz="UTC")
 
-        def write(stamps: list[pd.Timestamp], counts: list[int]) -> None:
-            users = pd.DataFrame({"user_id": "U1", "event_timestamp": stamps, "created": stamps})
-            for n in USER_FEATURES:
-                users[n] = np.array(counts, dtype=np.int64 if "count" in n or "distinct" in n else np.float64)
-            users.to_parquet(src / "user_transactions.parquet", index=False)
-            pd.DataFrame({"merchant_id": ["M1"], "event_timestamp": [t0], "created": [t0],
-                          "merchant_fraud_rate_7d": [0.1], "merchant_txn_count_1d": [3],
-                          "merchant_amount_mean_7d": [9.0]}).to_parquet(src / "merchant_risk.parquet", index=False)
+        def write(stamps: list[pd.Timestamp]) -> None:
+            n = len(stamps)
+            tx = pd.DataFrame({
+                "transaction_id": [f"T{i}" for i in range(n)], "user_id": "U1", "merchant_id": "M1",
+                "event_timestamp": stamps, "created": stamps, "amount": 10.0, "currency": "EUR",
+                "category": "grocery", "country": "DE", "device": "ios", "channel": "online",
+                "is_fraud": np.zeros(n, dtype=np.int8)})
+            pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False),
+                           src / "transactions.parquet")
 
-        write([t0], [1])
+        write([t0])
         apply_repo(features, tmp_path)
         try:
             materialize(features, tmp_path, incremental=True, end=t0 + timedelta(minutes=1))
             online = OnlineFeatures(features, tmp_path)
             assert online.get([{"user_id": "U1", "merchant_id": "M1"}])[0]["user_txn_count_1h"] == 1
-            write([t0, t0 + timedelta(hours=1)], [1, 2])
+            write([t0, t0 + timedelta(hours=1)])  # exactly 1 h later: the window [t - 1h, t] holds both
             materialize(features, tmp_path, incremental=True, end=t0 + timedelta(hours=2))
             assert online.get([{"user_id": "U1", "merchant_id": "M1"}])[0]["user_txn_count_1h"] == 2
             view = open_store(features, tmp_path).get_feature_view("user_transactions")
             assert len(view.materialization_intervals) == 2
-            assert view.materialization_intervals[1][0] == t0 + timedelta(minutes=1)  # continued, not restarted
+            # a udf view reads its whole source again: its windows need the history before the last run
+            assert view.materialization_intervals[1][0] == pd.Timestamp("2000-01-01", tz="UTC")
         finally:
             open_store(features, tmp_path).teardown()
 

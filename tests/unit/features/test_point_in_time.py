@@ -14,7 +14,11 @@ import pytest
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, historical_features, training_set
 from mlops_features.schema import RAW_SCHEMA
-from mlops_model import MERCHANT_FEATURES, USER_FEATURES
+
+USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
+                 "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
+                 "user_amount_zscore", "user_distinct_merchants_24h")
+MERCHANT_FEATURES = ("merchant_fraud_rate_7d", "merchant_txn_count_1d", "merchant_amount_mean_7d")
 
 MakeFeatures = Callable[..., FeaturesConfig]
 Built = tuple[Path, DataConfig]

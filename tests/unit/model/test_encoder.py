@@ -117,8 +117,16 @@ def test_records_adapter_handles_missing_keys_nan_and_unknowns_like_the_frame() 
 
 
 def test_both_adapters_are_byte_identical_to_the_previous_encoder_on_sample_rows(tmp_path: Path) -> None:
+    import importlib.util
+
     from mlops_features import generate_transactions
-    from mlops_features.aggregates import compute_merchant_features, compute_user_features
+
+    spec_file = importlib.util.spec_from_file_location(
+        "fraud_windows_for_encoder", Path(__file__).resolve().parents[3] / "feature_repo/windows.py")
+    assert spec_file is not None and spec_file.loader is not None
+    windows = importlib.util.module_from_spec(spec_file)
+    spec_file.loader.exec_module(windows)
+    compute_user_features, compute_merchant_features = windows.user_windows_udf, windows.merchant_risk_udf
 
     paths = generate_transactions(tmp_path, rows=3000, days=2, seed=3, users=120, merchants=30)
     tx = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)

@@ -22,7 +22,9 @@ SMALL = {"rows": 3_000, "days": 2, "users": 120, "merchants": 30}
 
 
 def features_cfg(root: Path) -> FeaturesConfig:
-    return FeaturesConfig(repo_path=str(REPO_ROOT / "feature_repo"), online_store_path=".mlops/feast/online.db",
+    shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return FeaturesConfig(repo_path="feature_repo", online_store_path=".mlops/feast/online.db",
                           registry=".mlops/feast/registry.db", source_dir="data/features")
 
 
@@ -99,7 +101,10 @@ def test_changed_online_transformation_is_named(store: tuple[Path, DataConfig, F
 def test_value_kept_online_past_its_ttl_is_named(store: tuple[Path, DataConfig, FeaturesConfig]) -> None:
     root, data, features = store
     seen = transactions(root, data)
-    later = serving_time(root, features) + pd.Timedelta(days=features.ttl_days + 1)
+    from mlops_features import open_store
+
+    ttl = open_store(features, root).get_feature_view("user_transactions").ttl  # declared in feature_repo/
+    later = serving_time(root, features) + ttl + pd.Timedelta(days=1)
     log = served_log(features, root, seen.sample(100, random_state=3), later)
     report = replay(features, root, log)
     causes = report.causes()
@@ -110,13 +115,15 @@ def test_value_kept_online_past_its_ttl_is_named(store: tuple[Path, DataConfig, 
 
 def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, DataConfig, FeaturesConfig],
                                                            tmp_path: Path) -> None:
-    from mlops_features import apply_repo, generate_transactions, ingest, validate_batches
+    from mlops_features import apply_repo, backfill, generate_transactions, ingest, validate_batches
 
     src_root, data, _ = store
     root = tmp_path / "copy"
     shutil.copytree(src_root, root)
     features = features_cfg(root)
-    apply_repo(features, root)  # the copied registry still names the original's source files
+    # A fresh registry: the copied one describes the original's online tables, and an apply would drop them.
+    (root / ".mlops/feast/registry.db").unlink()
+    apply_repo(features, root)
     before = transactions(root, data)
     last = pd.to_datetime(before["event_timestamp"], utc=True).max()
     # a new day arrives and is ingested into the offline store, but nobody materializes it
@@ -125,6 +132,7 @@ def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, Da
                                 users=SMALL["users"] + 60, merchants=SMALL["merchants"])
     validate_batches(raw, data, root)
     ingest(root / data.validated_dir, root / features.source_dir)
+    backfill(features, root)
     after = transactions(root, data)
     new_day = after[pd.to_datetime(after["event_timestamp"], utc=True) > last]
     known = set(before["user_id"].astype(str))

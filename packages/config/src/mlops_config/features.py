@@ -40,9 +40,6 @@ class FeaturesConfig(Section):
     registry_password_env: str | None = None
     """Name of the env var holding the SQL registry's password (secret)."""
 
-    ttl_days: int = Field(default=7, ge=1)
-    """Feature views' time-to-live: older values are not joined to a label."""
-
     source_dir: str = "data/features"
     """Folder the ingestion step writes the feature tables to; the Feast sources read from here."""
 
@@ -51,6 +48,14 @@ class FeaturesConfig(Section):
 
     redis_timeout_s: float = Field(default=0.5, gt=0, le=30)
     """Connect and read timeout (seconds) of the Redis online store: a down Redis fails fast, not hangs."""
+
+    stream_key: str = Field(default="mlops:transactions", min_length=1)
+    """Redis Stream of new transactions the stream updater (``mlops features stream``) consumes (same Redis as the
+    online store); each entry's field ``tx`` is the transaction as JSON."""
+
+    freshness_slo_s: int = Field(default=1800, gt=0)
+    """Freshness objective per feature view: seconds since the newest event its online values reflect (the
+    15-minute materialization schedule plus its run time); the ``FeatureViewStale`` alert fires past it."""
 
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""

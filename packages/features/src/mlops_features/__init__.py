@@ -4,6 +4,7 @@ Heavy dependencies (Feast, Great Expectations) load on first use, not on import.
 """
 
 from mlops_features.aggregates import ingest, read_validated
+from mlops_features.backfill import backfill, offline_views
 from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
@@ -17,8 +18,10 @@ from mlops_features.instructions import (
 from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
+from mlops_features.review import PlanReport, base_repo_from_git, plan_features
 from mlops_features.sample import DRIFT_MODES, generate_transactions
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
+from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
 
 __all__ = [
     "DRIFT_MODES",
@@ -31,19 +34,28 @@ __all__ = [
     "IngestReport",
     "InstructionGateResult",
     "OnlineFeatures",
+    "PlanReport",
     "PreparedData",
+    "StreamUpdater",
     "ValidationSummary",
     "apply_repo",
+    "backfill",
+    "base_repo_from_git",
     "build_features",
     "data_version",
     "encode_example",
+    "freshness",
+    "freshness_metrics_text",
     "generate_transactions",
     "historical_features",
     "ingest",
     "ingest_landed",
     "materialize",
+    "offline_views",
     "open_store",
+    "plan_features",
     "prepare_local_data",
+    "publish_transactions",
     "pull_accepted",
     "read_examples",
     "read_validated",

@@ -2,23 +2,28 @@
 
 Each labelled transaction is joined with the feature values as known *strictly before* its event time:
 Feast picks, per view, the latest row with ``feature_ts <= entity_ts`` inside the TTL, and we ask at
-``event_timestamp - 1 µs``. The user row stamped at a transaction's own time already counts that
+``event_timestamp - 1 µs``. Views that compute their rows (a ``udf``) are joined from their backfilled
+tables (:mod:`mlops_features.backfill`). The user row stamped at a transaction's own time already counts that
 transaction, and the online store at request time cannot know it yet; asking just before keeps training
 and serving the same. A view with no row inside the TTL gives nulls (the ``duckdb`` offline store keeps
-such rows; ``file`` drops them), which :func:`training_set` replaces with the repository's defaults.
+such rows; ``file`` drops them), which :func:`training_set` replaces with each feature's ``default`` tag.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features.aggregates import read_validated
+from mlops_features.backfill import offline_views
 from mlops_features.errors import FeatureStoreError
-from mlops_features.store import feature_defaults, open_store
+from mlops_features.repo import feature_defaults_of
+from mlops_features.store import open_store
 from mlops_model import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 
 logger = logging.getLogger(__name__)
@@ -27,15 +32,33 @@ JUST_BEFORE = pd.Timedelta(microseconds=1)
 LEADING_COLUMNS = ("transaction_id", "event_timestamp", *ENTITY_KEYS, *REQUEST_FIELDS)
 
 
-def feature_names(store: object, service_name: str) -> list[str]:
-    """Plain feature names a FeatureService returns, in its order."""
+def _service(store: Any, service_name: str) -> Any:
     try:
-        service = store.get_feature_service(service_name)  # type: ignore[attr-defined]
+        return store.get_feature_service(service_name)
     except Exception as exc:  # Feast raises its own FeatureServiceNotFoundException
         raise FeatureStoreError(
             f"feature service {service_name!r} is not in the registry ({exc}); run `mlops features apply`"
         ) from None
-    return [f.name for proj in service.feature_view_projections for f in proj.features]
+
+
+def feature_names(store: Any, service_name: str) -> list[str]:
+    """Plain feature names a FeatureService returns, in its order."""
+    return [f.name for proj in _service(store, service_name).feature_view_projections for f in proj.features]
+
+
+def service_views(store: Any, service_name: str) -> list[Any]:
+    """The registered feature views a FeatureService reads, each narrowed to the service's projection."""
+    views = []
+    for proj in _service(store, service_name).feature_view_projections:
+        view = copy.copy(store.get_feature_view(proj.name))
+        view.projection = proj
+        views.append(view)
+    return views
+
+
+def service_defaults(store: Any, service_name: str) -> dict[str, float]:
+    """``{feature: default}`` of a FeatureService's features (the ``default`` tag of each ``Field``)."""
+    return feature_defaults_of(service_views(store, service_name))
 
 
 def service_features(features: FeaturesConfig, root: str | Path) -> list[str]:
@@ -49,8 +72,11 @@ def historical_features(features: FeaturesConfig, root: str | Path, entity_df: p
     Rows whose entities have no value inside the TTL come back with nulls; the rows' order is not kept.
     """
     store = open_store(features, root)
-    service = store.get_feature_service(features.feature_service)
-    job = store.get_historical_features(entity_df=entity_df, features=service, full_feature_names=False)
+    views = service_views(store, features.feature_service)
+    refs = [f"{v.projection.name_to_use()}:{f.name}" for v in views for f in v.projection.features]
+    job = store._get_provider().get_historical_features(  # the store's own path, with views read from backfills
+        store.config, offline_views(features, root, views), refs, entity_df, store.registry, store.project,
+        full_feature_names=False)
     return job.to_df()
 
 
@@ -63,7 +89,7 @@ def training_set(
         features: The ``features`` section (store, FeatureService, TTL).
         data: The ``data`` section (where validated batches are).
         root: Repo root both sections' paths are relative to.
-        fill_defaults: Replace nulls (no value within the TTL) by the repository's ``FEATURE_DEFAULTS``.
+        fill_defaults: Replace nulls (no value within the TTL) by each feature's ``default`` tag.
 
     Returns:
         Columns ``transaction_id, event_timestamp, user_id, merchant_id``, the request-time fields,
@@ -74,8 +100,7 @@ def training_set(
     entity_df["event_timestamp"] = entity_df["event_timestamp"] - JUST_BEFORE
     store = open_store(features, root)
     names = feature_names(store, features.feature_service)
-    service = store.get_feature_service(features.feature_service)
-    joined = store.get_historical_features(entity_df=entity_df, features=service, full_feature_names=False).to_df()
+    joined = historical_features(features, root, entity_df)
     if len(joined) != len(entity_df):
         raise FeatureStoreError(
             f"point-in-time join returned {len(joined)} rows for {len(entity_df)} labels: "
@@ -83,7 +108,7 @@ def training_set(
         )
     joined["event_timestamp"] = pd.to_datetime(joined["event_timestamp"], utc=True) + JUST_BEFORE
     if fill_defaults:
-        defaults = feature_defaults(features, root)
+        defaults = service_defaults(store, features.feature_service)
         joined = joined.fillna({n: defaults[n] for n in names if n in defaults})
     out = joined[[*LEADING_COLUMNS, *names, LABEL]]
     out = out.sort_values(["event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import FeaturesConfig
-from mlops_features.dataset import feature_names
+from mlops_features.dataset import feature_names, service_defaults
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
-from mlops_features.store import feature_defaults, open_store
+from mlops_features.store import open_store
 from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
 
 logger = logging.getLogger(__name__)
@@ -47,10 +47,7 @@ class OnlineFeatures:
         self.service_name = features.feature_service
         self.names = feature_names(self._store, self.service_name)
         self._service = self._store.get_feature_service(self.service_name)
-        defaults = feature_defaults(features, root)
-        missing = [n for n in self.names if n not in defaults]
-        if missing:
-            raise FeatureStoreError(f"features {missing!r} have no entry in FEATURE_DEFAULTS of the feature repo")
+        defaults = service_defaults(self._store, self.service_name)  # every feature has one, or this raised
         self.defaults = {n: defaults[n] for n in self.names}
         self._by_entity = self._group_names_by_entity()
         self._errors = _unavailable_errors()

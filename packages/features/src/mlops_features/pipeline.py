@@ -1,6 +1,6 @@
 """From nothing to a feature store ready for training and serving, in one call (the local profile's path).
 
-``prepare_local_data`` = generate → validate → ingest → apply → materialize. Training then calls
+``prepare_local_data`` = generate → validate → ingest → apply → backfill → materialize. Training then calls
 :func:`mlops_features.training_set`; serving opens :class:`mlops_features.OnlineFeatures`.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_core import hash_files
 from mlops_features.aggregates import ingest
+from mlops_features.backfill import backfill
 from mlops_features.errors import DataError
 from mlops_features.gate import ValidationSummary, validate_batches
 from mlops_features.sample import generate_transactions
@@ -62,7 +63,7 @@ def refresh_online(
     end: datetime | None = None,
     ingest_first: bool = True,
 ) -> dict[str, Any]:
-    """``mlops features materialize``: recompute the feature tables, then load the online store.
+    """``mlops features materialize``: ingest, backfill the offline tables, then load the online store.
 
     Args:
         features: The ``features`` section.
@@ -70,25 +71,29 @@ def refresh_online(
         root: Repo root the sections' paths are relative to.
         incremental: See :func:`mlops_features.materialize`.
         end: See :func:`mlops_features.materialize`.
-        ingest_first: Recompute the feature tables from the validated area before loading (default).
+        ingest_first: Lay the validated area down as the raw source before computing (default).
     """
     root = Path(root)
     rows = ingest(root / data.validated_dir, root / features.source_dir) if ingest_first else None
-    return {**materialize(features, root, incremental=incremental, end=end), "ingested_rows": rows}
+    backfilled = backfill(features, root)
+    return {**materialize(features, root, incremental=incremental, end=end), "ingested_rows": rows,
+            "backfilled_rows": backfilled}
 
 
 def build_features(features: FeaturesConfig, data: DataConfig, root: str | Path) -> dict[str, Any]:
-    """Ingest the validated area into the feature tables, apply the repo and materialize (the DVC stage)."""
+    """Ingest the validated area, apply the repo, backfill its offline tables and materialize (the DVC stage)."""
     root = Path(root)
     t0 = time.perf_counter()
     rows = ingest(root / data.validated_dir, root / features.source_dir)
     t1 = time.perf_counter()
     applied = apply_repo(features, root)
     t2 = time.perf_counter()
-    done = materialize(features, root)
+    backfilled = backfill(features, root)
     t3 = time.perf_counter()
-    return {"ingested_rows": rows, "applied": applied, "materialized": done,
-            "seconds": {"ingest": t1 - t0, "apply": t2 - t1, "materialize": t3 - t2}}
+    done = materialize(features, root)
+    t4 = time.perf_counter()
+    return {"ingested_rows": {**rows, **backfilled}, "applied": applied, "materialized": done,
+            "seconds": {"ingest": t1 - t0, "apply": t2 - t1, "backfill": t3 - t2, "materialize": t4 - t3}}
 
 
 def prepare_local_data(

@@ -10,18 +10,13 @@ from mlops_model import statistics
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
     ENTITY_KEYS,
-    FEATURE_DEFAULTS,
-    FEATURES,
     LABEL,
-    MERCHANT_FEATURES,
     NUMERIC_FIELDS,
     OPTIONAL_FIELDS,
     REQUEST_FIELDS,
     REQUIRED_FIELDS,
     UNKNOWN_ENTITY,
     UNKNOWN_FLAGS,
-    USER_FEATURES,
-    Feature,
 )
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import (
@@ -56,10 +51,7 @@ from mlops_model.signing import (
 __all__ = [
     "CATEGORICAL_FIELDS",
     "ENTITY_KEYS",
-    "FEATURES",
-    "FEATURE_DEFAULTS",
     "LABEL",
-    "MERCHANT_FEATURES",
     "META_FILE",
     "NUMERIC_FIELDS",
     "OPTIONAL_FIELDS",
@@ -68,7 +60,6 @@ __all__ = [
     "SIGNATURE_FILE",
     "UNKNOWN_ENTITY",
     "UNKNOWN_FLAGS",
-    "USER_FEATURES",
     "WEIGHTS_FILE",
     "CategoricalColumn",
     "DerivedColumn",
@@ -76,7 +67,6 @@ __all__ = [
     "EncoderSpecError",
     "ExportedModel",
     "ExportedModelError",
-    "Feature",
     "ModelContractError",
     "ModelSignatureError",
     "ModelSigner",

@@ -25,11 +25,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from mlops_model.contract import CATEGORICAL_FIELDS, MERCHANT_FEATURES, USER_FEATURES
+from mlops_model.contract import CATEGORICAL_FIELDS, ENTITY_KEYS, LABEL, NUMERIC_FIELDS
 from mlops_model.errors import EncoderSpecError
 
 ENCODER_VERSION: Literal[1] = 1
-DEFAULT_NUMERIC = ("amount", *USER_FEATURES, *MERCHANT_FEATURES)
 DEFAULT_DERIVED = (("amount_vs_user_mean_7d", "log_ratio", ("amount", "user_amount_mean_7d")),)
 LOG_PREFIXES = ("amount", "user_amount_sum", "user_amount_mean", "user_amount_std", "merchant_amount")
 """Numeric columns whose names start with these are heavy-tailed money amounts: encoded on a log scale."""
@@ -64,6 +63,14 @@ class DerivedColumn(_Scaled):
 class CategoricalColumn(_Column):
     vocab: tuple[str, ...]
     """Known values, in slot order; one more slot follows for anything else."""
+
+
+def default_numeric(df: pd.DataFrame) -> list[str]:
+    """``amount`` (the request's numeric fields), then the frame's other numeric, non-key, non-label columns."""
+    skip = {*NUMERIC_FIELDS, *ENTITY_KEYS, LABEL}
+    rest = [c for c in df.columns if c not in skip and pd.api.types.is_numeric_dtype(df[c])
+            and not pd.api.types.is_bool_dtype(df[c])]
+    return [c for c in NUMERIC_FIELDS if c in df.columns] + rest
 
 
 class EncoderSpec(BaseModel):
@@ -135,12 +142,13 @@ class EncoderSpec(BaseModel):
 
         Args:
             df: Training rows: request-time fields and feature columns.
-            numeric: Numeric columns; default: ``amount`` and every FeatureService column present in ``df``.
+            numeric: Numeric columns; default: the request's numeric fields, then every other numeric column of
+                ``df`` in its order (the FeatureService's features in a training set), less the label.
             categorical: Categorical columns; default: the request-time categoricals present in ``df``.
         """
         if len(df) == 0:
             raise EncoderSpecError("cannot fit an encoder on an empty DataFrame: expected training rows")
-        numeric = list(numeric) if numeric is not None else [c for c in DEFAULT_NUMERIC if c in df.columns]
+        numeric = list(numeric) if numeric is not None else default_numeric(df)
         categorical = (list(categorical) if categorical is not None
                        else [c for c in CATEGORICAL_FIELDS if c in df.columns])
         missing = [c for c in (*numeric, *categorical) if c not in df.columns]

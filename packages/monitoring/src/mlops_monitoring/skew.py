@@ -104,11 +104,12 @@ class _View:
     """The view's offline rows: join key, ``event_timestamp``, features (sorted by time)."""
 
 
-def _views(store: Any, service_name: str) -> list[_View]:
+def _views(store: Any, service_name: str, offline: Any) -> list[_View]:
+    """``offline``: ``views -> views`` reading each view's offline rows (``mlops_features.offline_views``)."""
     service = store.get_feature_service(service_name)
     views = []
     for proj in service.feature_view_projections:
-        view = store.get_feature_view(proj.name)
+        view = offline([store.get_feature_view(proj.name)])[0]
         keys = [c.name for c in view.entity_columns]
         if len(keys) != 1:
             raise MonitoringError(f"skew replay supports views with one join key; {view.name!r} has {keys!r}")
@@ -167,10 +168,10 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
         seed: Sampling seed.
         max_examples: Mismatches kept as examples in the report.
     """
-    from mlops_features import OnlineFeatures, historical_features, open_store
+    from mlops_features import OnlineFeatures, historical_features, offline_views, open_store
 
     store = open_store(features, root)
-    views = _views(store, features.feature_service)
+    views = _views(store, features.feature_service, lambda vs: offline_views(features, root, vs))
     names = [n for v in views for n in v.features]
     needed = ["ts", *(v.join_key for v in views), *names]
     lacking = [c for c in needed if c not in log.columns]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +19,7 @@ EntityOpt = Annotated[list[str], typer.Option("--entity", "-e", help="Entity key
 
 @app.command("ingest")
 def ingest(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
-    """Compute the feature tables (user windows, merchant risk) from the validated area."""
+    """Lay the validated area down as the feature repository's raw source (transactions.parquet)."""
     from mlops_features import ingest as run_ingest
 
     loaded = load(profile, model, sets)
@@ -42,10 +43,10 @@ def materialize(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
     incremental: Annotated[bool, typer.Option("--incremental", help="Only since the last materialization.")] = False,
     end: Annotated[datetime | None, typer.Option("--end", help="Window end (UTC); default now.")] = None,
-    ingest_first: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Recompute the feature tables from "
-                                               "the validated area first.")] = True,
+    ingest_first: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Lay the validated area down as the "
+                                               "raw source first.")] = True,
 ) -> None:
-    """Compute the feature tables from validated data, then load the latest values into the online store."""
+    """Ingest, backfill the views' offline tables (their udfs), then load the online store (Feast's engine)."""
     from mlops_features import refresh_online
 
     loaded = load(profile, model, sets)
@@ -119,3 +120,91 @@ def render(
 def _utc(value: datetime | None) -> datetime | None:
     """Typer parses naive datetimes; the command's times are UTC."""
     return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@app.command("stream")
+def stream(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+    consumer: Annotated[str, typer.Option("--consumer", help="Consumer name in the group.")] = "updater-0",
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Serve feast_feature_freshness_seconds on "
+                                              "this port (0: off).")] = 9108,
+    seconds: Annotated[float | None, typer.Option("--seconds", help="Stop after this long; default: run.")] = None,
+) -> None:
+    """Keep streamable views fresh per transaction from ``features.stream_key``; serve the freshness gauge."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlops_features import StreamUpdater, freshness_metrics_text
+
+    loaded = load(profile, model, sets)
+    cfg, root = loaded.config.features, loaded.root
+    if metrics_port:
+        class Metrics(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = freshness_metrics_text(cfg, root).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer(("0.0.0.0", metrics_port), Metrics)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    StreamUpdater(cfg, root, consumer=consumer).run(stop_after_s=seconds)
+
+
+@app.command("freshness")
+def freshness_cmd(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None,
+                  as_json: JsonOpt = False) -> None:
+    """Seconds since the newest event each feature view's online values reflect, against the SLO."""
+    from mlops_features import freshness
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config.features
+    ages = freshness(cfg, loaded.root)
+    doc = {"slo_s": cfg.freshness_slo_s, "views": ages, "breached": sorted(v for v, a in ages.items()
+                                                                         if a > cfg.freshness_slo_s)}
+    if as_json:
+        print_json(doc)
+        return
+    for name, age in sorted(ages.items()):
+        console.print(f"{name}: {age:.0f} s {'[red]> SLO' if age > cfg.freshness_slo_s else '[green]ok'}")
+
+
+@app.command("plan")
+def plan(
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+    base_ref: Annotated[str | None, typer.Option("--base-ref", help="Compare with feature_repo/ at this git ref "
+                                                 "(e.g. origin/main); default: the configured registry.")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Also write the report as Markdown here "
+                                                  "(CI writes it to $GITHUB_STEP_SUMMARY).")] = None,
+    skip_unchanged: Annotated[bool, typer.Option("--skip-unchanged", help="With --base-ref: report nothing "
+                                                 "when feature_repo/ did not change.")] = False,
+) -> None:
+    """Review report of a feature change: registry diff, schema, breaking changes, statistics, leakage."""
+    from mlops_features import base_repo_from_git, plan_features
+
+    loaded = load(profile, model, sets)
+    cfg = loaded.config
+    base = None
+    if base_ref and skip_unchanged:
+        import subprocess
+
+        same = subprocess.run(["git", "-C", str(loaded.root), "diff", "--quiet", base_ref, "--",
+                               cfg.features.repo_path], check=False).returncode == 0
+        if same:
+            text = f"## Feature plan\n\nNo change to `{cfg.features.repo_path}/` against `{base_ref}`.\n"
+            if markdown is not None:
+                markdown.write_text(text, encoding="utf-8")
+            console.print(text, markup=False)
+            return
+    if base_ref:
+        base = base_repo_from_git(loaded.root, base_ref, cfg.features.repo_path,
+                                  loaded.root / ".mlops" / "plan-base")
+    report = plan_features(cfg.features, loaded.root, tracking=cfg.tracking, base_repo=base,
+                           model=cfg.project.model)
+    text = report.to_markdown()
+    if markdown is not None:
+        markdown.write_text(text, encoding="utf-8")
+    print_json(report.to_dict()) if as_json else console.print(text, markup=False)
+    if not report.ok:
+        raise typer.Exit(1)

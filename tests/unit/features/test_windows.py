@@ -1,15 +1,32 @@
-"""The ingestion step's windows against a brute-force count over hand-built and random transactions."""
+"""The feature repo's window udfs (feature_repo/windows.py) against a brute-force count over hand-built and
+random transactions."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mlops_features.aggregates import PRIOR_WEIGHT, compute_merchant_features, compute_user_features
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PRIOR_WEIGHT = 20.0  # the merchant rate's smoothing, as feature_repo/windows.py documents it
+
+
+def _load_windows() -> object:
+    spec = importlib.util.spec_from_file_location("fraud_windows_under_test", REPO_ROOT / "feature_repo/windows.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_windows = _load_windows()
+compute_user_features = _windows.user_windows_udf  # type: ignore[attr-defined]
+compute_merchant_features = _windows.merchant_risk_udf  # type: ignore[attr-defined]
 
 T0 = pd.Timestamp("2026-11-01 00:00", tz="UTC")
 
