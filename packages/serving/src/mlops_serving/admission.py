@@ -1,0 +1,174 @@
+"""Overload shedding: a bound on the predict requests a server holds, and a deadline per request.
+
+Without a bound every request is queued: at many times the server's capacity the queue grows, every answer
+comes late and memory follows the queue. Here, as in any admission controller:
+
+- at most ``serving.max_inflight`` predict requests are held at once (read, waiting for a micro-batch, or
+  scored); one more is refused at the door with 503 + ``Retry-After``, before its body is read, so a refusal
+  costs microseconds and the admitted ones keep their latency;
+- each admitted request carries a deadline (``serving.request_deadline_ms``, shortened by the client's
+  ``X-Request-Deadline-Ms``): a request whose deadline passed while it waited for a batch is refused with 503
+  instead of being scored, and the batch's feature lookup is abandoned at the latest deadline of its requests
+  (:meth:`mlops_serving.lookup.FeatureLookup.get`), so a slow online store cannot hold answers past the objective.
+
+The deadline reaches the model through a :class:`Ticket` in a context variable: the request's task runs the
+middleware and KServe's ``Model.__call__``, so :func:`current_ticket` in ``preprocess`` sees it.
+Shed requests are counted in ``mlops_serving_shed_requests{reason}`` (``inflight`` | ``deadline``),
+abandoned lookups in ``mlops_serving_feature_lookups_abandoned``; ``mlops_serving_inflight`` is the gauge.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from mlops_serving.errors import BadRequestError, ServingError
+
+DEADLINE_HEADER = "x-request-deadline-ms"
+_ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=None)
+
+
+class OverloadedError(ServingError):
+    """More predict requests in flight than ``serving.max_inflight``: 503 + Retry-After."""
+
+    http_status = 503
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceededError(OverloadedError):
+    """The request's deadline passed before it could be scored: 503 + Retry-After."""
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The bounds of one server (from the ``serving`` section)."""
+
+    max_inflight: int
+    deadline_ms: float
+    retry_after_s: int = 1
+
+    @classmethod
+    def from_config(cls, serving: Any) -> AdmissionLimits:
+        return cls(serving.max_inflight, serving.request_deadline_ms, serving.shed_retry_after_s)
+
+
+@dataclass
+class Ticket:
+    """One admitted request: its deadline (``time.monotonic()``), and what became of it on the batch thread."""
+
+    deadline: float
+    retry_after_s: int = 1
+    expired: bool = False
+    lookup_abandoned: bool = False
+
+    def expired_error(self) -> DeadlineExceededError:
+        return DeadlineExceededError("the request's deadline passed before it could be scored (the server is "
+                                     "overloaded); retry later", retry_after_s=self.retry_after_s)
+
+
+def current_ticket() -> Ticket | None:
+    """The ticket of the request this task serves (``None`` outside an admitted predict request)."""
+    return _ticket.get()
+
+
+def is_past(ticket: Ticket | None, now: float) -> bool:
+    """Whether ``ticket``'s deadline has passed at ``now`` (``time.monotonic()``); no ticket never expires."""
+    return ticket is not None and now >= ticket.deadline
+
+
+def latest_deadline(tickets: list[Ticket | None]) -> float | None:
+    """The deadline a batch's shared work must meet: the latest of its requests' (``None``: one has none)."""
+    if not tickets or any(t is None for t in tickets):
+        return None
+    return max(t.deadline for t in tickets if t is not None)
+
+
+class AdmissionMetrics:
+    """The shedding series, in the server's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.shed = Counter("mlops_serving_shed_requests", "Predict requests refused with 503 for overload, by "
+                            "reason (inflight: over serving.max_inflight; deadline: not scored in time).",
+                            ["model", "reason"], registry=registry)
+        self.inflight = Gauge("mlops_serving_inflight", "Predict requests held now (read, queued or scored).",
+                              ["model"], registry=registry)
+        self.abandoned = Counter("mlops_serving_feature_lookups_abandoned",
+                                 "Requests whose batch's feature lookup was abandoned at its deadline.", ["model"],
+                                 registry=registry)
+
+
+class AdmissionGuard:
+    """ASGI middleware on the predict routes: the in-flight bound and the per-request deadline.
+
+    Args:
+        app: The wrapped ASGI app.
+        limits: The bounds.
+        errors: The server's :class:`~mlops_serving.server.ErrorReplies` (answers and counts the refusals).
+        metrics: The shedding series.
+        model_name: The ``model`` label.
+    """
+
+    def __init__(self, app: Any, *, limits: AdmissionLimits, errors: Any, metrics: AdmissionMetrics,
+                 model_name: str) -> None:
+        self.app = app
+        self.limits = limits
+        self.errors = errors
+        self.inflight = 0
+        self.peak = 0
+        self._shed = {r: metrics.shed.labels(model_name, r) for r in ("inflight", "deadline")}
+        self._gauge = metrics.inflight.labels(model_name)
+        self._abandoned = metrics.abandoned.labels(model_name)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path: str = scope.get("path", "") if scope["type"] == "http" else ""
+        if scope.get("method") != "POST" or not (path.endswith(":predict") or path.endswith("/infer")):
+            await self.app(scope, receive, send)
+            return
+        if self.inflight >= self.limits.max_inflight:
+            self._shed["inflight"].inc()
+            await self.errors.send(send, OverloadedError(
+                f"{self.inflight} predict requests are in flight, the limit (serving.max_inflight) is "
+                f"{self.limits.max_inflight}; retry later", retry_after_s=self.limits.retry_after_s))
+            return
+        try:
+            deadline_ms = self._deadline_ms(scope)
+        except BadRequestError as exc:
+            await self.errors.send(send, exc)
+            return
+        ticket = Ticket(time.monotonic() + deadline_ms / 1000.0, self.limits.retry_after_s)
+        token = _ticket.set(ticket)
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        self._gauge.set(self.inflight)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.inflight -= 1
+            self._gauge.set(self.inflight)
+            _ticket.reset(token)
+            if ticket.expired:
+                self._shed["deadline"].inc()
+            if ticket.lookup_abandoned:
+                self._abandoned.inc()
+
+    def _deadline_ms(self, scope: dict[str, Any]) -> float:
+        """The configured deadline, or the client's shorter one from :data:`DEADLINE_HEADER`."""
+        raw = next((v for k, v in scope.get("headers", []) if k.lower() == DEADLINE_HEADER.encode()), None)
+        if raw is None:
+            return self.limits.deadline_ms
+        text = raw.decode("latin-1").strip()
+        try:
+            asked = float(text)
+        except ValueError:
+            asked = -1.0
+        if not 0 < asked < float("inf"):
+            raise BadRequestError(f"header X-Request-Deadline-Ms={text!r:.40} is invalid: expected a positive "
+                                  "number of milliseconds")
+        return min(asked, self.limits.deadline_ms)
