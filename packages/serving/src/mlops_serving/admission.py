@@ -24,11 +24,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mlops_serving.errors import BadRequestError, ServingError
 
 DEADLINE_HEADER = "x-request-deadline-ms"
+ADMITTED_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=None)
 
 
@@ -102,6 +103,9 @@ class AdmissionMetrics:
         self.abandoned = Counter("mlops_serving_feature_lookups_abandoned",
                                  "Requests whose batch's feature lookup was abandoned at its deadline.", ["model"],
                                  registry=registry)
+        self.admitted = Histogram("mlops_serving_admitted_seconds", "Admitted predict requests, from admission to "
+                                  "the end of the answer (what the in-flight bound and the deadline control).",
+                                  ["model"], buckets=ADMITTED_BUCKETS, registry=registry)
 
 
 class AdmissionGuard:
@@ -125,6 +129,7 @@ class AdmissionGuard:
         self._shed = {r: metrics.shed.labels(model_name, r) for r in ("inflight", "deadline")}
         self._gauge = metrics.inflight.labels(model_name)
         self._abandoned = metrics.abandoned.labels(model_name)
+        self._admitted = metrics.admitted.labels(model_name)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "") if scope["type"] == "http" else ""
@@ -142,7 +147,8 @@ class AdmissionGuard:
         except BadRequestError as exc:
             await self.errors.send(send, exc)
             return
-        ticket = Ticket(time.monotonic() + deadline_ms / 1000.0, self.limits.retry_after_s)
+        admitted = time.monotonic()
+        ticket = Ticket(admitted + deadline_ms / 1000.0, self.limits.retry_after_s)
         token = _ticket.set(ticket)
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
@@ -150,6 +156,7 @@ class AdmissionGuard:
         try:
             await self.app(scope, receive, send)
         finally:
+            self._admitted.observe(time.monotonic() - admitted)
             self.inflight -= 1
             self._gauge.set(self.inflight)
             _ticket.reset(token)
