@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="seeds per scenario (kill points drawn from each)")
     parser.add_argument("--overload-s", type=float, default=20.0, help="seconds of overload (half each mode)")
     parser.add_argument("--training", action="store_true", help="also the training faults (minutes per seed)")
+    parser.add_argument("--training-seeds", type=int, default=1, help="seeds for the training faults (3 kills each)")
     args = parser.parse_args()
     h: object = _harness()
     seeds = list(range(1, args.seeds + 1))
@@ -44,7 +45,7 @@ def main() -> None:
         records = h.run_all(seeds, work)  # type: ignore[attr-defined]
         records.append(h.overload_fault(1, work, seconds=args.overload_s))  # type: ignore[attr-defined]
         if args.training:
-            records += h.run_training(seeds, work)  # type: ignore[attr-defined]
+            records += h.run_training(list(range(1, args.training_seeds + 1)), work)  # type: ignore[attr-defined]
     for r in records:
         sys.stderr.write(json.dumps(r) + "\n")
     out = h.summary(records)  # type: ignore[attr-defined]

@@ -688,7 +688,7 @@ def training_fault(kind: str, seed: int, root: Path, reference: str) -> dict[str
     Survived: every process of the killed run gone within 10 s (no orphan), the rerun resumes from a complete
     checkpoint and ends with weights bit-identical to an uninterrupted run (``reference``).
     """
-    rng = random.Random(seed)
+    rng = random.Random(f"{seed}-{kind}")
     step = rng.choice((4, 8, 12, 16))
     mid = rng.random() < 0.5
     run, tag = f"chaos-{kind}-{seed}", f"chaos{seed}{kind}{os.getpid()}"
