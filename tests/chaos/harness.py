@@ -37,6 +37,14 @@ def record(fault: str, *, injected: bool, survived: bool, lost_rows: int = 0, lo
             "lost_versions": lost_versions, "recovery_s": round(recovery_s, 3), "detail": detail}
 
 
+def kill_point(scenario: str, seed: int, points: int) -> int:
+    """The kill point (1..``points``) of ``seed``: seeds 1..points take every point once, in an order drawn at
+    random per scenario, so a few seeds cover every step and any seed count stays reproducible."""
+    order = list(range(1, points + 1))
+    random.Random(scenario).shuffle(order)
+    return order[(seed - 1) % points]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,7 +145,7 @@ def registry_fault(op: str, seed: int, workdir: Path) -> dict[str, Any]:
     from mlops_core.ledger import aliases_at, read_entries
     from mlops_core.tracking import mlflow_client
 
-    kill_after = random.Random(seed).randint(1, REGISTRY_STEPS[op])
+    kill_after = kill_point(op, seed, REGISTRY_STEPS[op])
     root = workdir / f"registry-{op}-{seed}"
     root.mkdir(parents=True)
     cwd = os.getcwd()
@@ -266,7 +274,7 @@ def gate_fault(seed: int, workdir: Path) -> dict[str, Any]:
     root = workdir / f"gate-{seed}"
     root.mkdir(parents=True)
     expected = _raw_batches(root, seed)
-    kill_at = random.Random(seed).randint(1, 4)  # two accepted files and two quarantined-row files are written
+    kill_at = kill_point("gate", seed, 4)  # two accepted files and two quarantined-row files are written
     proc = subprocess.run([sys.executable, "-c", GATE_WORKER, str(root), str(kill_at)], capture_output=True,
                           text=True, timeout=600)
     killed = proc.returncode == -signal.SIGKILL
@@ -341,7 +349,7 @@ def prediction_log_fault(seed: int, workdir: Path) -> dict[str, Any]:
     from mlops_serving import read_prediction_log
 
     store = workdir / f"predlog-{seed}"
-    kill_at = random.Random(seed).randint(1, 12)
+    kill_at = kill_point("log", seed, 12)
     proc = subprocess.run([sys.executable, "-c", LOG_WORKER, str(store), str(kill_at)], capture_output=True,
                           text=True, timeout=300)
     killed = proc.returncode == -signal.SIGKILL

@@ -223,3 +223,32 @@ def test_a_request_whose_deadline_passes_in_the_queue_is_refused_unscored(
     finally:
         source.delay = 0.0
         srv.stop()
+
+
+def test_the_limit_adapts_down_when_admitted_requests_run_past_half_the_deadline(
+        tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    source = SlowSource(redis_features)
+    # 400 ms deadline: the limit aims at 200 ms inside the server; every batch here takes 300 ms in the store
+    srv = kit.start_server(kit.make_app(tmp_path, source, max_inflight=32, request_deadline_ms=400.0),
+                           tmp_path / "predlog")
+    try:
+        source.delay = 0.3
+
+        async def wave() -> list[int]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+                answers = await asyncio.gather(*(client.post(V1, json={"instances": [kit.instance(i)]})
+                                                 for i in range(32)))
+                return [r.status_code for r in answers]
+
+        for _ in range(3):
+            assert set(asyncio.run(wave())) <= {200, 503}
+        text = httpx.get(f"{srv.url}/metrics").text
+        assert metric(text, "mlops_serving_inflight_limit", model="fraud") < 32  # cut by fifths from 32
+        source.delay = 0.0
+        for i in range(200):  # fast answers raise it again, one per round of requests
+            assert httpx.post(f"{srv.url}{V1}", json={"instances": [kit.instance(i)]}).status_code == 200
+        after = metric(httpx.get(f"{srv.url}/metrics").text, "mlops_serving_inflight_limit", model="fraud")
+        assert after > metric(text, "mlops_serving_inflight_limit", model="fraud")
+    finally:
+        source.delay = 0.0
+        srv.stop()

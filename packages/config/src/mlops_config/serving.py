@@ -62,8 +62,9 @@ class ServingConfig(Section):
     """Flush interval of the prediction log; a crash loses at most this much."""
 
     max_inflight: int = Field(default=128, ge=1, le=100_000)
-    """Predict requests one server holds at once (being read, waiting for a batch, or scored); one past it is
-    refused at once with 503 + ``Retry-After`` instead of queueing behind the others (overload shedding)."""
+    """Most predict requests one server holds at once (being read, waiting for a batch, or scored); one past the
+    limit is refused at once with 503 + ``Retry-After`` instead of queueing. The limit in force adapts below this
+    bound so that admitted requests stay within half of ``request_deadline_ms`` (overload shedding)."""
 
     request_deadline_ms: float = Field(default=250.0, gt=0, le=60_000)
     """Latency objective of a predict request: one not scored by then is refused with 503 + ``Retry-After``, and

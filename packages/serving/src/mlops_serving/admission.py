@@ -3,9 +3,14 @@
 Without a bound every request is queued: at many times the server's capacity the queue grows, every answer
 comes late and memory follows the queue. Here, as in any admission controller:
 
-- at most ``serving.max_inflight`` predict requests are held at once (read, waiting for a micro-batch, or
-  scored); one more is refused at the door with 503 + ``Retry-After``, before its body is read, so a refusal
-  costs microseconds and the admitted ones keep their latency;
+- at most ``limit`` predict requests are held at once (read, waiting for a micro-batch, or scored); one more
+  is refused at the door with 503 + ``Retry-After``, before its body is read, so a refusal costs microseconds
+  and the admitted ones keep their latency. ``limit`` adapts (AIMD, as TCP's window): by Little's law the time a
+  request spends inside is ``inflight / throughput``, so a fixed bound breaks the objective whenever throughput
+  drops (a busy node, a slow store). An admitted request that took longer than half its deadline cuts ``limit``
+  by a fifth (at most every 100 ms); a faster one raises it by ``1/limit`` (one per round of requests), between
+  a quarter of ``serving.max_inflight`` and ``serving.max_inflight``. The floor keeps throughput when the slowness
+  is not the in-flight work's doing (a retry storm saturating the event loop with refusals);
 - each admitted request carries a deadline (``serving.request_deadline_ms``, shortened by the client's
   ``X-Request-Deadline-Ms``): a request whose deadline passed while it waited for a batch is refused with 503
   instead of being scored, and the batch's feature lookup is abandoned at the latest deadline of its requests
@@ -29,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from mlops_serving.errors import BadRequestError, ServingError
 
 DEADLINE_HEADER = "x-request-deadline-ms"
+DECREASE_EVERY_S = 0.1
 ADMITTED_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=None)
 
@@ -103,6 +109,8 @@ class AdmissionMetrics:
         self.abandoned = Counter("mlops_serving_feature_lookups_abandoned",
                                  "Requests whose batch's feature lookup was abandoned at its deadline.", ["model"],
                                  registry=registry)
+        self.limit = Gauge("mlops_serving_inflight_limit", "Predict requests admitted at once now (adaptive, at "
+                           "most serving.max_inflight).", ["model"], registry=registry)
         self.admitted = Histogram("mlops_serving_admitted_seconds", "Admitted predict requests, from admission to "
                                   "the end of the answer (what the in-flight bound and the deadline control).",
                                   ["model"], buckets=ADMITTED_BUCKETS, registry=registry)
@@ -126,21 +134,28 @@ class AdmissionGuard:
         self.errors = errors
         self.inflight = 0
         self.peak = 0
+        self.limit = float(limits.max_inflight)
+        self._target_s = limits.deadline_ms / 2000.0
+        self._floor = float(max(1, limits.max_inflight // 4))
+        self._last_decrease = 0.0
         self._shed = {r: metrics.shed.labels(model_name, r) for r in ("inflight", "deadline")}
         self._gauge = metrics.inflight.labels(model_name)
         self._abandoned = metrics.abandoned.labels(model_name)
         self._admitted = metrics.admitted.labels(model_name)
+        self._limit = metrics.limit.labels(model_name)
+        self._limit.set(self.limit)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "") if scope["type"] == "http" else ""
         if scope.get("method") != "POST" or not (path.endswith(":predict") or path.endswith("/infer")):
             await self.app(scope, receive, send)
             return
-        if self.inflight >= self.limits.max_inflight:
+        if self.inflight >= int(self.limit):
             self._shed["inflight"].inc()
             await self.errors.send(send, OverloadedError(
-                f"{self.inflight} predict requests are in flight, the limit (serving.max_inflight) is "
-                f"{self.limits.max_inflight}; retry later", retry_after_s=self.limits.retry_after_s))
+                f"{self.inflight} predict requests are in flight, the limit now is {int(self.limit)} (at most "
+                f"serving.max_inflight={self.limits.max_inflight}); retry later",
+                retry_after_s=self.limits.retry_after_s))
             return
         try:
             deadline_ms = self._deadline_ms(scope)
@@ -156,7 +171,7 @@ class AdmissionGuard:
         try:
             await self.app(scope, receive, send)
         finally:
-            self._admitted.observe(time.monotonic() - admitted)
+            self._adapt(time.monotonic(), time.monotonic() - admitted)
             self.inflight -= 1
             self._gauge.set(self.inflight)
             _ticket.reset(token)
@@ -164,6 +179,17 @@ class AdmissionGuard:
                 self._shed["deadline"].inc()
             if ticket.lookup_abandoned:
                 self._abandoned.inc()
+
+    def _adapt(self, now: float, took_s: float) -> None:
+        """Record one admitted request's time inside and move the limit (see the module docstring)."""
+        self._admitted.observe(took_s)
+        if took_s > self._target_s:
+            if now - self._last_decrease >= DECREASE_EVERY_S:
+                self.limit = max(self._floor, self.limit * 0.8)
+                self._last_decrease = now
+        else:
+            self.limit = min(float(self.limits.max_inflight), self.limit + 1.0 / self.limit)
+        self._limit.set(self.limit)
 
     def _deadline_ms(self, scope: dict[str, Any]) -> float:
         """The configured deadline, or the client's shorter one from :data:`DEADLINE_HEADER`."""
