@@ -10,8 +10,8 @@ PYTEST_ARGS ?=
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
-.PHONY: setup browser java prometheus demo test unit lint bench lock clean help checkov-setup gitops-check repro \
-	repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom
+.PHONY: setup browser java prometheus demo test unit lint bench lock lock-hashes clean help checkov-setup gitops-check \
+	repro repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
@@ -23,13 +23,17 @@ help:
 
 setup: $(STAMP)
 
-# Re-installs only when the lock or a package's metadata changed.
-$(STAMP): constraints.txt pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
+# Re-installs only when the lock or a package's metadata changed. Third-party packages come from the hashed lock
+# (--require-hashes: exactly the bytes locked, or nothing); our own packages after it, --no-deps (pip takes no
+# hashes for local folders). torch is the CPU build: from the machine's wheel folder (pip's find-links) when it
+# has one, else from PyTorch's CPU index (TORCH_INDEX); either way its hash is the lock's.
+TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),,https://download.pytorch.org/whl/cpu)
+$(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt setuptools
-	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
-	@$(BIN)/python tools/check_lock.py constraints.txt
+	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock --hashes-only
+	$(BIN)/pip install -q --require-hashes --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r requirements.lock 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock
 	@touch $@
 
 demo: setup
@@ -113,12 +117,20 @@ release-sbom: sbom
 bench: setup
 	@for f in benchmarks/*.py; do echo "== $$f" >&2; $(BIN)/python $$f || exit 1; done
 
-# Regenerate the lock from the packages' declared dependencies in a throw-away venv.
+# Regenerate the lock from the packages' declared dependencies in a throw-away venv, then its hashes.
 lock:
 	rm -rf /tmp/mlops-lock-venv && $(PYTHON) -m venv /tmp/mlops-lock-venv
 	/tmp/mlops-lock-venv/bin/pip install -q setuptools torch==2.13.0
 	/tmp/mlops-lock-venv/bin/pip install -q --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]'
 	$(BIN)/python tools/write_lock.py /tmp/mlops-lock-venv/bin/pip constraints.txt
+	$(MAKE) lock-hashes
+
+# requirements.lock from constraints.txt: download each pinned file (no dependencies: the pins are complete), hash it.
+LOCK_WHEELS ?= /tmp/mlops-lock-wheels
+lock-hashes:
+	grep -v '^#' constraints.txt | grep . > /tmp/mlops-lock-pins.txt
+	$(BIN)/pip download -q --no-deps -d $(LOCK_WHEELS) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r /tmp/mlops-lock-pins.txt
+	$(BIN)/python tools/hash_lock.py constraints.txt $(LOCK_WHEELS) requirements.lock
 
 clean:
 	rm -rf $(VENV) .mlops reports data .pytest_cache .ruff_cache .mypy_cache

@@ -94,3 +94,16 @@ class ServingConfig(Section):
 
     prediction_log_flush_s: float = Field(default=2.0, gt=0)
     """Flush interval of the prediction log; a crash loses at most this much."""
+
+    max_inflight: int = Field(default=128, ge=1, le=100_000)
+    """Most predict requests one server holds at once (being read, waiting for a batch, or scored); one past the
+    limit is refused at once with 503 + ``Retry-After`` instead of queueing. The limit in force adapts below this
+    bound so that admitted requests stay within half of ``request_deadline_ms`` (overload shedding)."""
+
+    request_deadline_ms: float = Field(default=250.0, gt=0, le=60_000)
+    """Latency objective of a predict request: one not scored by then is refused with 503 + ``Retry-After``, and
+    a feature lookup still running at its batch's deadline is abandoned (the outage policy answers instead). A
+    client may shorten it per request with the ``X-Request-Deadline-Ms`` header, never lengthen it."""
+
+    shed_retry_after_s: int = Field(default=1, ge=1, le=3600)
+    """``Retry-After`` (seconds) of a request refused for overload or a missed deadline."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlops_config import DataConfig
+from mlops_core import atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_features.errors import DataError
 from mlops_features.schema import ALLOWED_VALUES, LABEL, NOT_NULL, RAW_SCHEMA
 
@@ -140,7 +140,7 @@ def validate_batches(
         result = _validate_one(path, runner, validated_dir, quarantine_dir)
         report = quarantine_dir / f"{_stem(path)}.report.json"
         result.report_path = str(report)
-        report.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(report, json.dumps(asdict(result), indent=2) + "\n")
         assert result.accepted_rows + result.quarantined_rows == result.input_rows, "gate lost rows"
         logger.info("%s: %d in, %d accepted, %d quarantined%s", path.name, result.input_rows, result.accepted_rows,
                     result.quarantined_rows, " (batch rejected)" if result.batch_rejected else "")
@@ -214,8 +214,7 @@ def _validate_one(
     if problem is not None:
         kept = quarantine_dir / "batches" / path.name
         if path.exists():
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, kept)
+            atomic_write_bytes(kept, path.read_bytes())
         (validated_dir / f"{name}.parquet").unlink(missing_ok=True)
         return BatchResult(batch=name, input_rows=rows, accepted_rows=0, quarantined_rows=rows, batch_rejected=True,
                            reasons=[problem], quarantine_path=str(kept) if path.exists() else None)
@@ -310,9 +309,8 @@ def _accepted_elsewhere(df: pd.DataFrame, validated_dir: Path, name: str) -> tup
 
 
 def _write(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:  # hidden temporary name, fsync, rename: readers never see half a file
+        pq.write_table(table, tmp)
 
 
 def _stem(path: Path) -> str:

@@ -9,6 +9,11 @@ Outage policy (``serving.redis_outage``):
 - ``unavailable``: the request gets 503 with ``Retry-After: <retry_s>``.
 
 Either way nothing is restarted: the next attempt after ``retry_s`` reaches Redis once it is back.
+
+Deadline: ``get(rows, deadline=...)`` runs the store call on a lookup thread and waits for it only until the
+deadline (``time.monotonic()``); a late lookup is abandoned and its batch answered by the outage policy
+(flagged ``abandoned``). One late lookup does not mark the store down (an overloaded moment is not an outage);
+a store call that then fails (redis-py's socket timeout) does.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -52,6 +59,7 @@ class LookupResult:
     features: list[dict[str, Any]]
     unknown: list[bool]
     degraded: bool
+    abandoned: bool = False
 
 
 class FeatureLookup:
@@ -74,6 +82,7 @@ class FeatureLookup:
         self._retry_at = 0.0
         self._last_error = ""
         self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def configure(self, *encoders: EncoderSpec) -> None:
         """Look up the store features the served encoders read, defaulting each to the source's default.
@@ -106,13 +115,15 @@ class FeatureLookup:
     def last_error(self) -> str:
         return self._last_error
 
-    def get(self, rows: Sequence[Mapping[str, Any]]) -> LookupResult:
-        """Features for each row's entity keys (see the module docstring for what happens in an outage)."""
+    def get(self, rows: Sequence[Mapping[str, Any]], deadline: float | None = None) -> LookupResult:
+        """Features for each row's entity keys (see the module docstring for an outage and a ``deadline``)."""
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._on_outage(len(rows))
         entity_rows = [{k: row[k] for k in self._entity_keys} for row in rows]
         try:
-            found = self._source.get(entity_rows)
+            found = self._source.get(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
+        except FutureTimeout:
+            return self._on_outage(len(rows), abandoned=True)
         except Exception as exc:  # redis/feast raise many types for a dead store
             self._mark_down(exc)
             return self._on_outage(len(rows))
@@ -135,13 +146,35 @@ class FeatureLookup:
             self._mark_up()
         return ok
 
-    def _on_outage(self, n: int) -> LookupResult:
+    def close(self) -> None:
+        """Stop the lookup threads (an abandoned lookup still running ends on its socket timeout)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+        """The store call on a lookup thread, waited for until ``deadline``; raises FutureTimeout past it."""
+        if self._executor is None:
+            # several threads: an abandoned call blocked on a hung store must not hold up the next batch's
+            self._executor = ThreadPoolExecutor(4, thread_name_prefix="lookup")
+        future = self._executor.submit(self._source.get, entity_rows)
+        future.add_done_callback(self._after_late)
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _after_late(self, future: Any) -> None:
+        """A store call that failed marks the store down even when nobody waited for it any more."""
+        exc = future.exception() if not future.cancelled() else None
+        if exc is not None:
+            self._mark_down(exc)
+
+    def _on_outage(self, n: int, *, abandoned: bool = False) -> LookupResult:
         if self._outage == "unavailable":
-            raise FeatureStoreUnavailableError(
-                f"the online feature store is unreachable ({self._last_error}); retry later",
-                retry_after_s=max(1, round(self._retry_s)),
-            )
-        return LookupResult(features=[dict(self._defaults) for _ in range(n)], unknown=[False] * n, degraded=True)
+            why = ("did not answer before the request's deadline" if abandoned
+                   else f"is unreachable ({self._last_error})")
+            raise FeatureStoreUnavailableError(f"the online feature store {why}; retry later",
+                                               retry_after_s=max(1, round(self._retry_s)))
+        return LookupResult(features=[dict(self._defaults) for _ in range(n)], unknown=[False] * n, degraded=True,
+                            abandoned=abandoned)
 
     def _mark_down(self, exc: BaseException) -> None:
         with self._lock:

@@ -33,9 +33,9 @@ from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
 from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 
+from mlops_serving.admission import AdmissionGuard, AdmissionLimits, AdmissionMetrics
 from mlops_serving.errors import (
     BadRequestError,
-    FeatureStoreUnavailableError,
     InternalError,
     PayloadTooLargeError,
     ServingError,
@@ -168,7 +168,8 @@ class ErrorReplies:
             if status == 500:
                 exc = InternalError("internal error; see the server log")
         prefix = "malformed request: " if isinstance(exc, RequestValidationError) else ""
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, FeatureStoreUnavailableError) else None
+        retry_after = getattr(exc, "retry_after_s", None)  # 503s: the store's outage, overload shedding
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         self._metrics.errors.labels(self._model.name, self._model.stable_version, type(exc).__name__,
                                     str(status)).inc()
         return status, {"error": f"{prefix}{exc}"[:2000]}, headers
@@ -353,8 +354,10 @@ def build_app(
     prediction_log: PredictionLogWriter | None = None,
     load_in_background: bool = True,
     export_meta: Callable[[], dict[str, Any]] | None = None,
+    admission: AdmissionLimits | None = None,
 ) -> FastAPI:
-    """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`."""
+    """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`;
+    ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`)."""
     registry = ModelRepository()
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
@@ -386,6 +389,9 @@ def build_app(
     for error_type in handled:
         app.add_exception_handler(error_type, errors.handle)
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
+    if admission is not None:  # outermost: a refusal costs no parsing
+        app.add_middleware(AdmissionGuard, limits=admission, errors=errors, metrics=AdmissionMetrics(metrics.registry),
+                           model_name=model.name)
     return app
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from mlops_config import FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
 from mlops_model import ENTITY_KEYS
+from mlops_serving.admission import AdmissionLimits
 from mlops_serving.errors import ServingError
 from mlops_serving.log_store import resolve_prediction_log_uri
 from mlops_serving.lookup import FeatureLookup, FeatureSource
@@ -65,7 +66,8 @@ def create_app(
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)
     return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
-                     max_payload_bytes=serving.max_payload_bytes, prediction_log=writer)
+                     max_payload_bytes=serving.max_payload_bytes, prediction_log=writer,
+                     admission=AdmissionLimits.from_config(serving))
 
 
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
@@ -171,7 +173,7 @@ def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Cal
     metrics = ServingMetrics()
     model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.max_instances)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
-                     export_meta=model.export_meta)
+                     export_meta=model.export_meta, admission=AdmissionLimits.from_config(serving))
 
 
 def _serve_predictor(serving: ServingConfig, tracking: TrackingConfig, root: Path, model: str, *, state_dir: str,

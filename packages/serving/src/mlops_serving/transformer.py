@@ -21,6 +21,7 @@ import kserve
 import numpy as np
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
+from mlops_serving.admission import Ticket, current_ticket, is_past, latest_deadline
 from mlops_serving.batcher import MicroBatcher
 from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
@@ -42,6 +43,7 @@ class _Batch:
     protocol: str
     request_id: str
     started: float = field(default_factory=time.perf_counter)
+    ticket: Ticket | None = field(default_factory=current_ticket)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class FraudModel(kserve.Model):
         self.reason = "loading"
         self._load_lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
-        self._batcher: MicroBatcher[_Batch, _Scored] = MicroBatcher(
+        self._batcher: MicroBatcher[_Batch, _Scored | ServingError] = MicroBatcher(
             self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -147,6 +149,7 @@ class FraudModel(kserve.Model):
         self._batcher.close()
         if self._shadow is not None:
             self._shadow.close()
+        self._lookup.close()
 
     @property
     def stable_version(self) -> str:
@@ -187,16 +190,24 @@ class FraudModel(kserve.Model):
     async def predict(self, payload: _Batch, headers: dict[str, str] | None = None) -> _Scored:
         if self.router is None:
             raise ModelLoadError(f"model {self.name!r} is not loaded: {self.reason}")
-        return await self._batcher.submit(payload)
+        result = await self._batcher.submit(payload)
+        if isinstance(result, ServingError):
+            raise result
+        return result
 
-    def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored]:
+    def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
+        """Score the requests still within their deadline; the others get their refusal (admission)."""
+        now = time.monotonic()
+        late = [is_past(b.ticket, now) for b in batches]
+        live = [b for b, past in zip(batches, late, strict=True) if not past]
         try:
-            return self._score(batches)
+            scored = iter(self._score(live) if live else [])
         except ServingError:
             raise
         except Exception as exc:
             log.exception("prediction failed")
             raise InternalError(f"prediction failed ({type(exc).__name__}); see the server log") from None
+        return [_expire(b.ticket) if past else next(scored) for b, past in zip(batches, late, strict=True)]
 
     def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
         """One online-store lookup for all requests, one encode + forward pass per variant."""
@@ -204,7 +215,11 @@ class FraudModel(kserve.Model):
         picked = [self.router.pick() for _ in batches]
         rows = [row for b in batches for row in b.rows]
         t0 = time.perf_counter()
-        found = self._lookup.get(rows)
+        found = self._lookup.get(rows, deadline=latest_deadline([b.ticket for b in batches]))
+        if found.abandoned:
+            for b in batches:
+                if b.ticket is not None:
+                    b.ticket.lookup_abandoned = True
         t1 = time.perf_counter()
         bounds = np.cumsum([0] + [len(b.rows) for b in batches])
         scores: list[np.ndarray] = [np.empty(0)] * len(batches)
@@ -287,6 +302,12 @@ class FraudModel(kserve.Model):
             "degraded": scored.degraded,
             "request_id": scored.batch.request_id,
         }
+
+
+def _expire(ticket: Ticket | None) -> ServingError:
+    assert ticket is not None
+    ticket.expired = True
+    return ticket.expired_error()
 
 
 def single_threaded_torch() -> None:

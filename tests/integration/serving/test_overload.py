@@ -1,0 +1,254 @@
+"""Overload shedding and request deadlines (mlops_serving.admission) against real servers and a real Redis.
+
+The load test runs the server in a process of its own (the load generator must not share its GIL): far past
+``serving.max_inflight`` the surplus is refused at once with 503 + ``Retry-After``, what is admitted is answered
+correctly, the server's own counters match what the clients saw, and once the load stops every request is
+answered again. The deadline tests use a feature source that can be made slow, in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+V1 = "/v1/models/fraud:predict"
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+SERVER = """
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("serving_kit", sys.argv[1])
+kit = sys.modules["serving_kit"] = importlib.util.module_from_spec(spec); spec.loader.exec_module(kit)
+from mlops_serving.server import run_app
+tmp = Path(sys.argv[2])
+source = kit.RedisHashFeatures(sys.argv[3], sys.argv[4])
+app = kit.make_app(tmp, source, max_inflight=int(sys.argv[6]), request_deadline_ms=float(sys.argv[7]))
+run_app(app, "127.0.0.1", int(sys.argv[5]))
+"""
+
+
+class SlowSource:
+    """A Redis feature source whose lookups take ``delay`` seconds more (a slow or hung online store)."""
+
+    service_name = "fraud_v1"
+    defaults: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.delay = 0.0
+        self.calls = 0
+
+    def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        time.sleep(self.delay)
+        return list(self.inner.get(entity_rows))
+
+    def ping(self) -> bool:
+        return bool(self.inner.ping())
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one series in a text exposition (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
+@pytest.fixture
+def server_process(tmp_path: Path, kit: Any, redis_features: Any, redis_url: str) -> Iterator[tuple[str, int]]:
+    port = kit.free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(CONFTEST), str(tmp_path), redis_url,
+                             redis_features.prefix, str(port), "8", "250"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"server process did not get ready: {proc.communicate()[1].decode()[-2000:]}")
+    yield url, proc.pid
+    proc.terminate()
+    proc.wait(20)
+
+
+async def hammer(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float) -> list[tuple[int, float, Any]]:
+    """``clients`` concurrent closed-loop clients for ``seconds``: (status, latency s, response) per request."""
+    out: list[tuple[int, float, Any]] = []
+    stop = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+
+        async def one(k: int) -> None:
+            i = k
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                r = await client.post(V1, json={"instances": [bodies[i % len(bodies)]]})
+                out.append((r.status_code, time.monotonic() - t0, r))
+                i += clients
+
+        await asyncio.gather(*(one(k) for k in range(clients)))
+    return out
+
+
+def test_far_past_the_bound_the_surplus_is_shed_fast_and_throughput_returns(kit: Any,
+                                                                             server_process: tuple[str, int]) -> None:
+    import psutil
+
+    url, pid = server_process
+    bodies = [kit.instance(i) for i in range(64)]
+    rss_before = psutil.Process(pid).memory_info().rss
+    answers = asyncio.run(hammer(url, bodies, clients=96, seconds=4.0))
+    rss_after = psutil.Process(pid).memory_info().rss
+
+    statuses = [s for s, _, _ in answers]
+    assert set(statuses) <= {200, 503}, sorted(set(statuses))
+    shed = [(lat, r) for s, lat, r in answers if s == 503]
+    ok = [(lat, r) for s, lat, r in answers if s == 200]
+    assert shed and ok, (len(shed), len(ok))  # 96 clients against a bound of 8: both must happen
+    for _, r in shed:
+        assert r.headers["retry-after"] == "1"
+        assert "serving.max_inflight" in r.json()["error"] or "deadline" in r.json()["error"]
+    for _, r in ok:
+        body = r.json()
+        assert len(body["predictions"]) == 1 and body["degraded"] is False
+    # how fast refusals and admitted answers come is measured by benchmarks/chaos.py (tests check correctness)
+    assert rss_after - rss_before < 200 * 2**20  # nothing queued without bound
+
+    with httpx.Client(base_url=url, timeout=10) as client:
+        text = client.get("/metrics").text
+        refused = metric(text, "mlops_serving_shed_requests_total", reason="inflight") + metric(
+            text, "mlops_serving_shed_requests_total", reason="deadline")
+        assert refused == len(shed)  # the server counted exactly the refusals the clients saw
+        assert metric(text, "mlops_serving_inflight", model="fraud") == 0
+        # load gone: every request is admitted again at once
+        t0 = time.monotonic()
+        again = [client.post(V1, json={"instances": [bodies[i]]}) for i in range(40)]
+        assert [r.status_code for r in again] == [200] * 40
+        assert time.monotonic() - t0 < 20
+
+
+def test_a_slow_lookup_is_abandoned_at_the_deadline_without_marking_the_store_down(
+        tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    source = SlowSource(redis_features)
+    srv = kit.start_server(kit.make_app(tmp_path, source, request_deadline_ms=5000.0), tmp_path / "predlog")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            fresh = client.post(V1, json={"instances": [kit.instance(3)]}).json()
+            assert fresh["degraded"] is False
+            source.delay = 3.0
+            t0 = time.monotonic()
+            r = client.post(V1, json={"instances": [kit.instance(3)]}, headers={"X-Request-Deadline-Ms": "300"})
+            took = time.monotonic() - t0
+            assert r.status_code == 200, r.text
+            assert r.json()["degraded"] is True  # the degraded policy answered in place of the late lookup
+            assert took < 2.0, took  # not the 3 s the store took
+            assert metric(client.get("/metrics").text, "mlops_serving_feature_lookups_abandoned_total") == 1
+            source.delay = 0.0
+            time.sleep(3.2)  # the abandoned call ends; one late lookup is no outage
+            again = client.post(V1, json={"instances": [kit.instance(3)]}).json()
+            assert again["degraded"] is False
+            assert again["predictions"][0]["score"] == pytest.approx(fresh["predictions"][0]["score"], rel=1e-6)
+    finally:
+        srv.stop()
+
+
+def test_the_config_deadline_caps_the_clients_and_bad_headers_are_refused(
+        tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    source = SlowSource(redis_features)
+    srv = kit.start_server(kit.make_app(tmp_path, source, request_deadline_ms=300.0), tmp_path / "predlog")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            source.delay = 3.0
+            t0 = time.monotonic()
+            r = client.post(V1, json={"instances": [kit.instance(1)]}, headers={"X-Request-Deadline-Ms": "60000"})
+            assert r.status_code == 200 and r.json()["degraded"] is True
+            assert time.monotonic() - t0 < 2.0  # the server's 300 ms, not the client's 60 s
+            for bad in ("soon", "-5", "0", "nan", "inf"):
+                r = client.post(V1, json={"instances": [kit.instance(1)]}, headers={"X-Request-Deadline-Ms": bad})
+                assert r.status_code == 400, (bad, r.status_code)
+                assert "X-Request-Deadline-Ms" in r.json()["error"] and repr(bad) in r.json()["error"]
+    finally:
+        source.delay = 0.0
+        srv.stop()
+
+
+def test_a_request_whose_deadline_passes_in_the_queue_is_refused_unscored(
+        tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    source = SlowSource(redis_features)
+    srv = kit.start_server(kit.make_app(tmp_path, source, request_deadline_ms=5000.0), tmp_path / "predlog")
+    try:
+        source.delay = 0.8  # the first batch holds the batch thread this long
+
+        async def both() -> tuple[httpx.Response, httpx.Response]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+                first = asyncio.create_task(client.post(V1, json={"instances": [kit.instance(1)]},
+                                                        headers={"X-Request-Deadline-Ms": "5000"}))
+                await asyncio.sleep(0.3)
+                second = await client.post(V1, json={"instances": [kit.instance(2)]},
+                                           headers={"X-Request-Deadline-Ms": "100"})
+                return await first, second
+
+        source.calls = 0
+        first, second = asyncio.run(both())
+        assert first.status_code == 200 and first.json()["degraded"] is False
+        assert second.status_code == 503, second.text
+        assert second.headers["retry-after"] == "1"
+        assert "deadline" in second.json()["error"]
+        assert source.calls == 1  # the late request cost no lookup
+        text = httpx.get(f"{srv.url}/metrics").text
+        assert metric(text, "mlops_serving_shed_requests_total", reason="deadline") == 1
+        assert metric(text, "mlops_serving_errors_total", type="DeadlineExceededError", status="503") == 1
+    finally:
+        source.delay = 0.0
+        srv.stop()
+
+
+def test_the_limit_adapts_down_when_admitted_requests_run_past_half_the_deadline(
+        tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    source = SlowSource(redis_features)
+    # 400 ms deadline: the limit aims at 200 ms inside the server; every batch here takes 300 ms in the store
+    srv = kit.start_server(kit.make_app(tmp_path, source, max_inflight=32, request_deadline_ms=400.0),
+                           tmp_path / "predlog")
+    try:
+        source.delay = 0.3
+
+        async def wave() -> list[int]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+                answers = await asyncio.gather(*(client.post(V1, json={"instances": [kit.instance(i)]})
+                                                 for i in range(32)))
+                return [r.status_code for r in answers]
+
+        for _ in range(3):
+            assert set(asyncio.run(wave())) <= {200, 503}
+        text = httpx.get(f"{srv.url}/metrics").text
+        assert metric(text, "mlops_serving_inflight_limit", model="fraud") < 32  # cut by fifths from 32
+        source.delay = 0.0
+        for i in range(200):  # fast answers raise it again, one per round of requests
+            assert httpx.post(f"{srv.url}{V1}", json={"instances": [kit.instance(i)]}).status_code == 200
+        after = metric(httpx.get(f"{srv.url}/metrics").text, "mlops_serving_inflight_limit", model="fraud")
+        assert after > metric(text, "mlops_serving_inflight_limit", model="fraud")
+    finally:
+        source.delay = 0.0
+        srv.stop()
