@@ -9,7 +9,7 @@ from mlops_config.loader import LoadedConfig, config_schema, find_config_dir, lo
 from mlops_config.monitoring import MonitoringConfig
 from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
-from mlops_config.serving import ServingConfig
+from mlops_config.serving import LLMServingConfig, ServingConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import (
     CausalLMConfig,
@@ -30,6 +30,7 @@ __all__ = [
     "EvaluationConfig",
     "FSDPConfig",
     "FeaturesConfig",
+    "LLMServingConfig",
     "LoRAConfig",
     "LoadedConfig",
     "MixedPrecisionConfig",
