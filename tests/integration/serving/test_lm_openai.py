@@ -50,8 +50,10 @@ def _free_port() -> int:
 
 def start_lm_server(folder: Path, log_dir: Path, *sets: str) -> LMServer:
     port = _free_port()
-    cmd = [sys.executable, "-m", "mlops_cli", "serve", "--model", MODEL, "--model-dir", str(folder),
-           "--model-version", "7", "--port", str(port), "--set", f"serving.prediction_log_uri={log_dir}",
+    # what services/predictor/entrypoint.sh runs in the InferenceService (infra/base/serving-llm)
+    cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL,
+           "--model-dir", str(folder), "--model-version", "7", "--port", str(port),
+           "--set", f"serving.prediction_log_uri={log_dir}",
            "--set", "serving.prediction_log_flush_s=0.2", "--set", f"serving.llm.max_tokens={MAX_TOKENS_LIMIT}",
            *(x for s in sets for x in ("--set", s))]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
