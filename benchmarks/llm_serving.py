@@ -142,8 +142,9 @@ def main() -> None:
         try:
             result: dict[str, Any] = {"shape": args.shape, "max_tokens": args.max_tokens}
             for conc in (1, 8):
-                served(url, PROMPTS[0], 4)  # warm-up
-                baseline(model, tok, PROMPTS[0], 4)
+                for p in PROMPTS[:3]:  # warm-up
+                    served(url, p, args.max_tokens)
+                    baseline(model, tok, p, args.max_tokens)
                 sides: dict[str, tuple[list[float], int, float]] = {"server": ([], 0, 0.0), "generate": ([], 0, 0.0)}
                 for _ in range(args.rounds):
                     for name, call in (("generate", lambda p: baseline(model, tok, p, args.max_tokens)),

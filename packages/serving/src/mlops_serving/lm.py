@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,11 @@ class CausalLM(Model):
         self.model: Any = None
         self.context_length = 0
         self.created = int(time.time())
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start_workers(self, workers: int) -> None:
+        """One decoding thread per generation slot (the event loop's default pool is smaller than a large bound)."""
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="generate")
 
     @property
     def stable_version(self) -> str:
@@ -119,6 +125,8 @@ class CausalLM(Model):
 
     def close(self) -> None:
         self.ready = False
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "folder": str(self.folder), "ready": self.ready,
@@ -148,7 +156,7 @@ class CausalLM(Model):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         halt = threading.Event()
-        worker = loop.run_in_executor(None, self._generate, prompt_ids, sampling,
+        worker = loop.run_in_executor(self._pool, self._generate, prompt_ids, sampling,
                                       _TokenStreamer(loop, queue), halt)
         emitted = 0
         hold = max((len(s) for s in sampling.stop), default=1) - 1

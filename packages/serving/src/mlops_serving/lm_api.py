@@ -168,6 +168,7 @@ class LMRoutes:
         self.cfg = cfg
         self.log = prediction_log
         self.admission = Admission(cfg.max_concurrent, cfg.max_queue, cfg.retry_after_s)
+        model.start_workers(cfg.max_concurrent)
 
     # --- routes --------------------------------------------------------------------------------------------
     async def models(self) -> Response:
@@ -213,10 +214,11 @@ class LMRoutes:
             endpoint = "chat" if chat else "completions"
             if body.get("stream"):
                 await self.admission.enter()  # before the 200: a refusal is still a 503
+                started: list[bool] = []
                 stream = self._sse(prompt_ids, sampling, prompt_text, chat=chat, endpoint=endpoint,
-                                   include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
-                return StreamingResponse(stream, media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache"})
+                                   include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+                                   started=started)
+                return _AdmittedStream(stream, lambda: None if started else self.admission.leave())
             out = await self._run(prompt_ids, sampling, prompt_text, endpoint)
         except ServingError as exc:
             return self._refuse(exc)
@@ -268,7 +270,8 @@ class LMRoutes:
         return out
 
     async def _sse(self, ids: list[int], sampling: Sampling, prompt_text: str, *, chat: bool, endpoint: str,
-                   include_usage: bool) -> AsyncIterator[bytes]:
+                   include_usage: bool, started: list[bool]) -> AsyncIterator[bytes]:
+        started.append(True)  # from here on the finally below releases the slot
         out = Generation(prompt_tokens=len(ids))
         rid = _request_id(chat)
         try:
@@ -361,6 +364,21 @@ class LMRoutes:
         if self.cfg.log_text:
             row.update(prompt_text=prompt_text, response_text=out.text)
         self.log.append([row])
+
+
+class _AdmittedStream(StreamingResponse):
+    """An SSE response holding a generation slot; if the client leaves before the body starts, the slot is freed
+    here (the generator's own ``finally`` never runs when it never started)."""
+
+    def __init__(self, body: AsyncIterator[bytes], release_unstarted: Callable[[], None]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._release_unstarted = release_unstarted
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release_unstarted()
 
 
 def _request_id(chat: bool) -> str:
