@@ -26,6 +26,7 @@ from mlops_model.contract import (
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import EncoderSpecError, ExportedModelError, ModelContractError, StatisticsError
 from mlops_model.exported import (
+    FALLBACK_CHAT_TEMPLATE,
     META_FILE,
     WEIGHTS_FILE,
     ExportedModel,
@@ -39,6 +40,7 @@ from mlops_model.exported import (
 __all__ = [
     "CATEGORICAL_FIELDS",
     "ENTITY_KEYS",
+    "FALLBACK_CHAT_TEMPLATE",
     "FEATURES",
     "FEATURE_DEFAULTS",
     "LABEL",

@@ -26,15 +26,10 @@ from typing import Any
 
 from kserve import Model
 
+from mlops_model import FALLBACK_CHAT_TEMPLATE
 from mlops_serving.errors import BadRequestError, ModelLoadError
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
-"""Used when the tokenizer has no chat template of its own: ``role: content`` lines, then ``assistant:``."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,7 @@ class CausalLM(Model):
             log.error(self.reason)
             return False
         if self.tokenizer.chat_template is None:
-            self.tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+            self.tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
         self.context_length = int(getattr(self.model.config, "max_position_embeddings", 0)
                                   or self.tokenizer.model_max_length)
         self.ready = True
