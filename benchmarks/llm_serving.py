@@ -4,7 +4,8 @@ A checkpoint made here (``tests/hf_checkpoint.py``, shape ``--shape``) is served
 (``mlops serve --role predictor --model-dir``, what the InferenceService runs) with ``serving.llm.max_concurrent``
 = 8; the baseline calls ``model.generate`` (greedy, ``max_new_tokens``) in this process, timing the first token
 with a streamer. Both run at concurrency 1 (one request after another) and 8 (8 threads / 8 streaming clients),
-each round interleaved (baseline, server, baseline, server, ...) so machine load hits both alike.
+each round interleaved (baseline, server, baseline, server, ...) so machine load hits both alike. Both use one
+torch intra-op thread (the server's setting).
 
 Time to first token: request sent → first SSE event with text (server); ``generate`` called → first new token
 (baseline). Tokens/s: all generated tokens of a round / the round's wall time.
@@ -131,9 +132,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8, help="Requests per round and concurrency.")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
+    import torch
     from hf_checkpoint import make_checkpoint
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # the server runs torch with one intra-op thread (mlops_serving.transformer.single_threaded_torch, process-wide);
+    # the baseline gets the same, so the comparison is of serving overhead, not of thread settings
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_checkpoint(Path(tmp) / "ckpt", args.shape)
         tok = AutoTokenizer.from_pretrained(str(folder))

@@ -301,6 +301,8 @@ def test_metrics_and_prediction_log_count_tokens_without_text(server: LMServer, 
         before, "mlops_serving_lm_completion_tokens_total") == n_out
     assert _series(after, "mlops_serving_lm_time_to_first_token_seconds_count") - _series(
         before, "mlops_serving_lm_time_to_first_token_seconds_count") == 1
+    assert _series(after, "mlops_serving_lm_queue_seconds_count") - _series(
+        before, "mlops_serving_lm_queue_seconds_count") == 1
     assert _series(after, "mlops_serving_lm_tokens_per_second_count") >= 1
 
     deadline = time.monotonic() + 10

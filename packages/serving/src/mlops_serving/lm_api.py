@@ -76,7 +76,7 @@ class LMMetrics(ServingMetrics):
                                  ["model", "version"], registry=r)
         self.tokens_out = Counter("mlops_serving_lm_completion_tokens", "Tokens generated.",
                                   ["model", "version"], registry=r)
-        self.in_flight = Histogram("mlops_serving_lm_queue_seconds", "Wait for a generation slot.",
+        self.queue_wait = Histogram("mlops_serving_lm_queue_seconds", "Wait for a generation slot.",
                                    ["model", "version"], buckets=TTFT_BUCKETS, registry=r)
 
 
@@ -213,7 +213,7 @@ class LMRoutes:
             self.model.check_fits(len(prompt_ids), sampling.max_tokens)
             endpoint = "chat" if chat else "completions"
             if body.get("stream"):
-                await self.admission.enter()  # before the 200: a refusal is still a 503
+                await self._admit()  # before the 200: a refusal is still a 503
                 started: list[bool] = []
                 stream = self._sse(prompt_ids, sampling, prompt_text, chat=chat, endpoint=endpoint,
                                    include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
@@ -258,8 +258,13 @@ class LMRoutes:
                                   "are not supported)")
         return self.model.encode(prompt), prompt
 
-    async def _run(self, ids: list[int], sampling: Sampling, prompt_text: str, endpoint: str) -> Generation:
+    async def _admit(self) -> None:
+        t0 = time.perf_counter()
         await self.admission.enter()
+        self.metrics.queue_wait.labels(self.model.name, self.model.version).observe(time.perf_counter() - t0)
+
+    async def _run(self, ids: list[int], sampling: Sampling, prompt_text: str, endpoint: str) -> Generation:
+        await self._admit()
         try:
             out = Generation(prompt_tokens=len(ids))
             async for _ in self.model.stream(ids, sampling, out):
