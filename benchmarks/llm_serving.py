@@ -7,8 +7,10 @@ with a streamer. Both run at concurrency 1 (one request after another) and 8 (8 
 each round interleaved (baseline, server, baseline, server, ...) so machine load hits both alike. Both use one
 torch intra-op thread (the server's setting).
 
-Time to first token: request sent → first SSE event with text (server); ``generate`` called → first new token
-(baseline). Tokens/s: all generated tokens of a round / the round's wall time.
+Time to first token: request sent → first SSE event with text (server; a token that ends inside a UTF-8
+character sends no text, and this random-weight model emits many byte fragments); ``generate`` called → first new
+token (baseline). ``server_side_ttft_mean_s`` is the server's own histogram (admission → first token) over the same
+requests. Tokens/s: all generated tokens of a round / the round's wall time.
 
 Prints one JSON line: ``{"shape", "max_tokens", "concurrency_1": {"server": {...}, "generate": {...},
 "ttft_p50_overhead", "tokens_per_s_ratio"}, "concurrency_8": {...}}`` with ``ttft_p50_s``, ``ttft_p99_s``,
@@ -61,6 +63,17 @@ def start_server(folder: Path, log_dir: Path, max_tokens: int) -> tuple[subproce
         time.sleep(0.2)
     proc.kill()
     raise SystemExit("server did not get ready")
+
+
+def ttft_totals(url: str) -> tuple[float, float]:
+    """(sum, count) of the server's own time-to-first-token histogram."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    total = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for part in total:
+            if line.startswith(f"mlops_serving_lm_time_to_first_token_seconds_{part}{{"):
+                total[part] += float(line.rsplit(" ", 1)[1])
+    return total["sum"], total["count"]
 
 
 def served(url: str, prompt: str, max_tokens: int) -> tuple[float, int]:
@@ -151,6 +164,7 @@ def main() -> None:
                     served(url, p, args.max_tokens)
                     baseline(model, tok, p, args.max_tokens)
                 sides: dict[str, tuple[list[float], int, float]] = {"server": ([], 0, 0.0), "generate": ([], 0, 0.0)}
+                first_sum, first_count = ttft_totals(url)
                 for _ in range(args.rounds):
                     for name, call in (("generate", lambda p: baseline(model, tok, p, args.max_tokens)),
                                        ("server", lambda p: served(url, p, args.max_tokens))):
@@ -158,6 +172,8 @@ def main() -> None:
                         acc = sides[name]
                         sides[name] = (acc[0] + t, acc[1] + n, acc[2] + w)
                 s, g = summary(*sides["server"]), summary(*sides["generate"])
+                last_sum, last_count = ttft_totals(url)
+                s["server_side_ttft_mean_s"] = round((last_sum - first_sum) / (last_count - first_count), 5)
                 result[f"concurrency_{conc}"] = {
                     "server": s, "generate": g,
                     "ttft_p50_overhead": round(s["ttft_p50_s"] / g["ttft_p50_s"] - 1, 3),

@@ -174,6 +174,8 @@ def test_v2_generate_answers_plain_text(server: LMServer, reference: Any) -> Non
     assert r.json()["text_output"] == text and r.json()["model_version"] == "7"
     bad = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", json={"text_input": 5}, timeout=30)
     assert bad.status_code == 400 and "text_input=5" in bad.json()["error"]["message"]
+    v1 = httpx.post(f"{server.url}/v1/models/{MODEL}:predict", json={"instances": [{"text": "x"}]}, timeout=30)
+    assert v1.status_code == 400 and "/openai/v1/completions" in v1.json()["error"]
 
 
 def test_streamed_completion_is_sse_ending_in_done(server: LMServer, reference: Any) -> None:

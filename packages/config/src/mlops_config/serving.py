@@ -27,6 +27,10 @@ class LLMServingConfig(Section):
     default_max_tokens: int = Field(default=16, ge=1)
     """``max_tokens`` of a request that does not set it (OpenAI's completions default is 16)."""
 
+    torch_threads: int = Field(default=1, ge=1)
+    """Intra-op threads of each generation (torch's setting, per decoding thread); raise it on a machine whose
+    cores outnumber ``max_concurrent``."""
+
     log_text: bool = False
     """Write the prompt and the response text into the prediction log (by default only their token lengths)."""
 

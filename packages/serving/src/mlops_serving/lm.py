@@ -27,7 +27,7 @@ from typing import Any
 from kserve import Model
 
 from mlops_model import FALLBACK_CHAT_TEMPLATE
-from mlops_serving.errors import BadRequestError, ModelLoadError
+from mlops_serving.errors import BadRequestError
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,13 @@ class CausalLM(Model):
         self.created = int(time.time())
         self._pool: ThreadPoolExecutor | None = None
 
-    def start_workers(self, workers: int) -> None:
-        """One decoding thread per generation slot (the event loop's default pool is smaller than a large bound)."""
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="generate")
+    def start_workers(self, workers: int, torch_threads: int) -> None:
+        """One decoding thread per generation slot (the event loop's default pool is smaller than a large bound),
+        each with ``torch_threads`` intra-op threads (torch's setting is per thread: a new one gets the default)."""
+        import torch
+
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="generate",
+                                        initializer=torch.set_num_threads, initargs=(torch_threads,))
 
     @property
     def stable_version(self) -> str:
@@ -222,7 +226,7 @@ class CausalLM(Model):
             raise
 
     async def predict(self, payload: Any, headers: dict[str, str] | None = None) -> Any:
-        raise ModelLoadError("this model answers /openai/v1/completions, /openai/v1/chat/completions and "
+        raise BadRequestError("this model answers /openai/v1/completions, /openai/v1/chat/completions and "
                              f"/v2/models/{self.name}/generate")
 
 

@@ -106,10 +106,6 @@ class Admission:
         self._inside -= 1
 
 
-def _field_error(message: str) -> BadRequestError:
-    return BadRequestError(message)
-
-
 def parse_sampling(body: dict[str, Any], cfg: LLMServingConfig, *, chat: bool) -> Sampling:
     """The request's decoding parameters, or a 400 naming the bad value and the limit."""
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
@@ -117,16 +113,16 @@ def parse_sampling(body: dict[str, Any], cfg: LLMServingConfig, *, chat: bool) -
     if max_tokens is None:
         max_tokens = cfg.default_max_tokens
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens <= cfg.max_tokens:
-        raise _field_error(f"{key}={max_tokens!r:.40} is invalid: it must be an integer from 1 to {cfg.max_tokens}")
+        raise BadRequestError(f"{key}={max_tokens!r:.40} is invalid: it must be an integer from 1 to {cfg.max_tokens}")
     temperature = _number(body, "temperature", 1.0)
     if not 0.0 <= temperature <= 2.0:
-        raise _field_error(f"temperature={temperature!r} is invalid: it must be between 0 and 2")
+        raise BadRequestError(f"temperature={temperature!r} is invalid: it must be between 0 and 2")
     top_p = _number(body, "top_p", 1.0)
     if not 0.0 < top_p <= 1.0:
-        raise _field_error(f"top_p={top_p!r} is invalid: it must be greater than 0 and at most 1")
+        raise BadRequestError(f"top_p={top_p!r} is invalid: it must be greater than 0 and at most 1")
     n = body.get("n")
     if n is not None and n != 1:
-        raise _field_error(f"n={n!r:.40} is not supported: this server returns exactly 1 choice (n=1)")
+        raise BadRequestError(f"n={n!r:.40} is not supported: this server returns exactly 1 choice (n=1)")
     stop = body.get("stop")
     stops: tuple[str, ...]
     if stop is None:
@@ -136,10 +132,10 @@ def parse_sampling(body: dict[str, Any], cfg: LLMServingConfig, *, chat: bool) -
     elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOP:
         stops = tuple(stop)
     else:
-        raise _field_error(f"stop={stop!r:.80} is invalid: it must be a string or a list of at most {MAX_STOP} "
+        raise BadRequestError(f"stop={stop!r:.80} is invalid: it must be a string or a list of at most {MAX_STOP} "
                            "strings")
     if any(s == "" for s in stops):
-        raise _field_error("stop contains an empty string; every stop sequence needs at least one character")
+        raise BadRequestError("stop contains an empty string; every stop sequence needs at least one character")
     return Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stops)
 
 
@@ -148,7 +144,7 @@ def _number(body: dict[str, Any], name: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _field_error(f"{name}={value!r:.40} is invalid: it must be a number")
+        raise BadRequestError(f"{name}={value!r:.40} is invalid: it must be a number")
     return float(value)
 
 
@@ -168,7 +164,7 @@ class LMRoutes:
         self.cfg = cfg
         self.log = prediction_log
         self.admission = Admission(cfg.max_concurrent, cfg.max_queue, cfg.retry_after_s)
-        model.start_workers(cfg.max_concurrent)
+        model.start_workers(cfg.max_concurrent, cfg.torch_threads)
 
     # --- routes --------------------------------------------------------------------------------------------
     async def models(self) -> Response:
@@ -400,8 +396,7 @@ def _json(payload: Any, status_code: int = 200) -> Response:
 
 def mount_lm_routes(app: FastAPI, routes: LMRoutes) -> None:
     """Add the OpenAI and V2 generate routes to ``app`` (ahead of KServe's, which are registered later)."""
-    add: Callable[..., None] = app.add_api_route
-    add("/openai/v1/models", routes.models, methods=["GET"])
+    app.add_api_route("/openai/v1/models", routes.models, methods=["GET"])
     app.add_route("/openai/v1/completions", routes.completions, methods=["POST"])
     app.add_route("/openai/v1/chat/completions", routes.chat_completions, methods=["POST"])
     app.add_route("/v2/models/{model_name}/generate", routes.generate_v2, methods=["POST"])
