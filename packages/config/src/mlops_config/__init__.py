@@ -10,7 +10,7 @@ from mlops_config.monitoring import MonitoringConfig
 from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
 from mlops_config.provenance import ProvenanceConfig
-from mlops_config.serving import ServingConfig, ShadowConfig
+from mlops_config.serving import LLMServingConfig, ServingConfig, ShadowConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import (
     CausalLMConfig,
@@ -31,6 +31,7 @@ __all__ = [
     "EvaluationConfig",
     "FSDPConfig",
     "FeaturesConfig",
+    "LLMServingConfig",
     "LoRAConfig",
     "LoadedConfig",
     "MixedPrecisionConfig",

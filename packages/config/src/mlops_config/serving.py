@@ -39,6 +39,32 @@ class ShadowConfig(Section):
         return self
 
 
+class LLMServingConfig(Section):
+    """The language-model server (a Hugging Face causal-LM folder behind OpenAI-compatible routes)."""
+
+    max_concurrent: int = Field(default=2, ge=1)
+    """Generations running at once; each holds one CPU/GPU stream of decoding."""
+
+    max_queue: int = Field(default=8, ge=0)
+    """Requests waiting for a generation slot; past ``max_concurrent + max_queue`` a request gets 503."""
+
+    retry_after_s: int = Field(default=1, ge=1)
+    """``Retry-After`` (seconds) of the 503 answered past the bound."""
+
+    max_tokens: int = Field(default=256, ge=1)
+    """Largest ``max_tokens`` a request may ask for (larger: 400)."""
+
+    default_max_tokens: int = Field(default=16, ge=1)
+    """``max_tokens`` of a request that does not set it (OpenAI's completions default is 16)."""
+
+    torch_threads: int = Field(default=1, ge=1)
+    """Intra-op threads of each generation (torch's setting, per decoding thread); raise it on a machine whose
+    cores outnumber ``max_concurrent``."""
+
+    log_text: bool = False
+    """Write the prompt and the response text into the prediction log (by default only their token lengths)."""
+
+
 class ServingConfig(Section):
     role: Literal["all", "transformer", "predictor"] = "all"
     """``all``: transformer + predictor in one process (local). On Kubernetes the InferenceService runs a
@@ -107,3 +133,6 @@ class ServingConfig(Section):
 
     shed_retry_after_s: int = Field(default=1, ge=1, le=3600)
     """``Retry-After`` (seconds) of a request refused for overload or a missed deadline."""
+
+    llm: LLMServingConfig = LLMServingConfig()
+    """The language-model server (``mlops serve --model-dir`` on a ``hf_causal_lm`` folder)."""

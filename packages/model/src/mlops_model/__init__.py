@@ -27,6 +27,7 @@ from mlops_model.errors import (
     StatisticsError,
 )
 from mlops_model.exported import (
+    FALLBACK_CHAT_TEMPLATE,
     META_FILE,
     WEIGHTS_FILE,
     ExportedModel,
@@ -51,6 +52,7 @@ from mlops_model.signing import (
 __all__ = [
     "CATEGORICAL_FIELDS",
     "ENTITY_KEYS",
+    "FALLBACK_CHAT_TEMPLATE",
     "LABEL",
     "META_FILE",
     "NUMERIC_FIELDS",

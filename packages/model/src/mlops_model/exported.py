@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+"""Chat template of an exported causal LM whose tokenizer has none (``role: content`` lines, then ``assistant:``):
+the export writes it into the tokenizer files, the LM server applies it to a bare folder without one."""
 SCORE_BATCH = 4096
 """Rows per forward pass when scoring a whole frame (bounded memory; the same for every caller)."""
 

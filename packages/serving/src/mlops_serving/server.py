@@ -211,7 +211,8 @@ class RequestGuard:
             await send(message)
 
         path: str = scope.get("path", "")
-        if scope.get("method") == "POST" and (path.endswith(":predict") or path.endswith("/infer")):
+        if scope.get("method") == "POST" and (path.endswith((":predict", "/infer", "/generate"))
+                                              or path.startswith("/openai/")):
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             refusal = self._refuse(headers)
             if refusal is not None:
@@ -355,9 +356,11 @@ def build_app(
     load_in_background: bool = True,
     export_meta: Callable[[], dict[str, Any]] | None = None,
     admission: AdmissionLimits | None = None,
+    mount: Callable[[FastAPI], None] | None = None,
 ) -> FastAPI:
     """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`;
-    ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`)."""
+    ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`);
+    ``mount`` adds routes of the model's own (the language model's OpenAI routes) ahead of KServe's."""
     registry = ModelRepository()
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
@@ -381,6 +384,8 @@ def build_app(
     # ahead of KServe's routes (the first match wins): its model-repository routes are never reached
     app.add_route(f"{MODEL_REPOSITORY_PREFIX}/{{path:path}}", refuse_model_repository,
                   methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    if mount is not None:
+        mount(app)
     extension = ModelRepositoryExtension(model_registry=registry)
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)

@@ -70,6 +70,38 @@ def create_app(
                      admission=AdmissionLimits.from_config(serving))
 
 
+def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, version: str,
+                  log_dir: str | Path | None) -> Any:
+    """The language-model app: a :class:`~mlops_serving.lm.CausalLM` on KServe's app with the OpenAI routes."""
+    from mlops_serving.lm import CausalLM
+    from mlops_serving.lm_api import LMMetrics, LMRoutes, mount_lm_routes
+    from mlops_serving.server import ModelReadiness, build_app
+
+    metrics = LMMetrics()
+    writer = None if log_dir is None else PredictionLogWriter(
+        log_dir, model_name, flush_s=serving.prediction_log_flush_s, max_queue=serving.prediction_log_max_queue,
+        retention_hours=serving.prediction_log_retention_hours,
+        on_written=lambda n: metrics.log_rows.labels(model_name).inc(n),
+        on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
+        on_failed=lambda: metrics.log_flush_failures.labels(model_name).inc(),
+    )
+    model = CausalLM(model_name, folder, version)
+    metrics.model_info.labels(model_name, version, "stable", "").set(1)
+    routes = LMRoutes(model, metrics, serving.llm, writer)
+    return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
+                     prediction_log=writer, mount=lambda app: mount_lm_routes(app, routes))
+
+
+def is_causal_lm_folder(folder: Path) -> bool:
+    """A Hugging Face causal-LM export (``model.json`` kind ``hf_causal_lm``, or a bare ``transformers`` folder)."""
+    import json
+
+    meta = folder / "model.json"
+    if meta.is_file():
+        return bool(json.loads(meta.read_text(encoding="utf-8")).get("kind") == "hf_causal_lm")
+    return (folder / "config.json").is_file()
+
+
 def registry_loader(tracking: TrackingConfig, root: Path, model: str, alias: str, canary_alias: str | None,
                     cache_dir: Path, report: Callable[[str], None] | None = None, *, check: Check | None = None
                     ) -> Callable[[], tuple[LocalModel, LocalModel | None]]:
@@ -137,6 +169,14 @@ def serve(
     from mlops_serving.server import run_app
 
     _check_plan(serving, model_dir)
+    if model_dir is not None and is_causal_lm_folder(model_dir):
+        app = create_lm_app(serving, model_name=model, folder=model_dir, version=model_version or model_dir.name,
+                            log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root))
+        if report is not None:
+            report(f"language model listening on http://{serving.host}:{serving.port} (OpenAI /openai/v1, "
+                   f"V2 /v2/models/{model}/generate, /metrics)")
+        run_app(app, serving.host, serving.port)
+        return
     check = model_verifier(provenance, root) if provenance is not None else None
     if serving.role == "predictor":
         _serve_predictor(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,

@@ -43,7 +43,7 @@ def export_hf(folder: Path, state: Mapping[str, torch.Tensor], architecture: Map
     from transformers import AutoConfig, AutoTokenizer
 
     from mlops_core import atomic_dir
-    from mlops_model import WEIGHTS_FILE, save_exported
+    from mlops_model import FALLBACK_CHAT_TEMPLATE, WEIGHTS_FILE, save_exported
     from mlops_training.lora import adapter_state, merge_lora, peft_config
 
     arch = {k: v for k, v in architecture.items() if k != "finetune"}
@@ -70,7 +70,10 @@ def export_hf(folder: Path, state: Mapping[str, torch.Tensor], architecture: Map
             adapter_cfg.save_pretrained(str(tmp))
         else:
             config.save_pretrained(str(tmp))
-        AutoTokenizer.from_pretrained(str(checkpoint)).save_pretrained(str(tmp))
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+        if tokenizer.chat_template is None:  # chat needs one; the served and gated folder carries it
+            tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        tokenizer.save_pretrained(str(tmp))
         _generation_config(checkpoint, config).save_pretrained(str(tmp))
     return folder
 

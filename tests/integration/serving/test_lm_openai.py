@@ -1,0 +1,335 @@
+"""The language-model server as a real process (``mlops serve --model-dir`` on a Hugging Face folder made here),
+driven by the official ``openai`` client, unchanged, and by raw HTTP for the refusals and the concurrency bound.
+
+Expected outputs come from plain ``transformers`` on the same folder (``AutoModelForCausalLM.generate``, greedy),
+token counts from ``AutoTokenizer``: never from the server's own code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[3]
+MODEL = "llm-sft"
+PROMPTS = ["Add 12 and 30.\nAnswer:", "The model registry", "Reverse the words: stone lamp\nAnswer:"]
+MAX_TOKENS_LIMIT = 200
+
+
+@dataclass
+class LMServer:
+    url: str
+    folder: Path
+    log_dir: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def openai_base(self) -> str:
+        return f"{self.url}/openai/v1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_lm_server(folder: Path, log_dir: Path, *sets: str) -> LMServer:
+    port = _free_port()
+    # what services/predictor/entrypoint.sh runs in the InferenceService (infra/base/serving-llm)
+    cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL,
+           "--model-dir", str(folder), "--model-version", "7", "--port", str(port),
+           "--set", f"serving.prediction_log_uri={log_dir}",
+           "--set", "serving.prediction_log_flush_s=0.2", "--set", f"serving.llm.max_tokens={MAX_TOKENS_LIMIT}",
+           *(x for s in sets for x in ("--set", s))]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}: {proc.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return LMServer(url, folder, log_dir, proc)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the LM server did not get ready in 90 s")
+
+
+def stop(server: LMServer) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        from hf_checkpoint import make_checkpoint
+    finally:
+        sys.path.pop(0)
+    return make_checkpoint(tmp_path_factory.mktemp("lm") / "base")
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LMServer]:
+    s = start_lm_server(checkpoint, tmp_path_factory.mktemp("lm-log"), "serving.llm.max_concurrent=1",
+                        "serving.llm.max_queue=1")
+    yield s
+    stop(s)
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint: Path) -> Any:
+    """Plain transformers on the folder: tokenizer and greedy generate."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+
+    class Ref:
+        tokenizer = tok
+
+        @staticmethod
+        def greedy(ids: list[int], n: int) -> tuple[str, int]:
+            with torch.inference_mode():
+                out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)
+            new = out[0, len(ids):].tolist()
+            return tok.decode(new, skip_special_tokens=True), len(new)
+
+    return Ref
+
+
+def client(server: LMServer) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=server.openai_base, api_key="unused", max_retries=0)
+
+
+def test_models_lists_the_served_model(server: LMServer) -> None:
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_completion_equals_plain_transformers_generate(server: LMServer, reference: Any, prompt: str) -> None:
+    ids = reference.tokenizer(prompt)["input_ids"]
+    text, n = reference.greedy(ids, 24)
+    r = client(server).completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
+    assert r.choices[0].text == text
+    assert r.usage.prompt_tokens == len(ids)
+    assert r.usage.completion_tokens == n
+    assert r.choices[0].finish_reason == ("length" if n == 24 else "stop")
+
+
+def test_chat_uses_the_tokenizers_template_and_streams_the_same_text(server: LMServer, reference: Any) -> None:
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Add 2 and 3."}]
+    ids = reference.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    text, n = reference.greedy(ids, 20)
+    c = client(server)
+    r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0)  # type: ignore[arg-type]
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == text
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids), n)
+
+    chunks = list(c.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0,  # type: ignore[arg-type]
+                                            stream=True, stream_options={"include_usage": True}))
+    deltas = [ch.choices[0].delta.content or "" for ch in chunks if ch.choices]
+    assert "".join(deltas) == text
+    assert len([d for d in deltas if d]) > 1  # really streamed, not one blob
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finals == [r.choices[0].finish_reason]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == n
+
+
+def test_v2_generate_answers_plain_text(server: LMServer, reference: Any) -> None:
+    prompt = PROMPTS[0]
+    text, _ = reference.greedy(reference.tokenizer(prompt)["input_ids"], 10)
+    r = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", timeout=30,
+                   json={"text_input": prompt, "parameters": {"max_tokens": 10}})
+    assert r.status_code == 200, r.text
+    assert r.json()["text_output"] == text and r.json()["model_version"] == "7"
+    bad = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", json={"text_input": 5}, timeout=30)
+    assert bad.status_code == 400 and "text_input=5" in bad.json()["error"]["message"]
+    v1 = httpx.post(f"{server.url}/v1/models/{MODEL}:predict", json={"instances": [{"text": "x"}]}, timeout=30)
+    assert v1.status_code == 400 and "/openai/v1/completions" in v1.json()["error"]
+
+
+def test_streamed_completion_is_sse_ending_in_done(server: LMServer, reference: Any) -> None:
+    prompt = PROMPTS[1]
+    text, _ = reference.greedy(reference.tokenizer(prompt)["input_ids"], 16)
+    streamed = client(server).completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0,
+                                                 stream=True)
+    assert "".join(ch.choices[0].text for ch in streamed) == text
+    with httpx.stream("POST", f"{server.openai_base}/completions", timeout=30,
+                      json={"model": MODEL, "prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(r.iter_bytes()).decode()
+    events = raw.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    assert all(e.startswith("data: {") for e in events[:-2])
+
+
+def test_stop_string_ends_the_text_before_it(server: LMServer, reference: Any) -> None:
+    prompt = PROMPTS[0]
+    text, _ = reference.greedy(reference.tokenizer(prompt)["input_ids"], 24)
+    start = next(i for i in range(4, len(text) - 2) if "\ufffd" not in text[i:i + 2])
+    stop_at = text[start:start + 2]
+    expected = text[: text.find(stop_at)]
+    c = client(server)
+    r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stop=[stop_at, "\x00zz"])
+    assert r.choices[0].text == expected
+    assert r.choices[0].finish_reason == "stop"
+    streamed = c.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stop=stop_at,
+                                    stream=True)
+    assert "".join(ch.choices[0].text for ch in streamed) == expected
+
+
+@pytest.mark.parametrize(("change", "status", "words"), [
+    ({"max_tokens": 0}, 400, ["max_tokens=0", f"1 to {MAX_TOKENS_LIMIT}"]),
+    ({"max_tokens": MAX_TOKENS_LIMIT + 1}, 400, [f"max_tokens={MAX_TOKENS_LIMIT + 1}", str(MAX_TOKENS_LIMIT)]),
+    ({"max_tokens": "8"}, 400, ["max_tokens='8'"]),
+    ({"temperature": 2.5}, 400, ["temperature=2.5", "between 0 and 2"]),
+    ({"top_p": 0}, 400, ["top_p=0", "greater than 0"]),
+    ({"top_p": 1.5}, 400, ["top_p=1.5", "at most 1"]),
+    ({"stop": ["a", "b", "c", "d", "e"]}, 400, ["stop=", "at most 4"]),
+    ({"stop": 3}, 400, ["stop=3"]),
+    ({"n": 2}, 400, ["n=2", "n=1"]),
+    ({"model": "gpt-4"}, 404, ["'gpt-4'", MODEL]),
+])
+def test_bad_parameters_get_a_4xx_naming_value_and_limit(server: LMServer, change: dict[str, Any], status: int,
+                                                         words: list[str]) -> None:
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 4, **change}
+    r = httpx.post(f"{server.openai_base}/completions", json=body, timeout=30)
+    assert r.status_code == status, r.text
+    message = r.json()["error"]["message"]
+    for w in words:
+        assert w in message
+
+
+def test_the_openai_client_raises_its_own_error_types(server: LMServer) -> None:
+    import openai
+
+    c = client(server)
+    with pytest.raises(openai.BadRequestError, match=r"temperature=3\.0"):
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], temperature=3.0)
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        c.completions.create(model="other", prompt="x")
+
+
+def test_a_prompt_over_the_context_length_gets_400_naming_limit_and_count(server: LMServer, reference: Any) -> None:
+    prompt = "stone lamp green tiger " * 60
+    n = len(reference.tokenizer(prompt)["input_ids"])
+    context = reference_context(server)
+    assert n + 8 > context  # the case is real: over the 256-token context of the test checkpoint
+    r = httpx.post(f"{server.openai_base}/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 8},
+                   timeout=30)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert f"{n} tokens" in message and f"context length of {context}" in message
+
+
+def reference_context(server: LMServer) -> int:
+    import json
+
+    return int(json.loads((server.folder / "config.json").read_text())["max_position_embeddings"])
+
+
+def test_past_the_bound_requests_get_503_with_retry_after(server: LMServer) -> None:
+    async def fire() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            body = {"model": MODEL, "prompt": PROMPTS[1], "max_tokens": 150, "temperature": 0}
+            return await asyncio.gather(*(http.post(f"{server.openai_base}/completions", json=body)
+                                          for _ in range(6)))
+
+    replies = asyncio.run(fire())
+    codes = sorted(r.status_code for r in replies)
+    assert set(codes) == {200, 503}, codes
+    assert codes.count(200) >= 2  # one running + one queued were admitted (bound 1 + 1)
+    for r in replies:
+        if r.status_code == 503:
+            assert r.headers["retry-after"] == "1"
+            assert "1 running + 1 queued" in r.json()["error"]["message"]
+    # the slots are free again afterwards
+    ok = httpx.post(f"{server.openai_base}/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2},
+                    timeout=30)
+    assert ok.status_code == 200
+
+
+def _series(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf'{name}\{{[^}}]*model="{MODEL}"[^}}]*version="7"[^}}]*\}} (\S+)', line)
+        if m:
+            total += float(m.group(1))
+    return total
+
+
+def test_metrics_and_prediction_log_count_tokens_without_text(server: LMServer, reference: Any) -> None:
+    from mlops_serving import read_prediction_log
+
+    before = httpx.get(f"{server.url}/metrics").text
+    prompt = PROMPTS[2]
+    n_in = len(reference.tokenizer(prompt)["input_ids"])
+    r = client(server).completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
+    n_out = r.usage.completion_tokens
+    after = httpx.get(f"{server.url}/metrics").text
+    assert _series(after, "mlops_serving_lm_prompt_tokens_total") - _series(
+        before, "mlops_serving_lm_prompt_tokens_total") == n_in
+    assert _series(after, "mlops_serving_lm_completion_tokens_total") - _series(
+        before, "mlops_serving_lm_completion_tokens_total") == n_out
+    assert _series(after, "mlops_serving_lm_time_to_first_token_seconds_count") - _series(
+        before, "mlops_serving_lm_time_to_first_token_seconds_count") == 1
+    assert _series(after, "mlops_serving_lm_queue_seconds_count") - _series(
+        before, "mlops_serving_lm_queue_seconds_count") == 1
+    assert _series(after, "mlops_serving_lm_tokens_per_second_count") >= 1
+
+    deadline = time.monotonic() + 10
+    while True:
+        log = read_prediction_log(server.log_dir, MODEL)
+        hit = log[(log["prompt_tokens"] == n_in)] if len(log) and "prompt_tokens" in log else log.iloc[0:0]
+        if len(hit) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    row = hit.iloc[-1]
+    assert row["completion_tokens"] == n_out and str(row["model_version"]) == "7"
+    assert row["latency_ms"] >= row["ttft_ms"] > 0
+    assert "prompt_text" not in log.columns and "response_text" not in log.columns
+
+
+def test_log_text_writes_prompt_and_response_when_configured(checkpoint: Path, tmp_path: Path) -> None:
+    from mlops_serving import read_prediction_log
+
+    s = start_lm_server(checkpoint, tmp_path / "log", "serving.llm.log_text=true")
+    try:
+        r = client(s).completions.create(model=MODEL, prompt="The model registry", max_tokens=6, temperature=0)
+        deadline = time.monotonic() + 10
+        while not len(log := read_prediction_log(s.log_dir, MODEL)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop(s)
+    assert list(log["prompt_text"]) == ["The model registry"]
+    assert list(log["response_text"]) == [r.choices[0].text]
