@@ -75,8 +75,10 @@ rehearsal-deps: prometheus
 rehearse: setup prometheus
 	$(BIN)/mlops pipeline rehearse
 
+# Two workers (xdist), one test file each at a time: most of the suite waits on servers and subprocesses, so the
+# 2 cores stay busy; a file's tests share their module fixtures on one worker.
 test: setup browser java prometheus checkov-setup lint
-	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not gpu" $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).
 rehearse-test: setup prometheus
