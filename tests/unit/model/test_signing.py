@@ -114,3 +114,24 @@ def test_keys_from_env_vars_and_a_missing_key_file_named(tmp_path: Path) -> None
     assert ExportedModel.load(folder, check=model_verifier(cfg, tmp_path, env)).input_dim == 2
     with pytest.raises(ModelSignatureError, match=r"'/nowhere.pem' \(from \$PUB\) does not exist"):
         model_verifier(cfg, tmp_path, {"PUB": "/nowhere.pem"})
+
+
+def test_key_vars_may_hold_the_pem_text_itself(tmp_path: Path) -> None:
+    """CI secrets and Kubernetes secretKeyRef hand over the key's text, not a path: both forms sign and verify."""
+    from mlops_model import ensure_local_keys
+
+    private, public = ensure_local_keys(tmp_path / "pair")
+    by_text = {"K": private.read_text(), "P": public.read_text()}
+    prov = ProvenanceConfig(private_key_var="K", public_key_var="P", local_key_dir=None)
+    torch.manual_seed(0)
+    net = build_tabular_mlp(ARCH)
+    encoder = EncoderSpec(numeric=(NumericColumn(name="a", mean=0.0, std=1.0, log=False),
+                                  NumericColumn(name="b", mean=0.0, std=1.0, log=False)), input_dim=2)
+    meta = {"kind": "tabular_mlp", "architecture": ARCH, "features": {"encoder": encoder.to_dict()}}
+    folder = save_exported(tmp_path / "m", net.state_dict(), meta, sign=model_signer(prov, tmp_path, by_text))
+    by_path = {"K": str(private), "P": str(public)}
+    assert ExportedModel.load(folder, check=model_verifier(prov, tmp_path, by_path)).input_dim == 2
+    assert ExportedModel.load(folder, check=model_verifier(prov, tmp_path, by_text)).input_dim == 2
+    other = ensure_local_keys(tmp_path / "other")[1].read_text()  # another key's text: refused
+    with pytest.raises(ModelSignatureError):
+        ExportedModel.load(folder, check=model_verifier(prov, tmp_path, {"P": other}))

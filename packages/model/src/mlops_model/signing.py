@@ -46,12 +46,32 @@ class SigningKeys:
     password: str | None = None
 
 
+PEM_BEGIN = "-----BEGIN "
+
+
 def _var_path(var: str | None, environ: Mapping[str, str]) -> Path | None:
+    """The key file the env var ``var`` names; a var holding the PEM text itself (a CI secret, a Kubernetes
+    ``secretKeyRef``) is written once to a private file (0600 in a 0700 folder) and that file is returned."""
     if not var:
         return None
     value = environ.get(var)
     if not value:
         return None
+    if value.lstrip().startswith(PEM_BEGIN):
+        import tempfile
+
+        text = value.strip() + "\n"
+        folder = Path(tempfile.gettempdir()) / f"mlops-signing-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+        path = folder / f"{var}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.pem"
+        if not path.is_file():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            tmp.replace(path)
+        return path
     return Path(value)
 
 
