@@ -39,10 +39,15 @@ def user_windows_udf(tx: pd.DataFrame) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
+    spark = getattr(tx, "sparkSession", None)  # Feast's Spark engine hands over a Spark DataFrame: the per-user
+    if spark is not None:  # windows are sequential, so they run here on the driver, and go back as a Spark frame
+        tx = tx.toPandas()
     windows = {"1h": pd.Timedelta(hours=1), "24h": pd.Timedelta(hours=24), "7d": pd.Timedelta(days=7)}
     df = tx.sort_values(["user_id", "event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
     if len(df) == 0:
-        return pd.DataFrame(columns=["user_id", "event_timestamp", "created"])
+        empty = pd.DataFrame(columns=["user_id", "event_timestamp", "created"])
+        return spark.createDataFrame(empty, "user_id string, event_timestamp timestamp, created timestamp") \
+            if spark is not None else empty
     codes, _ = pd.factorize(df["user_id"], sort=True)
     t = pd.to_datetime(df["event_timestamp"], utc=True).dt.as_unit("us").astype("int64").to_numpy()
     key = codes.astype(np.int64) * (1 << 52) + (t - t.min())
@@ -81,7 +86,7 @@ def user_windows_udf(tx: pd.DataFrame) -> pd.DataFrame:
                  "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
                  "user_amount_zscore", "user_distinct_merchants_24h"):
         feats[name] = out[name]
-    return feats
+    return spark.createDataFrame(feats) if spark is not None else feats
 
 
 def merchant_risk_udf(tx: pd.DataFrame) -> pd.DataFrame:
@@ -92,9 +97,15 @@ def merchant_risk_udf(tx: pd.DataFrame) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
+    spark = getattr(tx, "sparkSession", None)  # under Feast's Spark engine: see user_windows_udf
+    if spark is not None:
+        tx = tx.toPandas()
+
     prior_weight = 20.0
     if len(tx) == 0:
-        return pd.DataFrame(columns=["merchant_id", "event_timestamp", "created"])
+        empty = pd.DataFrame(columns=["merchant_id", "event_timestamp", "created"])
+        return spark.createDataFrame(empty, "merchant_id string, event_timestamp timestamp, created timestamp") \
+            if spark is not None else empty
     tx = tx.assign(event_timestamp=pd.to_datetime(tx["event_timestamp"], utc=True))
     day = tx["event_timestamp"].dt.floor("D")
     daily = (tx.assign(day=day).groupby(["merchant_id", "day"], sort=True)
@@ -113,4 +124,5 @@ def merchant_risk_udf(tx: pd.DataFrame) -> pd.DataFrame:
         "merchant_amount_mean_7d": np.where(roll["n"] > 0, roll["amount"] / roll["n"].clip(lower=1), 0.0),
     })
     feats["created"] = feats["event_timestamp"]
-    return feats[(roll["n"] > 0).to_numpy()].reset_index(drop=True)
+    out = feats[(roll["n"] > 0).to_numpy()].reset_index(drop=True)
+    return spark.createDataFrame(out) if spark is not None else out

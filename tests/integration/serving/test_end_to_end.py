@@ -77,7 +77,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
 
     from mlops_config import DataConfig, load_config
     from mlops_features import prepare_local_data, training_set
-    from mlops_model import EncoderSpec, build_tabular_mlp, save_exported
+    from mlops_model import EncoderSpec, build_tabular_mlp, model_signer, save_exported
 
     root = config_dir.parent
     redis = Redis(kit.free_port(), root)
@@ -96,7 +96,8 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     torch.manual_seed(5)
     folder = save_exported(root / "export", build_tabular_mlp(arch).state_dict(), {
         "kind": "tabular_mlp", "architecture": arch, "lineage": {"seed": 5},
-        "features": {"feature_service": cfg.features.feature_service, "encoder": encoder.to_dict()}})
+        "features": {"feature_service": cfg.features.feature_service, "encoder": encoder.to_dict()}},
+        sign=model_signer(cfg.provenance, root))  # as training signs; the server verifies with the same local pair
     uri = f"sqlite:///{root / '.mlops' / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)

@@ -292,7 +292,7 @@ def test_metrics_and_prediction_log_count_tokens_without_text(server: LMServer, 
     from mlops_serving import read_prediction_log
 
     before = httpx.get(f"{server.url}/metrics").text
-    prompt = PROMPTS[2]
+    prompt = "Count the tokens of this request only:"  # no other test sends it: its log row is this request's
     n_in = len(reference.tokenizer(prompt)["input_ids"])
     r = client(server).completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
     n_out = r.usage.completion_tokens

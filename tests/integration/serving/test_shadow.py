@@ -73,6 +73,13 @@ def predictors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     tmp = tmp_path_factory.mktemp("shadow-predictors")
     live_dir = export_model(tmp / "models" / "3", seed=3)
     cand_dir = export_model(tmp / "models" / "4", seed=4, hidden=(12,))
+    # signed as training signs them: the predictors (cwd REPO, local profile) verify with the repo's local pair
+    from mlops_config import load_config
+    from mlops_model import model_signer
+
+    signer = model_signer(load_config(config_dir=REPO / "configs").config.provenance, REPO)
+    signer(live_dir)
+    signer(cand_dir)
     live = PredictorProcess(live_dir, "3", free_port(), tmp / "live.err")
     try:
         cand = PredictorProcess(cand_dir, "4", free_port(), tmp / "candidate.err")
@@ -251,10 +258,10 @@ def test_a_bad_candidate_never_changes_the_live_answer_or_its_latency(
             assert got == want
             on.append(t_on)
             off.append(t_off)
-        text = httpx.get(f"{shadowed.url}/metrics").text
         elapsed = time.monotonic() - started
-        if kind != "hangs":
+        if kind != "hangs":  # every mirrored request answered (logged) before its counters are read
             assert until(lambda: len(read_shadow_log(tmp_path / "shadowed" / "predlog", "fraud")) == 2 * n)
+        text = httpx.get(f"{shadowed.url}/metrics").text
     finally:
         shadowed.stop()
         plain.stop()

@@ -100,7 +100,7 @@ def test_batch_engine_spark_renders_feasts_spark_compute_engine(tmp_path: Path) 
     from pydantic import ValidationError
 
     local = repo_config_dict(FeaturesConfig(), tmp_path)
-    assert "batch_engine" not in local  # local: Feast's default engine, the rendered files unchanged
+    assert local["batch_engine"] == {"type": "local", "backend": "pandas"}  # local: Feast's pandas engine
     spark = repo_config_dict(FeaturesConfig(batch_engine="spark", spark_master="spark://spark:7077",
                                             spark_partitions=8,
                                             spark_conf={"spark.master": "ignored", "spark.driver.memory": "4g"}),

@@ -37,6 +37,7 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
     # the canary analysis asks this run's Prometheus; the drift job's rollback commits to this run's GitOps remote
     assert cfg.delivery.prometheus_url == "http://127.0.0.1:9090"
     assert cfg.delivery.gitops_repo == str(tmp_path / "gitops.git")
+    assert cfg.training.checkpoint.dir == str(tmp_path / "checkpoints")  # never the machine's /mnt/checkpoints
     assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
     assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
         f"file://{tmp_path}/bucket/models/fraud/v3"

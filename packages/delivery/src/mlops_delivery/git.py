@@ -88,13 +88,21 @@ def push_if_unchanged(root: Path, remote: str, branch: str, env: dict[str, str] 
     Raises:
         GitError: the push failed for any other reason (no access, no such remote, ...).
     """
+    return push_outcome(root, remote, branch, env) != "rejected"
+
+
+def push_outcome(root: Path, remote: str, branch: str, env: dict[str, str] | None = None) -> str:
+    """:func:`push_if_unchanged`, saying what happened: ``"pushed"`` (the branch moved to HEAD), ``"up_to_date"``
+    (the remote held HEAD already: another writer pushed the very same commit, e.g. two processes making an
+    identical commit in the same second) or ``"rejected"`` (the branch moved on)."""
     proc = run_git(root, "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}", env=env)
     if proc.returncode == 0:
-        return True
+        flags = [line.split("\t", 1)[0] for line in proc.stdout.splitlines() if "\t" in line]
+        return "up_to_date" if flags and all(f.strip() == "=" for f in flags) else "pushed"
     text = proc.stdout + proc.stderr
     if any(marker in text for marker in REJECTED):
         logger.info("push to %s/%s rejected: the branch moved on", remote, branch)
-        return False
+        return "rejected"
     detail = text.strip().splitlines()
     last = detail[-1] if detail else proc.returncode
     raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {last}")

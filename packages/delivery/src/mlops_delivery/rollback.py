@@ -24,7 +24,7 @@ from typing import Any
 
 from mlops_config import DeliveryConfig
 from mlops_delivery.errors import GitError, PromotionRefusedError
-from mlops_delivery.git import commit_file, push_if_unchanged, run_git
+from mlops_delivery.git import commit_file, push_outcome, run_git
 from mlops_delivery.manifest import storage_uri
 from mlops_delivery.promotion import load_manifest, stage_env
 
@@ -144,10 +144,12 @@ def commit_rollback(
             message = (f"gitops: rollback {model} in {env}: v{from_version} -> v{to_version}\n\n{reason}\n\n"
                        f"Mlops-Rollback: {model} {env} v{from_version} -> v{to_version}\n")
             sha = commit_file(clone, manifest.path, message, delivery.git_author)
-            if push_if_unchanged(clone, "origin", delivery.git_branch, env=git_env):
-                logger.warning("rolled %s back in %s: v%s -> v%s (commit %s)", model, env, from_version, to_version,
-                               sha[:12])
-                return RollbackCommit(model, env, from_version, to_version, uri, sha, True, rel, attempt)
+            outcome = push_outcome(clone, "origin", delivery.git_branch, env=git_env)
+            if outcome != "rejected":  # up_to_date: a concurrent monitor pushed this very commit first
+                logger.warning("rolled %s back in %s: v%s -> v%s (commit %s%s)", model, env, from_version, to_version,
+                               sha[:12], ", pushed by another monitor" if outcome == "up_to_date" else "")
+                return RollbackCommit(model, env, from_version, to_version, uri, sha, outcome == "pushed", rel,
+                                      attempt)
             _refresh(clone, delivery.git_branch, git_env)  # someone pushed first: read the overlay again
     raise GitError(f"the push of the {model} rollback to {repo!r} was rejected {MAX_ATTEMPTS} times in a row: "
                    "the branch keeps moving; retry")

@@ -80,30 +80,45 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, model: str, log_path: P
     raise PipelineError(f"`mlops serve` was not ready within {timeout_s:.0f} s; see {log_path}")
 
 
+SHED_RETRIES = 3
+"""Retries of a request the server shed with 503 + ``Retry-After`` before its status counts."""
+
+
 def send_traffic(server: RunningServer, rows: list[dict[str, Any]], *, batch: int = 1,
                  concurrency: int = 4) -> dict[str, Any]:
-    """POST ``rows`` as V1 requests (``batch`` instances each); bounded by the row count. Returns tallies."""
+    """POST ``rows`` as V1 requests (``batch`` instances each); bounded by the row count. Returns tallies.
+
+    A client of the shedding server: a 503 with ``Retry-After`` (overload, or a missed deadline) is retried after
+    that wait, up to ``SHED_RETRIES`` times; the final status counts, the retries are tallied as ``shed_retries``.
+    """
     endpoint = f"{server.url}/v1/models/{server.model}:predict"
     chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
     statuses: dict[int, int] = {}
-    degraded = 0
+    degraded = shed = 0
     latencies: list[float] = []
     with httpx.Client(timeout=30) as client:
 
-        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float]:
-            started = time.perf_counter()
-            resp = client.post(endpoint, content=json.dumps({"instances": chunk}),
-                               headers={"content-type": "application/json"})
+        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float, int]:
+            body, retries = json.dumps({"instances": chunk}), 0
+            while True:
+                started = time.perf_counter()
+                resp = client.post(endpoint, content=body, headers={"content-type": "application/json"})
+                wait = resp.headers.get("retry-after")
+                if resp.status_code != 503 or wait is None or retries >= SHED_RETRIES:
+                    break
+                retries += 1
+                time.sleep(min(float(wait), 5.0))
             ok_degraded = resp.status_code == 200 and bool(resp.json().get("degraded"))
-            return resp.status_code, ok_degraded, (time.perf_counter() - started) * 1000
+            return resp.status_code, ok_degraded, (time.perf_counter() - started) * 1000, retries
 
         with ThreadPoolExecutor(concurrency) as pool:
-            for status, was_degraded, ms in pool.map(one, chunks):
+            for status, was_degraded, ms, retries in pool.map(one, chunks):
                 statuses[status] = statuses.get(status, 0) + 1
                 degraded += was_degraded
+                shed += retries
                 latencies.append(ms)
     return {"requests": len(chunks), "instances": len(rows), "statuses": statuses, "degraded": degraded,
-            "latency_ms": latencies}
+            "shed_retries": shed, "latency_ms": latencies}
 
 
 def request_rows(frame: Any, n: int, seed: int) -> list[dict[str, Any]]:

@@ -41,6 +41,9 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         # no GPU here: the same FSDP code on gloo with 2 CPU processes, float32
         "MLOPS__TRAINING__BACKEND": "auto",
         "MLOPS__TRAINING__NPROC": "2",
+        # the ReadWriteMany volume every training pod mounts (/mnt/checkpoints in staging) is this run's folder:
+        # a run name reused by a later rehearsal must never resume from an earlier one's checkpoint
+        "MLOPS__TRAINING__CHECKPOINT__DIR": str(run / "checkpoints"),
         "MLOPS__TRAINING__FSDP__MIXED_PRECISION__PARAM_DTYPE": "float32",
         "MLOPS__TRAINING__FSDP__MIXED_PRECISION__BUFFER_DTYPE": "float32",
         "MLOPS__SERVING__HOST": "127.0.0.1",
