@@ -61,9 +61,11 @@ def step_platform(ctx: RehearsalContext) -> dict[str, Any]:
     ctx.env = config_env(platform, ctx.gitops.remote, fast=ctx.fast)
     ctx.loaded = load_rehearsal_config(ctx.repo_root, ctx.env)
     # the loop itself runs in this process (as a workflow step would): it reads the secrets by their names
-    saved = {k: os.environ.get(k) for k in platform.secrets}
+    # (and the signing keys' files, as a pod gets mounted Secrets: the trainer's workers sign, the gates verify)
+    secret_env = {**platform.secrets, **{k: v for k, v in ctx.env.items() if k.startswith("MLOPS_SIGNING")}}
+    saved = {k: os.environ.get(k) for k in secret_env}
     ctx.cleanup.callback(_restore_env, saved)
-    os.environ.update(platform.secrets)
+    os.environ.update(secret_env)
     servers = {s.spec.name: {"pid": s.pid, "ready_s": round(s.ready_s, 1), "log": str(s.log_path)}
                for s in ctx.harness.servers.values()}
     return {"servers": servers, "databases": platform.databases, "mlflow": platform.mlflow_url,
