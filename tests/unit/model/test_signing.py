@@ -135,3 +135,13 @@ def test_key_vars_may_hold_the_pem_text_itself(tmp_path: Path) -> None:
     other = ensure_local_keys(tmp_path / "other")[1].read_text()  # another key's text: refused
     with pytest.raises(ModelSignatureError):
         ExportedModel.load(folder, check=model_verifier(prov, tmp_path, {"P": other}))
+
+
+def test_the_publish_marker_of_a_published_copy_is_not_part_of_the_signature(tmp_path: Path) -> None:
+    """The storageUri copy carries publish.json (written last by the promotion's publish); it still loads."""
+    folder = _export(tmp_path / "m", tmp_path / "keys")
+    (folder / "publish.json").write_text('{"files": {}}')
+    assert _load(folder, tmp_path / "keys").input_dim == 2
+    (folder / "publish.py").write_text("print('not a marker')")  # any other added file is still refused
+    with pytest.raises(ModelSignatureError, match=r"publish\.py"):
+        _load(folder, tmp_path / "keys")

@@ -33,6 +33,12 @@ from mlops_model.errors import ModelSignatureError
 log = logging.getLogger(__name__)
 
 SIGNATURE_FILE = "model.sig"
+PUBLISH_MARKER = "publish.json"
+NOT_SIGNED = (SIGNATURE_FILE, PUBLISH_MARKER)
+"""Files in a model folder that describe a copy of the model, not the model: its signature, and the marker the
+promotion's publish step writes last into the ``storageUri`` copy (each file's SHA-256, checked by publish). The
+predictor loads that copy (KServe's storage initializer downloads the whole folder), so the marker is not signed;
+any other added file is refused."""
 PRIVATE_KEY_FILE = "signing-key.pem"
 PUBLIC_KEY_FILE = "signing-key.pub.pem"
 
@@ -127,7 +133,7 @@ def ensure_local_keys(folder: Path) -> tuple[Path, Path]:
 def _hashing_config():
     from model_signing import hashing
 
-    return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE], ignore_git_paths=False)
+    return hashing.Config().set_ignored_paths(paths=list(NOT_SIGNED), ignore_git_paths=False)
 
 
 def model_digest(folder: str | Path) -> str:
