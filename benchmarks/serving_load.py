@@ -49,7 +49,12 @@ def free_port() -> int:
 def features_section(root: Path, redis_port: int) -> Any:
     from mlops_config import FeaturesConfig
 
-    return FeaturesConfig(repo_path=str(REPO / "feature_repo"), online_store="redis",
+    # the Feast repository's sources are relative to it: a copy beside the benchmark's data, as a checkout has
+    if not (root / "feature_repo").exists():
+        import shutil
+
+        shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
+    return FeaturesConfig(repo_path="feature_repo", online_store="redis",
                           redis_url=f"redis://127.0.0.1:{redis_port}/0", online_store_path=".mlops/feast/online.db",
                           registry=".mlops/feast/registry.db", source_dir="data/features")
 
