@@ -15,11 +15,11 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from mlops_delivery.errors import ManifestError
 from mlops_delivery.git import _git
+from mlops_delivery.manifest import round_trip_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -67,21 +67,13 @@ def parse_image_refs(refs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _yaml() -> YAML:
-    y = YAML(typ="rt")
-    y.preserve_quotes = True
-    y.indent(mapping=2, sequence=4, offset=2)
-    y.width = 4096
-    return y
-
-
 def _base_name(entry: Mapping[str, object]) -> str:
     return str(entry.get("name", ""))
 
 
 def edit_images(text: str, images: Mapping[str, str], *, path: Path) -> str:
     """``text`` (a kustomization) with ``images:`` pinning each of ``images`` by digest; other entries kept."""
-    y = _yaml()
+    y = round_trip_yaml()
     doc = y.load(text)
     if not isinstance(doc, CommentedMap) or doc.get("kind") != "Kustomization":
         raise ManifestError(f"{str(path)!r} is not a kustomization (kind: Kustomization); cannot set images in it")

@@ -57,7 +57,8 @@ class Placement:
         return {**asdict(self), "stable_percent": self.stable_percent}
 
 
-def _yaml() -> YAML:
+def round_trip_yaml() -> YAML:
+    """The one ruamel.yaml setup for editing manifests in place (comments, quotes, order and indents kept)."""
     y = YAML(typ="rt")
     y.preserve_quotes = True
     y.indent(mapping=2, sequence=4, offset=2)
@@ -79,7 +80,7 @@ class ModelManifest:
             )
         self.original = path.read_text(encoding="utf-8")
         try:
-            self.doc = _yaml().load(self.original)
+            self.doc = round_trip_yaml().load(self.original)
         except Exception as exc:  # ruamel raises many unrelated types for bad YAML
             raise ManifestError(f"{str(path)!r} is not valid YAML: {exc}") from exc
         self._check_shape()
@@ -190,7 +191,7 @@ class ModelManifest:
     def dump(self) -> str:
         """The manifest's text with the edits made so far."""
         buf = io.StringIO()
-        _yaml().dump(self.doc, buf)
+        round_trip_yaml().dump(self.doc, buf)
         return buf.getvalue()
 
     def changed(self) -> bool:

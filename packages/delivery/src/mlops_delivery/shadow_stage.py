@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
@@ -29,7 +28,7 @@ from mlops_core import atomic_write_text
 from mlops_delivery.errors import ManifestError, PromotionRefusedError
 from mlops_delivery.git import commit_files, push_head
 from mlops_delivery.ledger import registry_version, require_gates_passed
-from mlops_delivery.manifest import ModelManifest, storage_uri
+from mlops_delivery.manifest import ModelManifest, round_trip_yaml, storage_uri
 from mlops_delivery.promotion import load_manifest, stage_env
 from mlops_delivery.publish import publish_model
 
@@ -80,14 +79,6 @@ class ShadowChange:
                 "pushed": self.pushed, "evidence": self.evidence}
 
 
-def _yaml() -> YAML:
-    y = YAML(typ="rt")
-    y.preserve_quotes = True
-    y.indent(mapping=2, sequence=4, offset=2)
-    y.width = 4096
-    return y
-
-
 class ShadowManifest:
     """``shadow-<model>.yaml`` of one overlay, edited round-trip (comments and order kept)."""
 
@@ -98,7 +89,7 @@ class ShadowManifest:
                                 "infra/overlays/production/shadow-fraud.yaml, list it under the overlay's resources)")
         self.original = path.read_text(encoding="utf-8")
         try:
-            self.docs = [d for d in _yaml().load_all(self.original) if d is not None]
+            self.docs = [d for d in round_trip_yaml().load_all(self.original) if d is not None]
         except Exception as exc:  # ruamel raises many unrelated types for bad YAML
             raise ManifestError(f"{str(path)!r} is not valid YAML: {exc}") from exc
         self.config = self._find("ConfigMap", f"{model}-shadow-env")
@@ -142,7 +133,7 @@ class ShadowManifest:
 
     def dump(self) -> str:
         buf = io.StringIO()
-        _yaml().dump_all(self.docs, buf)
+        round_trip_yaml().dump_all(self.docs, buf)
         return buf.getvalue()
 
 
