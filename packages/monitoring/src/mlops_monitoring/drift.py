@@ -20,7 +20,7 @@ p-values are reported beside them. See :mod:`mlops_monitoring.policy` for the le
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -206,6 +206,24 @@ def _check_columns(current: pd.DataFrame, wanted: Sequence[str], have_ref: Seque
         )
 
 
+def profile_columns(
+    reference: Mapping[str, Any], numeric: Sequence[str] | None, categorical: Sequence[str] | None,
+    score: str | None, current_columns: Iterable[str],
+) -> tuple[dict[str, Any], Sequence[str] | None, Sequence[str] | None, list[str], bool, int]:
+    """A reference profile checked, and what a comparison against it uses (every engine's one reading):
+    ``(profile, numeric, categorical, reference columns, whether scores are compared, reference rows)``.
+    With neither ``numeric`` nor ``categorical`` given, the profile's own columns."""
+    try:
+        profile = check_profile(dict(reference))
+    except ProfileError as exc:
+        raise MonitoringError(str(exc)) from None
+    if numeric is None and categorical is None:
+        numeric, categorical = list(profile["numeric"]), list(profile["categorical"])
+    ref_cols = [*profile["numeric"], *profile["categorical"]]
+    has_score = score is not None and profile.get("score") is not None and score in set(current_columns)
+    return profile, numeric, categorical, ref_cols, has_score, int(profile["n_rows"])
+
+
 def compare(
     reference: pd.DataFrame | Mapping[str, Any],
     current: pd.DataFrame,
@@ -250,15 +268,8 @@ def compare(
         has_score = score is not None and score in ref_cols and score in current.columns
         n_ref = len(reference)
     else:
-        try:
-            profile = check_profile(dict(reference))
-        except ProfileError as exc:
-            raise MonitoringError(str(exc)) from None
-        if numeric is None and categorical is None:
-            numeric, categorical = list(profile["numeric"]), list(profile["categorical"])
-        ref_cols = [*profile["numeric"], *profile["categorical"]]
-        has_score = score is not None and profile.get("score") is not None and score in current.columns
-        n_ref = int(profile["n_rows"])
+        profile, numeric, categorical, ref_cols, has_score, n_ref = profile_columns(
+            reference, numeric, categorical, score, current.columns)
     if score is not None and not has_score and score in current.columns:
         log.warning("current data has %r but the reference has no scores; prediction drift is not compared", score)
     numeric, categorical = list(numeric or ()), list(categorical or ())

@@ -31,9 +31,17 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
-from mlops_core import ProfileError, check_profile, edge_probs, lerp_quantiles, quantile_positions
+from mlops_core import edge_probs, lerp_quantiles, quantile_positions
 from mlops_model import statistics
-from mlops_monitoring.drift import SCORE, ColumnDrift, DriftReport, categorical_verdict, column_verdict, with_missing
+from mlops_monitoring.drift import (
+    SCORE,
+    ColumnDrift,
+    DriftReport,
+    categorical_verdict,
+    column_verdict,
+    profile_columns,
+    with_missing,
+)
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.policy import drift_level
 
@@ -401,15 +409,8 @@ def compare_duckdb(
             has_score = score is not None and score in ref_types and score in cur_types
             n_ref = eng.count("ref")
         else:
-            try:
-                profile = check_profile(dict(reference))
-            except ProfileError as exc:
-                raise MonitoringError(str(exc)) from None
-            if numeric is None and categorical is None:
-                numeric, categorical = list(profile["numeric"]), list(profile["categorical"])
-            ref_cols = [*profile["numeric"], *profile["categorical"]]
-            has_score = score is not None and profile.get("score") is not None and score in cur_types
-            n_ref = int(profile["n_rows"])
+            profile, numeric, categorical, ref_cols, has_score, n_ref = profile_columns(
+                reference, numeric, categorical, score, cur_types)
         numeric, categorical = list(numeric or ()), list(categorical or ())
         if not numeric and not categorical and not has_score:
             raise MonitoringError("no column to compare: pass numeric= and/or categorical= (or a score column)")
