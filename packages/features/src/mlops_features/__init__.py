@@ -16,6 +16,7 @@ from mlops_features.instructions import (
     validate_instructions,
 )
 from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
+from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
 from mlops_features.review import PlanReport, base_repo_from_git, plan_features
@@ -33,6 +34,7 @@ __all__ = [
     "FeaturesError",
     "IngestReport",
     "InstructionGateResult",
+    "LineageVerdict",
     "OnlineFeatures",
     "PlanReport",
     "PreparedData",
@@ -42,6 +44,8 @@ __all__ = [
     "backfill",
     "base_repo_from_git",
     "build_features",
+    "check_data_lineage",
+    "data_lineage",
     "data_version",
     "encode_example",
     "freshness",

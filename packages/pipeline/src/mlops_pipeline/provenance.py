@@ -137,6 +137,12 @@ def _data_links(audit: VersionAudit, config: PlatformConfig, root: Path, lineage
         status, detail = _eq("data version", recorded, current, "the validated data area hashes to")
         audit.add("data area", status, detail if status != "broken" else
                   f"{detail}: the data area changed since training (dvc checkout the recorded version)")
+    if lineage.get("data_lineage"):  # recorded at training: checked against the DVC cache and the data
+        from mlops_features import check_data_lineage
+
+        verdict = check_data_lineage(root, lineage["data_lineage"])
+        audit.add("DVC lock", verdict.status, verdict.detail)
+        return
     lock = root / "dvc.lock"
     commit = str(lineage.get("git_commit") or "")
     if not lock.is_file():
@@ -147,9 +153,9 @@ def _data_links(audit: VersionAudit, config: PlatformConfig, root: Path, lineage
         audit.add("DVC lock", "not verifiable", f"dvc.lock is not in git at the recorded commit {commit[:12] or '-'}")
     elif then.stdout == lock.read_text(encoding="utf-8"):
         audit.add("DVC lock", "verified", f"dvc.lock equals the one committed at {commit[:12]}")
-    else:  # a `dvc repro` after the commit rewrites it; the data area hash above is the check that binds
-        audit.add("DVC lock", "not verifiable", f"dvc.lock changed since {commit[:12]} (uncommitted `dvc repro` "
-                                                "output); commit it to bind the data version to the code")
+    else:  # a run trained before data lineage was recorded: only the lock at its commit can be compared
+        audit.add("DVC lock", "not verifiable", f"dvc.lock changed since {commit[:12]} and the run recorded no "
+                                                "data lineage (trained before it was)")
 
 
 def _feature_link(audit: VersionAudit, config: PlatformConfig, meta: dict, tags: dict) -> None:

@@ -89,6 +89,9 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                                "sharding_strategy": plan.sharding_strategy,
                                "torch_version": torch.__version__, "config_sha256": config_hash(config),
                                "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory)}
+    data_lineage = getattr(getattr(task, "data", None), "data_lineage", None)
+    if data_lineage:  # a tabular run: the DVC-tracked folders (and lock entries) its training set came from
+        lineage["data_lineage"] = data_lineage
     result: dict[str, Any] = {"run_name": run_name, "steps": outcome.steps,
                               "resumed_from_step": outcome.resumed_from_step, "metrics": outcome.final_metrics,
                               "system": outcome.system, "per_rank": outcome.per_rank, "run_id": None,

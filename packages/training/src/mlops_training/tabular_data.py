@@ -44,6 +44,8 @@ class TabularData:
     """Parquet of the training rows (raw columns), for the reference profile."""
     data_version: str = ""
     """``mlops_features.data_version``: SHA-256 of the validated data area the training set came from."""
+    data_lineage: dict[str, Any] | None = None
+    """``mlops_features.data_lineage`` of the DVC-tracked folders the training set was built from."""
 
 
 def frame_hash(df: pd.DataFrame) -> str:
@@ -73,10 +75,10 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
         TrainingError: ``mlops_features`` is not installed or the training set is empty / has no label.
     """
     try:
-        from mlops_features import data_version, training_set
+        from mlops_features import data_lineage, data_version, training_set
     except ImportError as exc:
         raise TrainingError(
-            f"the fraud model needs mlops_features (training_set, data_version): {exc}; "
+            f"the fraud model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
             "install packages/features (make setup)"
         ) from None
     df = training_set(features, data, root)
@@ -96,6 +98,7 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
     train.to_parquet(cache / "train.parquet", index=False)
     meta = {"feature_service": features.feature_service, "data_hash": frame_hash(df),
             "data_version": data_version(data, root), "rows": len(df),
+            "data_lineage": data_lineage(root, [data.validated_dir, features.source_dir]),
             "train_rows": len(train), "val_rows": len(val), "encoder": encoder}
     (cache / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str), encoding="utf-8")
     log.info("training set: %d rows (%d train / %d val), hash %s", len(df), len(train), len(val), meta["data_hash"])
@@ -114,4 +117,4 @@ def load_tabular(cache: Path) -> TabularData:
         raise TrainingError(f"prepared data under {str(cache)!r} is incomplete: {exc.filename!r} is missing") from None
     return TabularData(**arrays, encoder=meta["encoder"], feature_service=meta["feature_service"],
                        data_hash=meta["data_hash"], frame_path=cache / "train.parquet",
-                       data_version=meta.get("data_version", ""))
+                       data_version=meta.get("data_version", ""), data_lineage=meta.get("data_lineage"))
