@@ -204,3 +204,41 @@ def test_cli_candidate_shadow_canary_each_a_commit(repo: tuple[Path, TrackingCon
                         "gitops: shadow fraud v1 with 0.5 of live requests in production"]
     again = mlops(root, "gitops", "shadow", "--version", "1")
     assert again.returncode == 2 and "the shadow comes before the canary" in again.stderr
+
+
+def test_a_committed_promotion_is_a_deploy_entry_that_registry_verify_walks(repo: tuple[Path, TrackingConfig]) -> None:
+    from mlops_core import history, record_deploy, verify_ledger
+    from mlops_pipeline import verify_version
+
+    root, tracking = repo
+    loaded = load_config(config_dir=root / "configs", environ={}, overrides=[f"delivery.gitops_repo={root}"])
+    cfg = loaded.config
+    (root / PROD).write_text((root / PROD).read_text().replace('stable-version: "1"', 'stable-version: "0"')
+                             .replace("fraud/v1", "fraud/v0"))
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "production on v0")
+    before = len(history(tracking, root, "fraud"))
+    change = promote_version(cfg.delivery, tracking, root, "fraud", 1, "canary", percent=10, commit=True,
+                             actor="release-bot")
+    head = git(root, "rev-parse", "HEAD")
+    assert change.commit == head
+    entries = history(tracking, root, "fraud")
+    deploy = entries[-1]
+    assert len(entries) == before + 1 and change.evidence["ledger_seq"] == deploy.seq
+    assert (deploy.action, deploy.version, deploy.to_alias, deploy.overlay_commit, deploy.actor) == (
+        "deploy", "1", "canary", head, "release-bot")
+    assert deploy.aliases_before == deploy.aliases_after == entries[-2].aliases_after  # no alias moved
+    assert deploy.extra["path"] == PROD and deploy.extra["env"] == "production"
+    assert verify_ledger(tracking, root, "fraud").ok
+    again = promote_version(cfg.delivery, tracking, root, "fraud", 1, "canary", percent=10, commit=True)
+    assert not again.changed and len(history(tracking, root, "fraud")) == before + 1  # nothing deployed
+
+    # A deploy entry naming a commit whose manifest serves another version is broken, naming both.
+    (root / PROD).write_text((root / PROD).read_text().replace('canary-version: "1"', 'canary-version: "2"'))
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "canary v2 by hand")
+    forged = git(root, "rev-parse", "HEAD")
+    record_deploy(tracking, root, "fraud", 1, stage="canary", overlay_commit=forged, actor="someone",
+                  reason="claims v1", extra={"env": "production", "path": PROD})
+    links = [link for link in verify_version(cfg, root, 1).links if link.name == "overlay commit"]
+    assert [link.status for link in links] == ["verified", "broken"], links
+    assert head[:12] in links[0].detail and "serves v1 (canary at 10%)" in links[0].detail
+    assert forged[:12] in links[1].detail and "canary v2" in links[1].detail and "not v1" in links[1].detail

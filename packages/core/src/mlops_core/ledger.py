@@ -49,7 +49,8 @@ class LedgerEntry:
 
     seq: int
     model: str
-    action: Literal["promote", "rollback"]
+    action: Literal["promote", "rollback", "deploy"]
+    """``deploy``: a GitOps overlay commit that deployed ``version`` to stage ``to_alias`` (no alias moves)."""
     version: str
     from_alias: str | None
     to_alias: str

@@ -340,6 +340,48 @@ def rollback(
     return done
 
 
+def record_deploy(
+    tracking: TrackingConfig, root: Path, model: str, version: str | int, *, stage: str, overlay_commit: str,
+    actor: str, reason: str, extra: Mapping[str, Any] | None = None, lock_timeout_s: float = 30.0,
+) -> LedgerEntry:
+    """Append a ``deploy`` entry: the GitOps overlay commit that put ``version`` in front of ``stage``'s traffic.
+
+    Alias moves happen in the registry first and the manifest commit after it, so the commit cannot ride on
+    the promote entry; this entry carries it (with the version's model digest), chained like any other. The
+    aliases do not move (``aliases_before == aliases_after``). Idempotent: an applied ``deploy`` entry of the
+    same version, stage and commit is returned as it is.
+
+    Raises:
+        LifecycleError: the version does not exist, or ``overlay_commit`` / ``reason`` is empty.
+    """
+    if not overlay_commit or not overlay_commit.strip():
+        raise LifecycleError(f"a deploy of version {version!r} to {stage!r} needs the overlay commit that made it")
+    if not reason or not reason.strip():
+        raise LifecycleError("a deploy needs a reason (it goes in the ledger)")
+    client = _client(tracking, root)
+    name = registered_model_name(tracking, model)
+    mv = _version(client, name, version)
+    version = str(mv.version)
+    with registry_lock(client, name, timeout_s=lock_timeout_s):
+        entries = _recover(client, name, actor)
+        for done in reversed(entries):
+            if (done.action == "deploy" and done.version == version and done.to_alias == stage
+                    and done.overlay_commit == overlay_commit and done.status == "applied"):
+                return done
+        now = _lifecycle_aliases(_registered(client, name))
+        entry = LedgerEntry(
+            seq=(entries[-1].seq if entries else 0) + 1, model=name, action="deploy", version=version,
+            from_alias=None, to_alias=stage, actor=actor, reason=reason.strip(), ts=now_iso(),
+            aliases_before=now, aliases_after=dict(now), git_commit=git_info(root).commit, status="applied",
+            extra=dict(extra or {}), model_digest=(mv.tags or {}).get(MODEL_DIGEST_TAG),
+            overlay_commit=overlay_commit.strip(), prev_sha256=chain_link(entries),
+        )
+        done = write_entry(client, name, entry)
+    log.info("%s version %s deployed to %s by overlay commit %s (ledger #%d)", name, version, stage,
+             overlay_commit[:12], done.seq)
+    return done
+
+
 def history(
     tracking: TrackingConfig, root: Path, model: str, at: str | datetime | None = None
 ) -> list[LedgerEntry]:

@@ -266,6 +266,7 @@ def promote_version(
     percent: int | None = None,
     commit: bool = False,
     push: bool = False,
+    actor: str | None = None,
 ) -> ManifestChange:
     """Check the ledger (gates passed), plan the edit, write it, and optionally commit and push it.
 
@@ -274,7 +275,9 @@ def promote_version(
 
     Before the manifest is written, the version's exported model is published to the ``storageUri`` the
     manifest will name (:func:`mlops_delivery.publish.publish_model`: immutable, verified by hash), so the
-    overlay never names a path that KServe's storage initializer would find empty.
+    overlay never names a path that KServe's storage initializer would find empty. A commit is recorded in the
+    promotion ledger as a ``deploy`` entry (:func:`mlops_core.record_deploy`, by ``actor``, default the commit
+    author), so ``mlops registry verify`` can walk every overlay commit that deployed a version.
     """
     if version is None:
         version = registry_version(tracking, root, model, to)
@@ -285,7 +288,19 @@ def promote_version(
         uri = storage_uri(delivery.storage_uri_template, model, version)
         evidence["published"] = publish_model(tracking, root, model, version, uri).to_dict()
     change = apply_change(change, delivery, root, commit=commit, push=push)
+    if change.commit:
+        from mlops_core import record_deploy
+
+        entry = record_deploy(tracking, root, model, version, stage=to, overlay_commit=change.commit,
+                              actor=actor or delivery.git_author, reason=change.message,
+                              extra={"env": change.env, "path": _relative(change.path, root), "branch": change.branch,
+                                     "pull_request": change.pull_request, "pushed": change.pushed})
+        evidence["ledger_seq"] = entry.seq
     return replace(change, evidence=evidence)
+
+
+def _relative(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,

@@ -290,31 +290,55 @@ def _ledger_links(audit: VersionAudit, config: PlatformConfig, root: Path, tags:
         audit.add("ledger chain", "verified",
                   f"{verdict.checked} entries chain to head {str(verdict.head_sha256)[:16]}…")
     moves = [e for e in history(config.tracking, root, config.project.model) if e.version == audit.version]
-    if not moves:
+    if not any(e.action != "deploy" for e in moves):
         audit.add("alias moves", "not verifiable", "the ledger records no move of this version")
     for e in moves:
         problems = []
         if e.model_digest and tags.get("mlops.model_digest") and e.model_digest != tags["mlops.model_digest"]:
             problems.append("its model digest is not the version's")
-        if e.to_alias == "staging" and gate_digest and e.gate_report_sha256 != gate_digest:
+        if e.to_alias == "staging" and e.action == "promote" and gate_digest and e.gate_report_sha256 != gate_digest:
             problems.append("its gate report digest is not the report on the run")
         overlay = e.overlay_commit or e.extra.get("gitops_commit")
-        where = _overlay(config, overlay)
         label = f"#{e.seq} {e.action} → {e.to_alias} by {e.actor} at {e.ts[:19]}"
+        name = "overlay commit" if e.action == "deploy" else "alias move"
         if problems:
-            audit.add("alias move", "broken", f"{label}: {'; '.join(problems)}")
+            audit.add(name, "broken", f"{label}: {'; '.join(problems)}")
         elif overlay is None:
-            audit.add("alias move", "verified", f"{label} (registry only: no overlay commit recorded)")
+            audit.add(name, "verified", f"{label} (registry only: no overlay commit recorded)")
         else:
-            audit.add("alias move", "verified" if where else "not verifiable",
-                      f"{label}; overlay commit {overlay[:12]}" + ("" if where else " (GitOps repo not reachable)"))
+            status, why = _overlay(config, overlay, e, audit.version)
+            audit.add(name, status, f"{label}; overlay commit {overlay[:12]} {why}")
 
 
-def _overlay(config: PlatformConfig, commit: str | None) -> bool:
+def _overlay(config: PlatformConfig, commit: str, entry: Any, version: str) -> tuple[Status, str]:
+    """Is ``commit`` in the GitOps repo, and does the manifest it wrote name ``version``?"""
     repo = config.delivery.gitops_repo
-    if not commit or not repo or "://" in repo:
-        return False
-    return _git(Path(repo), "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+    if not repo or "://" in repo:
+        return "not verifiable", "(delivery.gitops_repo is not a local repository to check it in)"
+    if _git(Path(repo), "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        if entry.extra.get("pushed") is False:
+            return "not verifiable", f"(not pushed: not in {repo})"
+        return "broken", f"is not in the GitOps repository {repo}"
+    path, env = entry.extra.get("path"), entry.extra.get("env")
+    if entry.action != "deploy" or not path or not env:
+        return "verified", f"is in {repo}"
+    shown = _git(Path(repo), "show", f"{commit}:{path}")
+    if shown.returncode != 0:
+        return "broken", f"does not hold {path}"
+    from mlops_delivery import ModelManifest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / Path(path).name
+        file.write_text(shown.stdout, encoding="utf-8")
+        try:
+            placed = ModelManifest(file, env, config.project.model).placement()
+        except Exception as exc:  # a manifest that no longer parses is a finding, not a crash
+            return "broken", f"holds an unreadable {path}: {exc}"
+    if version not in {str(placed.stable_version), str(placed.canary_version)}:
+        return "broken", (f"sets {path} to stable v{placed.stable_version}, canary v{placed.canary_version}: "
+                          f"not v{version}")
+    role = "stable" if str(placed.stable_version) == version else f"canary at {placed.canary_percent}%"
+    return "verified", f"is in {repo} and its {path} serves v{version} ({role})"
 
 
 SBOM_DEFAULT = "reports/sbom/serving.cdx.json"
