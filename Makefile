@@ -36,7 +36,8 @@ $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject
 	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock
 	@touch $@
 
-demo: setup
+# The SBOM comes first: training attaches it to the new version, so `mlops registry verify` checks it.
+demo: setup sbom
 	$(BIN)/mlops pipeline run
 
 # import-linter checks the layering (pyproject.toml [tool.importlinter]); the public-names check how a

@@ -62,3 +62,17 @@ def test_validation_refuses_a_malformed_document() -> None:
     tool = _tool()
     with pytest.raises(SystemExit, match=r"not valid CycloneDX 1\.6"):
         tool.validate(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": 3}]}))
+
+
+def test_make_demo_writes_the_sbom_before_the_pipeline_runs() -> None:
+    """Training attaches the SBOM to the new version only when the file exists, so it must come first."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    planned = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lines = planned.splitlines()
+    sbom = next(i for i, line in enumerate(lines) if "tools/sbom.py" in line)
+    pipeline = next(i for i, line in enumerate(lines) if "mlops pipeline run" in line)
+    assert sbom < pipeline, planned
