@@ -45,12 +45,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(folder: Path, log_dir: Path, max_tokens: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(folder: Path, log_dir: Path, max_tokens: int, keys: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", "llm-sft",
            "--model-dir", str(folder), "--port", str(port), "--set", f"serving.prediction_log_uri={log_dir}",
            "--set", "serving.llm.max_concurrent=8", "--set", "serving.llm.max_queue=8",
-           "--set", f"serving.llm.max_tokens={max_tokens}"]
+           "--set", f"serving.llm.max_tokens={max_tokens}", "--set", f"provenance.local_key_dir={keys}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     url = f"http://127.0.0.1:{port}"
@@ -156,7 +156,12 @@ def main() -> None:
         folder = make_checkpoint(Path(tmp) / "ckpt", args.shape)
         tok = AutoTokenizer.from_pretrained(str(folder))
         model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
-        proc, url = start_server(folder, Path(tmp) / "log", args.max_tokens)
+        from mlops_config import ProvenanceConfig
+        from mlops_model import model_signer
+
+        keys = Path(tmp) / "keys"  # signed as training signs an export: the server verifies it at load
+        model_signer(ProvenanceConfig(local_key_dir=str(keys)), folder)(folder)
+        proc, url = start_server(folder, Path(tmp) / "log", args.max_tokens, keys)
         try:
             result: dict[str, Any] = {"shape": args.shape, "max_tokens": args.max_tokens}
             for conc in (1, 8):

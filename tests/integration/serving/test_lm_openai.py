@@ -48,13 +48,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_lm_server(folder: Path, log_dir: Path, *sets: str) -> LMServer:
+def sign(folder: Path, keys: Path) -> Path:
+    """Sign ``folder`` as training signs an export (``mlops_model.model_signer``) with the key pair in ``keys``."""
+    from mlops_config import ProvenanceConfig
+    from mlops_model import model_signer
+
+    model_signer(ProvenanceConfig(local_key_dir=str(keys)), folder)(folder)
+    return folder
+
+
+def keys_of(folder: Path) -> Path:
+    """Where the fixture's key pair lives: beside the checkpoint, never in the repo's own .mlops/signing."""
+    return folder.parent / "keys"
+
+
+def start_lm_server(folder: Path, log_dir: Path, *sets: str, keys: Path | None = None,
+                    wait_ready: bool = True) -> LMServer:
     port = _free_port()
     # what services/predictor/entrypoint.sh runs in the InferenceService (infra/base/serving-llm)
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL,
            "--model-dir", str(folder), "--model-version", "7", "--port", str(port),
            "--set", f"serving.prediction_log_uri={log_dir}",
            "--set", "serving.prediction_log_flush_s=0.2", "--set", f"serving.llm.max_tokens={MAX_TOKENS_LIMIT}",
+           "--set", f"provenance.local_key_dir={keys or keys_of(folder)}",
            *(x for s in sets for x in ("--set", s))]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
@@ -64,7 +80,8 @@ def start_lm_server(folder: Path, log_dir: Path, *sets: str) -> LMServer:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited {proc.returncode}: {proc.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
         try:
-            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+            r = httpx.get(f"{url}/v2/health/ready", timeout=2)
+            if r.status_code == 200 or (not wait_ready and "not loaded yet" not in r.text):
                 return LMServer(url, folder, log_dir, proc)
         except httpx.TransportError:
             pass
@@ -89,7 +106,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         from hf_checkpoint import make_checkpoint
     finally:
         sys.path.pop(0)
-    return make_checkpoint(tmp_path_factory.mktemp("lm") / "base")
+    folder = make_checkpoint(tmp_path_factory.mktemp("lm") / "base")
+    return sign(folder, keys_of(folder))  # the server verifies the signature at load, as training signs it
 
 
 @pytest.fixture(scope="module")
@@ -333,3 +351,19 @@ def test_log_text_writes_prompt_and_response_when_configured(checkpoint: Path, t
         stop(s)
     assert list(log["prompt_text"]) == ["The model registry"]
     assert list(log["response_text"]) == [r.choices[0].text]
+
+
+def test_the_server_process_refuses_a_folder_altered_after_signing(checkpoint: Path, tmp_path: Path) -> None:
+    """`mlops serve --model-dir` on a language model verifies its signature (the CLI path, not only the app)."""
+    import shutil
+
+    folder = tmp_path / "altered"
+    shutil.copytree(checkpoint, folder)
+    (folder / "notes.txt").write_text("added after signing\n")
+    s = start_lm_server(folder, tmp_path / "log", keys=keys_of(checkpoint), wait_ready=False)
+    try:
+        r = httpx.get(f"{s.url}/v2/health/ready", timeout=5)
+    finally:
+        stop(s)
+    assert r.status_code == 503, r.text
+    assert "does not match its signature: added notes.txt" in r.json()["reason"]

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,10 +77,12 @@ class _TokenStreamer:
 class CausalLM(Model):
     """One Hugging Face causal LM, loaded from ``folder`` and labelled ``version``."""
 
-    def __init__(self, name: str, folder: Path, version: str) -> None:
+    def __init__(self, name: str, folder: Path, version: str, check: Callable[[Path], object] | None = None) -> None:
         super().__init__(name)
         self.folder = folder
         self.version = version
+        self.check = check
+        """Verifies the folder's signature before anything in it is opened (:func:`mlops_model.model_verifier`)."""
         self.reason = "not loaded yet"
         self.tokenizer: Any = None
         self.model: Any = None
@@ -101,10 +103,19 @@ class CausalLM(Model):
         return self.version
 
     def load(self) -> bool:
-        """Open tokenizer and weights; on failure ``ready`` stays false with the reason."""
+        """Verify the signature, open tokenizer and weights; on failure ``ready`` stays false with the reason."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from mlops_model import ExportedModelError
+
+        if self.check is not None:
+            try:
+                self.check(self.folder)
+            except ExportedModelError as exc:  # ModelSignatureError: changed / added / missing file, other key
+                self.reason = f"version {self.version!r} of {self.name!r} refused: {exc}"
+                log.error(self.reason)
+                return False
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder))
             self.model = AutoModelForCausalLM.from_pretrained(str(self.folder), dtype=torch.float32).eval()

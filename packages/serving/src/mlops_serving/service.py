@@ -71,8 +71,9 @@ def create_app(
 
 
 def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, version: str,
-                  log_dir: str | Path | None) -> Any:
-    """The language-model app: a :class:`~mlops_serving.lm.CausalLM` on KServe's app with the OpenAI routes."""
+                  log_dir: str | Path | None, check: Check | None = None) -> Any:
+    """The language-model app: a :class:`~mlops_serving.lm.CausalLM` on KServe's app with the OpenAI routes;
+    ``check`` verifies the folder's signature at load (a refused model leaves the app up, not ready, saying why)."""
     from mlops_serving.lm import CausalLM
     from mlops_serving.lm_api import LMMetrics, LMRoutes, mount_lm_routes
     from mlops_serving.server import ModelReadiness, build_app
@@ -85,7 +86,7 @@ def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, vers
         on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
         on_failed=lambda: metrics.log_flush_failures.labels(model_name).inc(),
     )
-    model = CausalLM(model_name, folder, version)
+    model = CausalLM(model_name, folder, version, check)
     metrics.model_info.labels(model_name, version, "stable", "").set(1)
     routes = LMRoutes(model, metrics, serving.llm, writer)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
@@ -169,15 +170,15 @@ def serve(
     from mlops_serving.server import run_app
 
     _check_plan(serving, model_dir)
+    check = model_verifier(provenance, root) if provenance is not None else None
     if model_dir is not None and is_causal_lm_folder(model_dir):
         app = create_lm_app(serving, model_name=model, folder=model_dir, version=model_version or model_dir.name,
-                            log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root))
+                            log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root), check=check)
         if report is not None:
             report(f"language model listening on http://{serving.host}:{serving.port} (OpenAI /openai/v1, "
                    f"V2 /v2/models/{model}/generate, /metrics)")
         run_app(app, serving.host, serving.port)
         return
-    check = model_verifier(provenance, root) if provenance is not None else None
     if serving.role == "predictor":
         _serve_predictor(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,
                          model_version=model_version, report=report, check=check)
