@@ -75,6 +75,18 @@ def test_honest_candidate_reproduces_its_own_step_5_weights(world: dict[str, Any
     assert "own trajectory reproduced" in gate.reason
     assert gate.evidence["replay"]["weights_sha256"] == trajectory["5"]
     assert gate.evidence["replay"]["steps"] == 5
+    # the sketch (GPU comparison) is recorded at the same steps; the last one is the exported weights' own
+    from mlops_evaluation import check_trajectory
+    from mlops_model import weights_sketch
+    from mlops_training import reproduce
+
+    lineage = scorer.meta["lineage"]
+    assert sorted(lineage["trajectory_sketch"], key=int) == ["5", "12"]
+    assert lineage["trajectory_sketch"]["12"] == weights_sketch(tensors)
+    recorded = world["loaded"].config.model_dump(mode="json")
+    as_gpu = check_trajectory(str(honest.model_version), lineage, recorded, world["root"], 5,
+                              lambda doc, root, n: reproduce(doc, root, max_steps=n), device="cuda", rtol=1e-3)
+    assert as_gpu.passed and "within rtol 0.001" in as_gpu.reason, as_gpu.reason
 
 
 def test_modified_config_is_caught(world: dict[str, Any]) -> None:
@@ -134,7 +146,7 @@ def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: 
     result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
     assert result.exit_code == 0, result.stdout + result.stderr
     links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
-    for name in ("data area", "FeatureService", "resolved config", "git commit", "trajectory", "weights",
+    for name in ("data area", "DVC lock", "FeatureService", "resolved config", "git commit", "trajectory", "weights",
                  "signature"):
         assert links[name]["status"] == "verified", links[name]
     assert links["gate report"]["status"] == "not verifiable"  # never evaluated in this world
@@ -186,3 +198,8 @@ def test_modified_data_is_caught(world: dict[str, Any]) -> None:
     assert not gate.passed
     assert "data differs" in gate.reason
     assert gate.evidence["replay"]["data_hash"] != gate.evidence["recorded_data_hash"]
+    from mlops_pipeline import verify_version
+
+    links = {link.name: link for link in verify_version(cfg, world["root"], str(world["honest"].model_version)).links}
+    assert links["DVC lock"].status == "broken", links["DVC lock"]
+    assert "data/validated/" in links["DVC lock"].detail  # names the file whose bytes differ from the record

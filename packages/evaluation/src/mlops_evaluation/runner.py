@@ -92,7 +92,8 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
     if steps > section.repro_steps and str(section.repro_steps) in (lineage.get("trajectory") or {}):
-        gate = check_trajectory(candidate.version, lineage, recorded, root, section.repro_steps, rerun, device=device)
+        gate = check_trajectory(candidate.version, lineage, recorded, root, section.repro_steps, rerun, device=device,
+                                rtol=section.repro_gpu_rtol)
         gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
         return gate
     if steps and steps <= section.repro_steps:

@@ -10,7 +10,11 @@ first difference, naming it:
    :data:`mlops_core.CODE_PATHS`), at the commit checked out now, and this checkout must be clean too;
 3. **data**: the replay must read data with the recorded hash;
 4. **weights**: the replay of the first ``repro_steps`` steps, with the full run's LR schedule, must give
-   the recorded hash bit for bit on CPU.
+   the recorded hash bit for bit on CPU. On GPU, where reductions run in no fixed order and a hash cannot
+   be reproduced, the replay's weights sketch (:func:`mlops_model.weights_sketch`: per tensor its norm and a
+   few fixed projections) must match the sketch recorded at that step within ``evaluation.repro_gpu_rtol``
+   (scaled by each tensor's norm); the reason names every tensor beyond it. A GPU run recorded before
+   sketches existed is compared by hash.
 
 A replay is short whatever the run's length, so the gate proves the candidate's weights came from its
 recorded recipe without re-training it.
@@ -59,8 +63,9 @@ def recorded_differences(lineage: Mapping[str, Any], recorded: Mapping[str, Any]
 
 
 def check_trajectory(version: str, lineage: Mapping[str, Any], recorded: dict[str, Any], root: Path,
-                     repro_steps: int, rerun: Rerun, *, device: str = "cpu") -> GateResult:
-    """Replay ``repro_steps`` steps of the recorded run and compare with the hash the candidate recorded then."""
+                     repro_steps: int, rerun: Rerun, *, device: str = "cpu", rtol: float | None = None) -> GateResult:
+    """Replay ``repro_steps`` steps of the recorded run and compare with what the candidate recorded then: the
+    hash bit for bit on CPU; on another device, with ``rtol``, the weights sketch within that tolerance."""
     trajectory = dict(lineage.get("trajectory") or {})
     expected = trajectory.get(str(repro_steps))
     evidence: dict[str, Any] = {"mode": "trajectory", "step": repro_steps, "recorded": trajectory,
@@ -79,6 +84,9 @@ def check_trajectory(version: str, lineage: Mapping[str, Any], recorded: dict[st
                           f"{str(result.data_hash)[:12]}…, the candidate was trained on "
                           f"{str(lineage['data_hash'])[:12]}…; restore the recorded data version (dvc checkout) to "
                           "re-run it", evidence)
+    sketch = dict(lineage.get("trajectory_sketch") or {}).get(str(repro_steps))
+    if device != "cpu" and rtol is not None and sketch:
+        return _within_tolerance(version, lineage, repro_steps, result, sketch, device, rtol, evidence)
     if result.weights_sha256 != expected:
         return GateResult(NAME, False, f"v{version}: weights differ at step {repro_steps} on {device}: the replay of "
                           f"the recorded config, data and code gave {str(result.weights_sha256)[:12]}…, the candidate "
@@ -88,3 +96,27 @@ def check_trajectory(version: str, lineage: Mapping[str, Any], recorded: dict[st
                       f"{lineage.get('steps')} steps gave the recorded weights bit for bit on {device} "
                       f"(sha256 {str(expected)[:12]}…; config, code at {str(lineage.get('git_commit'))[:12]} and data "
                       "match the record)", evidence)
+
+
+def _within_tolerance(version: str, lineage: Mapping[str, Any], repro_steps: int, result: Any,
+                      sketch: Mapping[str, list[float]], device: str, rtol: float,
+                      evidence: dict[str, Any]) -> GateResult:
+    """The GPU comparison: the replay's sketch at ``repro_steps`` against the recorded one, within ``rtol``."""
+    from mlops_model import compare_sketches
+
+    replayed = dict(getattr(result, "trajectory_sketch", None) or {}).get(str(repro_steps))
+    evidence.update(comparison="sketch", rtol=rtol)
+    if not replayed:
+        return GateResult(NAME, False, f"v{version}: the replay on {device} recorded no weights sketch at step "
+                          f"{repro_steps} to compare within rtol {rtol:g}", evidence)
+    problems = compare_sketches(sketch, replayed, rtol)
+    evidence["differences"] = problems
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return GateResult(NAME, False, f"v{version}: weights differ at step {repro_steps} on {device} beyond rtol "
+                          f"{rtol:g}: " + "; ".join(problems[:3]) + more + ": its weights did not come from this "
+                          "recipe", evidence)
+    return GateResult(NAME, True, f"v{version}'s own trajectory reproduced on {device}: a replay of {repro_steps} "
+                      f"of its {lineage.get('steps')} steps matched the recorded weights sketch of {len(sketch)} "
+                      f"tensors within rtol {rtol:g} (bit-exact on CPU only; config, code at "
+                      f"{str(lineage.get('git_commit'))[:12]} and data match the record)", evidence)

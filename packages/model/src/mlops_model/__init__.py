@@ -48,6 +48,7 @@ from mlops_model.signing import (
     sign_folder,
     verify_folder,
 )
+from mlops_model.sketch import compare_sketches, weights_sketch
 
 __all__ = [
     "CATEGORICAL_FIELDS",
@@ -76,6 +77,7 @@ __all__ = [
     "NumericColumn",
     "StatisticsError",
     "build_tabular_mlp",
+    "compare_sketches",
     "ensure_local_keys",
     "load_exported",
     "model_digest",
@@ -87,5 +89,6 @@ __all__ = [
     "statistics",
     "verify_folder",
     "weights_hash",
+    "weights_sketch",
 ]
 

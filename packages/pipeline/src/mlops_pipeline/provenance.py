@@ -216,8 +216,12 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
     if recorded is None or str(step) not in trajectory:
         audit.add("trajectory", "not verifiable", f"no recorded config or no hash at step {step} to replay")
         return
+    import torch
+
     gate = check_trajectory(audit.version, lineage, recorded, root, step,
-                            lambda doc, where, n: reproduce(doc, where, max_steps=n))
+                            lambda doc, where, n: reproduce(doc, where, max_steps=n),
+                            device="cuda" if torch.cuda.is_available() else "cpu",
+                            rtol=config.evaluation.repro_gpu_rtol)
     audit.add("trajectory", "verified" if gate.passed else "broken", gate.reason)
 
 

@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,10 @@ class TrainResult:
     resumed_from_step: int | None
     metrics: dict[str, float]
     system: dict[str, float]
+    trajectory: dict[str, str] = field(default_factory=dict)
+    """Step → weights SHA-256 (``TrainOutcome.trajectory``)."""
+    trajectory_sketch: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Step → weights sketch (``TrainOutcome.trajectory_sketch``): compared within tolerance on GPU."""
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], run_dir: Path) -> TrainResult:
@@ -53,7 +57,8 @@ class TrainResult:
                    config_sha256=doc["config_sha256"], run_id=doc.get("run_id"), model_name=doc.get("model_name"),
                    model_version=doc.get("model_version"), steps=int(doc["steps"]),
                    resumed_from_step=doc.get("resumed_from_step"), metrics=dict(doc.get("metrics", {})),
-                   system=dict(doc.get("system", {})))
+                   system=dict(doc.get("system", {})), trajectory=dict(doc.get("trajectory") or {}),
+                   trajectory_sketch=dict(doc.get("trajectory_sketch") or {}))
 
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}

@@ -88,7 +88,8 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                                "parallelism": plan.parallelism,
                                "sharding_strategy": plan.sharding_strategy,
                                "torch_version": torch.__version__, "config_sha256": config_hash(config),
-                               "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory)}
+                               "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory),
+                               "trajectory_sketch": dict(outcome.trajectory_sketch)}
     data_lineage = getattr(getattr(task, "data", None), "data_lineage", None)
     if data_lineage:  # a tabular run: the DVC-tracked folders (and lock entries) its training set came from
         lineage["data_lineage"] = data_lineage
@@ -132,4 +133,5 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
     result["data_hash"] = task.data_hash
     result["config_sha256"] = lineage["config_sha256"]
     result["trajectory"] = dict(outcome.trajectory)
+    result["trajectory_sketch"] = dict(outcome.trajectory_sketch)
     return result

@@ -47,6 +47,9 @@ class TrainOutcome:
     """Step (as text) → SHA-256 of the full weights after it (:func:`mlops_model.weights_hash`), rank 0 only:
     the recorded ``trajectory_steps`` and the last step. The reproducibility gate replays a prefix and must
     reproduce the hash recorded at its step."""
+    trajectory_sketch: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Same steps → :func:`mlops_model.weights_sketch` of the weights: what the gate compares within
+    ``evaluation.repro_gpu_rtol`` on GPU, where the hash is not reproducible."""
 
 
 def lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
@@ -154,6 +157,7 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     history: dict[str, list[list[float]]] = {}
     step, resumed_from = 0, None
     trajectory: dict[str, str] = {}
+    sketches: dict[str, dict[str, list[float]]] = {}
     latest = latest_checkpoint(run_dir)
     if latest is not None:
         state = ckpt.load(latest, model, optimizer)
@@ -161,6 +165,7 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
         step = resumed_from = int(state["step"])
         history = state["history"]
         trajectory = dict(state.get("trajectory") or {})
+        sketches = dict(state.get("trajectory_sketch") or {})
         if dist_info.is_main:
             log.info("resumed from %s (step %d, saved at world size %s)", latest, step,
                      state["manifest"]["world_size"])
@@ -204,17 +209,17 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
             record(name, value)
         progress.update(step, train_loss, rate)
         if step in trajectory_steps and step < stop:
-            _record_weights(model, dist_info, trajectory, step)
+            _record_weights(model, dist_info, trajectory, sketches, step)
         if training.eval_every and step % training.eval_every == 0 and step < stop:
             _evaluate(task, model, record)
         if training.checkpoint.every_steps and step % training.checkpoint.every_steps == 0 and step < stop:
             ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history,
-                                               "trajectory": trajectory})
+                                               "trajectory": trajectory, "trajectory_sketch": sketches})
     progress.close()
     last_eval = _evaluate(task, model, record)
     if resumed_from != step:
         ckpt.save(step, model, optimizer, {"step": step, "scheduler": scheduler.state_dict(), "history": history,
-                                           "trajectory": trajectory})
+                                           "trajectory": trajectory, "trajectory_sketch": sketches})
     ckpt.wait()
     manifest_path = latest_checkpoint(run_dir)
     peak = peak_memory_bytes(dist_info.device)  # before the export gathers a full copy on rank 0
@@ -236,23 +241,26 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     manifest = json.loads((manifest_path / "manifest.json").read_text()) if manifest_path else None
     full_state: dict[str, Any] = dict(full) if dist_info.is_main else {}
     if dist_info.is_main:
-        from mlops_model import weights_hash
+        from mlops_model import weights_hash, weights_sketch
 
         trajectory[str(step)] = weights_hash(full_state)
+        sketches[str(step)] = weights_sketch(full_state)
     return TrainOutcome(built=built, full_state=full_state, steps=step,
                         resumed_from_step=resumed_from, history=history, final_metrics=last_eval, system=system,
-                        manifest=manifest, per_rank=per_rank, trajectory=trajectory)
+                        manifest=manifest, per_rank=per_rank, trajectory=trajectory, trajectory_sketch=sketches)
 
 
-def _record_weights(model: torch.nn.Module, dist_info: Dist, trajectory: dict[str, str], step: int) -> None:
-    """Gather the full weights (a collective: every rank calls it) and record their hash on rank 0."""
+def _record_weights(model: torch.nn.Module, dist_info: Dist, trajectory: dict[str, str],
+                    sketches: dict[str, dict[str, list[float]]], step: int) -> None:
+    """Gather the full weights (a collective: every rank calls it) and record their hash and sketch on rank 0."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from mlops_model import weights_hash
+    from mlops_model import weights_hash, weights_sketch
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist_info.is_main:
         trajectory[str(step)] = weights_hash(full)
+        sketches[str(step)] = weights_sketch(full)
 
 
 def _evaluate(task: Task, model: torch.nn.Module, record: Any) -> dict[str, float]:
