@@ -57,7 +57,8 @@ class EvaluationConfig(Section):
     """Optimizer steps of the short re-run for the reproducibility gate."""
 
     repro_gpu_rtol: float = Field(default=1e-3, ge=0)
-    """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU)."""
+    """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU): a trajectory
+    replay's weights sketch must match the recorded one within rtol x each tensor's norm."""
 
     decision_threshold: float = Field(default=0.5, gt=0, lt=1)
     """Score at or above which a transaction counts as flagged for F1, precision and recall."""
