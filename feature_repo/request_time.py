@@ -9,11 +9,10 @@ known just before it). Nothing is stored: the value exists only at the request.
 """
 
 import pandas as pd  # the udf's signature: Feast checks that a pandas udf takes and returns a DataFrame
+from definitions import merchant_risk, user_transactions
 from feast import FeatureService, Field, OnDemandFeatureView, RequestSource
 from feast.transformation.pandas_transformation import PandasTransformation
 from feast.types import Float64
-
-from definitions import merchant_risk, user_transactions
 from windows import registered
 
 transaction_request = RequestSource(

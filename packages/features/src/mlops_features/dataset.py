@@ -54,7 +54,8 @@ def registered_view(store: Any, name: str) -> Any:
         try:
             return store.get_on_demand_feature_view(name)
         except Exception:
-            raise FeatureStoreError(f"feature view {name!r} is not in the registry; run `mlops features apply`") from None
+            raise FeatureStoreError(f"feature view {name!r} is not in the registry; "
+                                    "run `mlops features apply`") from None
 
 
 def is_on_demand(view: Any) -> bool:
