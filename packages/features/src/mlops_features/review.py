@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import FeaturesConfig, TrackingConfig
-from mlops_features.backfill import compute_view
+from mlops_features.backfill import compute_view, source_path
 from mlops_features.checks import definition_problems, object_files, where
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
@@ -133,6 +133,8 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
         store = open_store(features, root)
         for name in sorted(changed):
             view = new_views.get(name)
+            if view is not None and getattr(view, "feature_transformation", None) is None:
+                _check_source_columns(store, view, report, files)
             if view is None or getattr(view, "feature_transformation", None) is None:
                 continue
             _stats_and_leakage(store, view, old_views.get(name), raw, changed[name], report, files)
@@ -141,6 +143,22 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
     report.notes.append("The quick retrain against the champion is not part of this report yet: the train workflow "
                         "retrains and gates every merge (train.yml).")
     return report
+
+
+def _check_source_columns(store: Any, view: Any, report: PlanReport, files: dict[str, str]) -> None:
+    """A view without a udf reads its features straight from its source: each must be a column there."""
+    import pyarrow.parquet as pq
+
+    path = source_path(store, view)
+    if not path.is_file():
+        report.problems.append(f"{where(files, view.name)}: its source {view.batch_source.name!r} reads "
+                               f"{str(path)!r}, which does not exist")
+        return
+    columns = pq.read_schema(path).names
+    unknown = [f.name for f in view.features if f.name not in columns]
+    if unknown:
+        report.problems.append(f"{where(files, view.name)}: reads column(s) {unknown!r} that its source "
+                               f"{view.batch_source.name!r} does not have (it has {sorted(columns)!r})")
 
 
 def _predecessor(features: FeaturesConfig, root: Path, base_repo: str | Path | None,
