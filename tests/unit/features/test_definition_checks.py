@@ -50,7 +50,8 @@ def test_a_window_or_ttl_that_is_not_a_duration_names_the_file_line_and_argument
     root, features = _repo_with(make_features, tmp_path, body)
     with pytest.raises(FeatureStoreError) as err:
         apply_repo(features, root)
-    assert str(err.value).startswith(f'feature_repo/bad.py:{line}: TypeCheckError: argument "{argument}" (str)'), err.value
+    expected = f'feature_repo/bad.py:{line}: TypeCheckError: argument "{argument}" (str)'
+    assert str(err.value).startswith(expected), err.value
     assert "datetime.timedelta" in str(err.value)
 
 
