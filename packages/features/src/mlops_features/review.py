@@ -38,6 +38,7 @@ from mlops_features.backfill import compute_view, source_path
 from mlops_features.checks import definition_problems, object_files, where
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
+from mlops_features.retrain import retrain_changed
 from mlops_features.store import apply_repo, open_store
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class PlanReport:
     breaking: list[str] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)
     leakage: list[str] = field(default_factory=list)
+    retrain: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,7 +68,8 @@ class PlanReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"ok": self.ok, "problems": self.problems, "changes": self.changes, "breaking": self.breaking,
-                "stats": self.stats, "leakage": self.leakage, "notes": self.notes, "feast_diff": self.feast_diff}
+                "stats": self.stats, "leakage": self.leakage, "retrain": self.retrain, "notes": self.notes,
+                "feast_diff": self.feast_diff}
 
     def to_markdown(self) -> str:
         """The review report as Markdown."""
@@ -84,6 +87,13 @@ class PlanReport:
             out += ["| " + " | ".join(_fmt(s.get(c)) for c in cols) + " |" for s in self.stats]
         else:
             out += ["none"]
+        out += ["", "### Quick retrain against the champion (sample data, information)", ""]
+        if self.retrain:
+            cols = ["service", "champion_service", "train_rows", "test_rows", "auc", "champion_auc", "delta_auc"]
+            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in self.retrain]
+        else:
+            out += ["none (no new or changed FeatureService)"]
         out += ["", "### Feast registry diff (`feast plan`)", "", "```", self.feast_diff.strip() or "(none)", "```"]
         if self.notes:
             out += ["", "### Notes", *[f"- {n}" for n in self.notes]]
@@ -138,10 +148,12 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
             if view is None or getattr(view, "feature_transformation", None) is None:
                 continue
             _stats_and_leakage(store, view, old_views.get(name), raw, changed[name], report, files)
+        if not report.problems:
+            rows, notes = retrain_changed(features, root, tracking, model, repo, before, old_services, changed, raw)
+            report.retrain += rows
+            report.notes += notes
     if base_repo is not None:
         shutil.rmtree(root / ".mlops" / "plan", ignore_errors=True)
-    report.notes.append("The quick retrain against the champion is not part of this report yet: the train workflow "
-                        "retrains and gates every merge (train.yml).")
     return report
 
 
