@@ -129,3 +129,23 @@ def test_fraud_v1_is_unchanged_and_a_lookup_without_the_amount_is_refused(env: t
     with pytest.raises(FeatureStoreError, match="expected those columns in the entity frame"):
         historical_features(features, root, pd.DataFrame({"user_id": [user], "merchant_id": [merchant],
                                                           "event_timestamp": [tx["event_timestamp"].iloc[-1]]}))
+
+
+def test_the_serving_lookup_passes_the_request_amount(env: tuple[Path, FeaturesConfig, Any]) -> None:
+    """Serving's FeatureLookup hands the source the request fields its on-demand views read (before: only the
+    entity keys, and the lookup of fraud_rt_v1 failed)."""
+    from mlops_model import ENTITY_KEYS, EncoderSpec
+    from mlops_serving.lookup import FeatureLookup
+
+    root, features, tx = env
+    lookup = FeatureLookup(OnlineFeatures(features, root), entity_keys=ENTITY_KEYS)
+    lookup.configure(EncoderSpec.fit(training_set(features, DATA, root)))
+    latest = tx["event_timestamp"].max()
+    users = tx.loc[tx["event_timestamp"] > latest - pd.Timedelta(hours=12), "user_id"].drop_duplicates().head(5)
+    rows = [{**tx.iloc[-1][["merchant_id", "currency", "category", "country", "device", "channel"]].to_dict(),
+             "user_id": u, "amount": 123.45} for u in users]
+    result = lookup.get(rows)
+    assert not result.degraded
+    now = pd.Timestamp.now(tz="UTC")
+    for row, values in zip(rows, result.features, strict=True):
+        assert values[FEATURE] == pytest.approx(_by_hand(tx, row["user_id"], now, 123.45), rel=1e-9, abs=1e-9)
