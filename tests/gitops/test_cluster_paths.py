@@ -103,3 +103,48 @@ def test_online_store_freshness_is_scheduled_with_the_platforms_materialize(
         gaps = [(b - a) % 60 for a, b in zip(minutes, [*minutes[1:], minutes[0]], strict=True)]
         assert max(gaps) * 60 < _profile(env).features.freshness_slo_s
         assert job["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_stream_updater_runs_the_platforms_commands_with_the_cronjobs_image_and_env(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The stream Deployment: every `mlops` step of its command is an existing command with those options, the
+    image and the env sources are the materialization CronJob's (the release pins that image; the ConfigMap names
+    the profile whose features.stream_key it consumes), and the metrics port it serves is the one scraped."""
+    import shlex
+
+    import typer
+
+    from mlops_cli.app import app as mlops_app
+
+    cli = typer.main.get_command(mlops_app)
+    for env in ("staging", "production"):
+        dep = next(d for d in rendered[env]
+                   if d["kind"] == "Deployment" and d["metadata"]["name"] == "fraud-feature-stream")
+        pod = dep["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert c["command"][:2] == ["sh", "-c"]
+        steps = [shlex.split(s.strip().removeprefix("exec ")) for s in c["command"][2].split("&&")]
+        assert [s[:3] for s in steps] == [["mlops", "data", "pull"], ["mlops", "features", "ingest"],
+                                          ["mlops", "features", "stream"]]
+        for step in steps:
+            command = cli.commands[step[1]].commands[step[2]]  # type: ignore[attr-defined]
+            opts = {o for p in command.params for o in p.opts}
+            given = [a for a in step[3:] if a.startswith("--")]
+            assert set(given) <= opts, f"{env}: `{' '.join(step[:3])}` has no option(s) {set(given) - opts}"
+        stream = steps[-1]
+        port = int(stream[stream.index("--metrics-port") + 1])
+        assert stream[stream.index("--consumer") + 1] == "$POD_NAME"
+        assert any(e["name"] == "POD_NAME" and e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+                   for e in c["env"])
+        assert [p["containerPort"] for p in c["ports"]] == [port]
+        assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+        assert dep["spec"]["replicas"] == 1
+        cron = next(d for d in rendered[env] if d["kind"] == "CronJob" and d["metadata"]["name"] == "fraud-materialize")
+        job = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        assert c["image"] == job["image"] and c["envFrom"] == job["envFrom"]
+        config_map = next(d for d in rendered[env] if d["kind"] == "ConfigMap"
+                          and d["metadata"]["name"] == c["envFrom"][0]["configMapRef"]["name"])
+        assert config_map["data"]["MLOPS_PROFILE"] == env
+        assert _profile(env).features.online_store == "redis" and _profile(env).features.stream_key
+        accounts = {d["metadata"]["name"] for d in rendered[env] if d["kind"] == "ServiceAccount"}
+        assert pod["serviceAccountName"] in accounts

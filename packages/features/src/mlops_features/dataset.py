@@ -46,14 +46,60 @@ def feature_names(store: Any, service_name: str) -> list[str]:
     return [f.name for proj in _service(store, service_name).feature_view_projections for f in proj.features]
 
 
+def registered_view(store: Any, name: str) -> Any:
+    """The registered feature view or on-demand feature view called ``name``."""
+    try:
+        return store.get_feature_view(name)
+    except Exception:  # Feast raises FeatureViewNotFoundException; an on-demand view lives in its own list
+        try:
+            return store.get_on_demand_feature_view(name)
+        except Exception:
+            raise FeatureStoreError(f"feature view {name!r} is not in the registry; "
+                                    "run `mlops features apply`") from None
+
+
+def is_on_demand(view: Any) -> bool:
+    """True for an :class:`OnDemandFeatureView` (computed per request, nothing stored)."""
+    return hasattr(view, "source_request_sources")
+
+
 def service_views(store: Any, service_name: str) -> list[Any]:
-    """The registered feature views a FeatureService reads, each narrowed to the service's projection."""
+    """The registered (and on-demand) feature views a FeatureService reads, each narrowed to its projection."""
     views = []
     for proj in _service(store, service_name).feature_view_projections:
-        view = copy.copy(store.get_feature_view(proj.name))
+        view = copy.copy(registered_view(store, proj.name))
         view.projection = proj
         views.append(view)
     return views
+
+
+def request_fields(views: list[Any]) -> list[str]:
+    """Request fields the on-demand views among ``views`` read (an entity row / entity_df must carry them)."""
+    names: list[str] = []
+    for view in views:
+        if is_on_demand(view):
+            names += [n for n in view.get_request_data_schema() if n not in names]
+    return names
+
+
+def _retrieval_plan(store: Any, views: list[Any]) -> tuple[list[Any], list[str]]:
+    """``(stored views, feature refs)`` for a point-in-time join of ``views``: an on-demand view's refs, plus the
+    stored features it reads (added to their view when the service does not serve them), as Feast's own
+    ``get_historical_features`` groups them."""
+    stored = {v.name: v for v in views if not is_on_demand(v)}
+    refs = [f"{v.projection.name_to_use()}:{f.name}" for v in views for f in v.projection.features]
+    for odfv in (v for v in views if is_on_demand(v)):
+        for proj in odfv.source_feature_view_projections.values():
+            if proj.name not in stored:
+                view = copy.copy(registered_view(store, proj.name))
+                view.projection = proj
+                stored[proj.name] = view
+            view = stored[proj.name]
+            for f in proj.features:
+                ref = f"{view.projection.name_to_use()}:{f.name}"
+                if ref not in refs:
+                    refs.append(ref)
+    return list(stored.values()), refs
 
 
 def service_defaults(store: Any, service_name: str) -> dict[str, float]:
@@ -69,13 +115,18 @@ def service_features(features: FeaturesConfig, root: str | Path) -> list[str]:
 def historical_features(features: FeaturesConfig, root: str | Path, entity_df: pd.DataFrame) -> pd.DataFrame:
     """Feast's point-in-time join for ``entity_df`` (``user_id, merchant_id, event_timestamp`` + any columns).
 
-    Rows whose entities have no value inside the TTL come back with nulls; the rows' order is not kept.
+    Rows whose entities have no value inside the TTL come back with nulls; the rows' order is not kept. On-demand
+    views of the service run their udf on the joined rows (their request fields come from ``entity_df``).
     """
     store = open_store(features, root)
     views = service_views(store, features.feature_service)
-    refs = [f"{v.projection.name_to_use()}:{f.name}" for v in views for f in v.projection.features]
+    missing = [n for n in request_fields(views) if n not in entity_df.columns]
+    if missing:
+        raise FeatureStoreError(f"FeatureService {features.feature_service!r} computes request-time features from "
+                                f"{missing!r}: expected those columns in the entity frame")
+    stored, refs = _retrieval_plan(store, views)
     job = store._get_provider().get_historical_features(  # the store's own path, with views read from backfills
-        store.config, offline_views(features, root, views), refs, entity_df, store.registry, store.project,
+        store.config, offline_views(features, root, stored), refs, entity_df, store.registry, store.project,
         full_feature_names=False)
     return job.to_df()
 

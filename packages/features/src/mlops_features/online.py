@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import FeaturesConfig
-from mlops_features.dataset import feature_names, service_defaults
+from mlops_features.dataset import feature_names, is_on_demand, request_fields, service_defaults, service_views
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.store import open_store
 from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
@@ -49,18 +49,23 @@ class OnlineFeatures:
         self._service = self._store.get_feature_service(self.service_name)
         defaults = service_defaults(self._store, self.service_name)  # every feature has one, or this raised
         self.defaults = {n: defaults[n] for n in self.names}
+        views = service_views(self._store, self.service_name)
+        self.request_fields = tuple(request_fields(views))
+        """Request fields the service's on-demand views read: each entity row must carry them."""
+        self._stored_views = [v for v in views if not is_on_demand(v)]
         self._by_entity = self._group_names_by_entity()
         self._errors = _unavailable_errors()
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Feature dicts for rows of ``{"user_id": ..., "merchant_id": ...}`` (extra keys are ignored).
+        """Feature dicts for rows of ``{"user_id": ..., "merchant_id": ...}`` plus :attr:`request_fields` (the
+        request's values that on-demand views compute from, e.g. ``amount``); other keys are ignored.
 
         Returns:
             One dict per row: every feature (defaults where the store has nothing) plus
             ``unknown_user`` / ``unknown_merchant`` flags and ``_unknown_entity`` (any of them).
 
         Raises:
-            DataError-like FeatureStoreError: a row lacks an entity key.
+            FeatureStoreError: a row lacks an entity key or a request field.
             FeatureStoreUnavailableError: the online store cannot be reached.
         """
         if not entity_rows:
@@ -70,7 +75,11 @@ class OnlineFeatures:
             missing = [k for k in ENTITY_KEYS if row.get(k) in (None, "")]
             if missing:
                 raise FeatureStoreError(f"entity row {i} lacks {missing!r}: expected keys {list(ENTITY_KEYS)}")
-            rows.append({k: str(row[k]) for k in ENTITY_KEYS})
+            absent = [k for k in self.request_fields if row.get(k) is None]
+            if absent:
+                raise FeatureStoreError(f"entity row {i} lacks request field(s) {absent!r}: FeatureService "
+                                        f"{self.service_name!r} computes request-time features from them")
+            rows.append({**{k: str(row[k]) for k in ENTITY_KEYS}, **{k: row[k] for k in self.request_fields}})
         try:
             result = self._store.get_online_features(features=self._service, entity_rows=rows).to_dict()
         except self._errors as exc:
@@ -91,7 +100,7 @@ class OnlineFeatures:
     def ping(self) -> bool:
         """True when the online store answers a lookup (a miss counts); False when it is unreachable."""
         try:
-            self.get([{"user_id": "__ping__", "merchant_id": "__ping__"}])
+            self.get([{"user_id": "__ping__", "merchant_id": "__ping__", **dict.fromkeys(self.request_fields, 0.0)}])
         except FeatureStoreUnavailableError as exc:
             logger.warning("online store ping failed: %s", exc)
             return False
@@ -99,12 +108,10 @@ class OnlineFeatures:
 
     def _group_names_by_entity(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {k: [] for k in ENTITY_KEYS}
-        for proj in self._service.feature_view_projections:
-            view = self._store.get_feature_view(proj.name)
-            keys = [c.name for c in view.entity_columns]
-            for key in keys:
+        for view in self._stored_views:  # an on-demand value is computed, never missing: it flags nothing
+            for key in (c.name for c in view.entity_columns):
                 if key in groups:
-                    groups[key] += [f.name for f in proj.features]
+                    groups[key] += [f.name for f in view.projection.features]
         return {k: v for k, v in groups.items() if v}
 
 

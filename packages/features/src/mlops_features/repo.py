@@ -97,7 +97,9 @@ def _where(exc: BaseException, repo: Path) -> str:
 
 
 def feature_defaults_of(views: list[Any]) -> dict[str, float]:
-    """``{feature: default}`` from the ``default`` tag of every feature of ``views`` (registry or repo objects).
+    """``{feature: default}`` from the ``default`` tag of every feature of ``views`` (registry or repo objects); on an
+    OnDemandFeatureView, the view's tag ``default:<feature>`` (Feast 0.67 refuses tags on its Fields: it compares
+    the declared Fields whole with those it infers from the udf).
 
     Raises:
         FeatureStoreError: a feature has no ``default`` tag, or one that is not a number.
@@ -105,14 +107,15 @@ def feature_defaults_of(views: list[Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for view in views:
         for field in view.features:
-            raw = (field.tags or {}).get(DEFAULT_TAG)
+            raw = (field.tags or {}).get(DEFAULT_TAG, (view.tags or {}).get(f"{DEFAULT_TAG}:{field.name}"))
             try:
                 value = float(raw)  # type: ignore[arg-type]
                 out[field.name] = int(value) if str(field.dtype).startswith("Int") else value
             except (TypeError, ValueError):
                 raise FeatureStoreError(
                     f"feature {field.name!r} of view {view.name!r} has default tag {raw!r}: expected a number, "
-                    f"e.g. Field(name={field.name!r}, ..., tags={{'default': '0'}})") from None
+                    f"e.g. Field(name={field.name!r}, ..., tags={{'default': '0'}}) (on an on-demand view: the view's "
+                    f"tags={{'default:{field.name}': '0'}})") from None
     return out
 
 

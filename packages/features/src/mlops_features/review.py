@@ -27,7 +27,6 @@ import logging
 import re
 import shutil
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,11 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import FeaturesConfig, TrackingConfig
-from mlops_features.backfill import compute_view
+from mlops_features.backfill import compute_view, source_path
+from mlops_features.checks import definition_problems, object_files, where
 from mlops_features.errors import FeatureStoreError
-from mlops_features.repo import feature_defaults_of, in_repo, load_repo, repo_dir
+from mlops_features.repo import in_repo, load_repo, repo_dir
+from mlops_features.retrain import retrain_changed
 from mlops_features.store import apply_repo, open_store
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class PlanReport:
     breaking: list[str] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)
     leakage: list[str] = field(default_factory=list)
+    retrain: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,7 +68,8 @@ class PlanReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"ok": self.ok, "problems": self.problems, "changes": self.changes, "breaking": self.breaking,
-                "stats": self.stats, "leakage": self.leakage, "notes": self.notes, "feast_diff": self.feast_diff}
+                "stats": self.stats, "leakage": self.leakage, "retrain": self.retrain, "notes": self.notes,
+                "feast_diff": self.feast_diff}
 
     def to_markdown(self) -> str:
         """The review report as Markdown."""
@@ -84,6 +87,13 @@ class PlanReport:
             out += ["| " + " | ".join(_fmt(s.get(c)) for c in cols) + " |" for s in self.stats]
         else:
             out += ["none"]
+        out += ["", "### Quick retrain against the champion (sample data, information)", ""]
+        if self.retrain:
+            cols = ["service", "champion_service", "train_rows", "test_rows", "auc", "champion_auc", "delta_auc"]
+            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in self.retrain]
+        else:
+            out += ["none (no new or changed FeatureService)"]
         out += ["", "### Feast registry diff (`feast plan`)", "", "```", self.feast_diff.strip() or "(none)", "```"]
         if self.notes:
             out += ["", "### Notes", *[f"- {n}" for n in self.notes]]
@@ -117,8 +127,8 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
     except FeatureStoreError as exc:
         report.problems.append(str(exc))
         return report
-    files = _object_files(repo_dir(features, root))
-    _check_definitions(repo, files, report)
+    files = object_files(repo_dir(features, root))
+    report.problems += definition_problems(repo, files)
     before_cfg = _predecessor(features, root, base_repo, report)
     before = open_store(before_cfg, root) if before_cfg is not None else None
     report.feast_diff = _feast_diff(features, root, repo)
@@ -133,55 +143,34 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
         store = open_store(features, root)
         for name in sorted(changed):
             view = new_views.get(name)
+            if view is not None and getattr(view, "feature_transformation", None) is None:
+                _check_source_columns(store, view, report, files)
             if view is None or getattr(view, "feature_transformation", None) is None:
                 continue
             _stats_and_leakage(store, view, old_views.get(name), raw, changed[name], report, files)
+        if not report.problems:
+            rows, notes = retrain_changed(features, root, tracking, model, repo, before, old_services, changed, raw)
+            report.retrain += rows
+            report.notes += notes
     if base_repo is not None:
         shutil.rmtree(root / ".mlops" / "plan", ignore_errors=True)
-    report.notes.append("The quick retrain against the champion is not part of this report yet: the train workflow "
-                        "retrains and gates every merge (train.yml).")
     return report
 
 
-def _object_files(repo: Path) -> dict[str, str]:
-    """``{object name: "feature_repo/<file>"}`` for objects declared as ``name="..."`` in the repository."""
-    out: dict[str, str] = {}
-    for path in sorted(repo.rglob("*.py")):
-        for name in re.findall(r"""name\s*=\s*["']([A-Za-z0-9_]+)["']""", path.read_text(encoding="utf-8")):
-            out.setdefault(name, f"{repo.name}/{path.relative_to(repo)}")
-    return out
+def _check_source_columns(store: Any, view: Any, report: PlanReport, files: dict[str, str]) -> None:
+    """A view without a udf reads its features straight from its source: each must be a column there."""
+    import pyarrow.parquet as pq
 
-
-def _where(files: dict[str, str], name: str) -> str:
-    return f"{files.get(name, 'feature_repo')}: {name!r}"
-
-
-def _check_definitions(repo: Any, files: dict[str, str], report: PlanReport) -> None:
-    views = {v.name: v for v in [*repo.feature_views, *repo.on_demand_feature_views]}
-    for kind, objs in (("feature view", [*repo.feature_views, *repo.on_demand_feature_views]),
-                       ("feature service", repo.feature_services), ("entity", repo.entities)):
-        names = [o.name for o in objs]
-        for dup in sorted({n for n in names if names.count(n) > 1}):
-            report.problems.append(f"{_where(files, dup)}: two {kind}s are named {dup!r}: names must be unique")
-    for service in repo.feature_services:
-        seen: dict[str, str] = {}
-        for proj in service.feature_view_projections:
-            if proj.name not in views:
-                report.problems.append(f"{_where(files, service.name)}: FeatureService reads view {proj.name!r}, "
-                                       "which the repository does not define at module level")
-            for f in proj.features:
-                if f.name in seen:
-                    report.problems.append(f"{_where(files, service.name)}: feature {f.name!r} comes from both "
-                                           f"{seen[f.name]!r} and {proj.name!r}: a name clash in the served row")
-                seen[f.name] = proj.name
-    for view in repo.feature_views:
-        try:
-            feature_defaults_of([view])
-        except FeatureStoreError as exc:
-            report.problems.append(f"{_where(files, view.name)}: {exc}")
-        if view.ttl is not None and not isinstance(view.ttl, timedelta):
-            report.problems.append(f"{_where(files, view.name)}: ttl {view.ttl!r} is not a duration "
-                                   "(expected a datetime.timedelta, e.g. timedelta(hours=24))")
+    path = source_path(store, view)
+    if not path.is_file():
+        report.problems.append(f"{where(files, view.name)}: its source {view.batch_source.name!r} reads "
+                               f"{str(path)!r}, which does not exist")
+        return
+    columns = pq.read_schema(path).names
+    unknown = [f.name for f in view.features if f.name not in columns]
+    if unknown:
+        report.problems.append(f"{where(files, view.name)}: reads column(s) {unknown!r} that its source "
+                               f"{view.batch_source.name!r} does not have (it has {sorted(columns)!r})")
 
 
 def _predecessor(features: FeaturesConfig, root: Path, base_repo: str | Path | None,
@@ -336,7 +325,7 @@ def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats
     try:
         rows = compute_view(store, view, raw)
     except FeatureStoreError as exc:
-        report.problems.append(f"{_where(files, view.name)}: {exc}")
+        report.problems.append(f"{where(files, view.name)}: {exc}")
         return
     before = None
     if old is not None and getattr(old, "feature_transformation", None) is not None:
@@ -364,7 +353,7 @@ def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats
     for name in feats:
         a, b = merged[name].to_numpy(dtype=float), merged[f"{name}__early"].to_numpy(dtype=float)
         if not np.allclose(a, b, rtol=1e-9, atol=1e-9, equal_nan=True):
-            report.leakage.append(f"{_where(files, view.name)}: feature {name!r} at an event changes when rows stamped "
+            report.leakage.append(f"{where(files, view.name)}: feature {name!r} at an event changes when rows stamped "
                                   "after it are removed: it uses data from the future")
     # Leakage 2: known just before each transaction, does it give the label away?
     if "is_fraud" not in raw.columns or key not in raw.columns:
@@ -381,7 +370,7 @@ def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats
         score = pd.to_numeric(joined[name], errors="coerce").fillna(0).to_numpy(dtype=float)
         auc = float(statistics.roc_auc(labels, score))
         if abs(auc - 0.5) >= LEAKAGE_AUC - 0.5:
-            report.leakage.append(f"{_where(files, view.name)}: feature {name!r} alone predicts the label with ROC "
+            report.leakage.append(f"{where(files, view.name)}: feature {name!r} alone predicts the label with ROC "
                                   f"AUC {auc:.3f}: check it does not encode the label")
 
 

@@ -170,10 +170,17 @@ def apply_repo(features: FeaturesConfig, root: str | Path) -> dict[str, list[str
 
     Returns:
         Names of what was applied, per kind.
+
+    Raises:
+        FeatureStoreError: a definition fails to import, or has a problem :mod:`mlops_features.checks` finds
+            (each naming its file and object); nothing is applied then.
     """
     from feast.repo_operations import apply_total_with_repo_instance
 
+    from mlops_features.checks import check_definitions
+
     repo = load_repo(features, root)
+    check_definitions(repo, repo_dir(features, root))
     store = open_store(features, root)
     with contextlib.redirect_stdout(sys.stderr):  # Feast prints its diff; stdout is the CLI's JSON
         apply_total_with_repo_instance(store, features.feast_project, store.registry, repo,

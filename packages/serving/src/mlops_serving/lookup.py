@@ -119,7 +119,10 @@ class FeatureLookup:
         """Features for each row's entity keys (see the module docstring for an outage and a ``deadline``)."""
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._on_outage(len(rows))
-        entity_rows = [{k: row[k] for k in self._entity_keys} for row in rows]
+        # A FeatureService with request-time (on-demand) features computes them from the request's own fields.
+        request = tuple(getattr(self._source, "request_fields", ()))
+        entity_rows = [{**{k: row[k] for k in self._entity_keys}, **{k: row[k] for k in request if k in row}}
+                       for row in rows]
         try:
             found = self._source.get(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
         except FutureTimeout:
