@@ -43,7 +43,8 @@ import torch.distributed as dist
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--impl", choices=("ours", "accelerate"), required=True)
-    p.add_argument("--checkpoint", type=Path, required=True, help="Hugging Face folder (config, safetensors, tokenizer).")
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="Hugging Face folder (config, safetensors, tokenizer).")
     p.add_argument("--data", type=Path, required=True, help="Instruction JSONL (prompt, completion).")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=10)
