@@ -367,3 +367,62 @@ def test_the_server_process_refuses_a_folder_altered_after_signing(checkpoint: P
         stop(s)
     assert r.status_code == 503, r.text
     assert "does not match its signature: added notes.txt" in r.json()["reason"]
+
+
+# Parameters the server does not implement: refused with a 400 naming them (``error.param`` too), through the
+# official client's own keyword arguments; their "ask for nothing" values are accepted and change nothing.
+@pytest.mark.parametrize(("route", "kwargs", "param"), [
+    ("completions", {"n": 2}, "n"),
+    ("completions", {"logprobs": 2}, "logprobs"),
+    ("completions", {"logprobs": 0}, "logprobs"),  # 0 still asks for the chosen tokens' log-probabilities
+    ("completions", {"presence_penalty": 0.5}, "presence_penalty"),
+    ("completions", {"frequency_penalty": -1.0}, "frequency_penalty"),
+    ("completions", {"echo": True}, "echo"),
+    ("completions", {"best_of": 3}, "best_of"),
+    ("completions", {"logit_bias": {"17": 5}}, "logit_bias"),
+    ("completions", {"suffix": " end"}, "suffix"),
+    ("completions", {"seed": 7, "temperature": 0.8}, "seed"),
+    ("completions", {"extra_body": {"top_k": 5}}, "top_k"),
+    ("chat", {"logprobs": True}, "logprobs"),
+    ("chat", {"logprobs": False, "top_logprobs": 3}, "top_logprobs"),
+    ("chat", {"presence_penalty": 1.0}, "presence_penalty"),
+    ("chat", {"n": 3}, "n"),
+    ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("chat", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
+     "tools"),
+])
+def test_unimplemented_parameters_are_refused_naming_them(server: LMServer, route: str, kwargs: dict[str, Any],
+                                                          param: str) -> None:
+    import openai
+
+    c = client(server)
+    if route == "chat":
+        call: Any = lambda: c.chat.completions.create(  # noqa: E731
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4, **kwargs)
+    else:
+        call = lambda: c.completions.create(model=MODEL, prompt="hello", max_tokens=4, **kwargs)  # noqa: E731
+    with pytest.raises(openai.BadRequestError) as err:
+        call()
+    assert err.value.status_code == 400
+    assert err.value.param == param
+    assert param in err.value.message
+
+
+def test_values_that_ask_for_nothing_are_accepted_unchanged(server: LMServer, reference: Any) -> None:
+    c = client(server)
+    prompt = PROMPTS[2]
+    text, _ = reference.greedy(reference.tokenizer(prompt)["input_ids"], 8)
+    r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, n=1, presence_penalty=0,
+                             frequency_penalty=0.0, echo=False, best_of=1, logit_bias={}, seed=11, user="u-1",
+                             logprobs=None)
+    assert r.choices[0].text == text
+    chat = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                     temperature=0, logprobs=False, presence_penalty=0, seed=3)
+    assert chat.choices[0].message.content is not None
+
+
+def test_v2_generate_refuses_parameters_it_does_not_implement(server: LMServer) -> None:
+    r = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", timeout=30,
+                   json={"text_input": "hi", "parameters": {"max_tokens": 4, "repetition_penalty": 1.3}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "repetition_penalty"
+    assert "repetition_penalty" in r.json()["error"]["message"]

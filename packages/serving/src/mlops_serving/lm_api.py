@@ -13,6 +13,8 @@ so the official client reads them unchanged:
 Requests are checked before any work: ``max_tokens`` (1..``serving.llm.max_tokens``), ``temperature`` (0..2),
 ``top_p`` (0 < p <= 1), ``stop`` (a string or up to 4), ``n`` (1 only), the model name, and prompt + ``max_tokens``
 against the context length; each refusal is a 400/404 in OpenAI's error shape naming the value and the limit.
+A parameter the server does not implement (``logprobs``, ``presence_penalty``, ``best_of``, ...) is refused with a
+400 naming it unless its value asks for nothing (:mod:`mlops_serving.lm_params`).
 At most ``max_concurrent`` generations run and ``max_queue`` wait; past that: 503 with ``Retry-After``.
 """
 
@@ -34,6 +36,7 @@ from prometheus_client import Counter, Histogram
 from mlops_config import LLMServingConfig
 from mlops_serving.errors import BadRequestError, ServingError
 from mlops_serving.lm import CausalLM, Generation, Sampling
+from mlops_serving.lm_params import check_supported, parse_sampling
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter
 
@@ -41,7 +44,6 @@ log = logging.getLogger(__name__)
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RATE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
-MAX_STOP = 4
 
 
 class OverloadedError(ServingError):
@@ -106,51 +108,10 @@ class Admission:
         self._inside -= 1
 
 
-def parse_sampling(body: dict[str, Any], cfg: LLMServingConfig, *, chat: bool) -> Sampling:
-    """The request's decoding parameters, or a 400 naming the bad value and the limit."""
-    key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = body.get(key)
-    if max_tokens is None:
-        max_tokens = cfg.default_max_tokens
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens <= cfg.max_tokens:
-        raise BadRequestError(f"{key}={max_tokens!r:.40} is invalid: it must be an integer from 1 to {cfg.max_tokens}")
-    temperature = _number(body, "temperature", 1.0)
-    if not 0.0 <= temperature <= 2.0:
-        raise BadRequestError(f"temperature={temperature!r} is invalid: it must be between 0 and 2")
-    top_p = _number(body, "top_p", 1.0)
-    if not 0.0 < top_p <= 1.0:
-        raise BadRequestError(f"top_p={top_p!r} is invalid: it must be greater than 0 and at most 1")
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise BadRequestError(f"n={n!r:.40} is not supported: this server returns exactly 1 choice (n=1)")
-    stop = body.get("stop")
-    stops: tuple[str, ...]
-    if stop is None:
-        stops = ()
-    elif isinstance(stop, str):
-        stops = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOP:
-        stops = tuple(stop)
-    else:
-        raise BadRequestError(f"stop={stop!r:.80} is invalid: it must be a string or a list of at most {MAX_STOP} "
-                           "strings")
-    if any(s == "" for s in stops):
-        raise BadRequestError("stop contains an empty string; every stop sequence needs at least one character")
-    return Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stops)
-
-
-def _number(body: dict[str, Any], name: str, default: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequestError(f"{name}={value!r:.40} is invalid: it must be a number")
-    return float(value)
-
-
-def _openai_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def _openai_error(status: int, message: str, headers: dict[str, str] | None = None,
+                  param: str | None = None) -> Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return Response(orjson.dumps(body), status_code=status, headers=headers, media_type="application/json")
 
 
@@ -191,6 +152,7 @@ class LMRoutes:
             params = body.get("parameters") or {}
             if not isinstance(params, dict):
                 raise BadRequestError("parameters must be an object")
+            check_supported(params, "v2_generate")
             sampling = parse_sampling({"temperature": 0.0, **params}, self.cfg, chat=False)
             ids = self.model.encode(text)
             self.model.check_fits(len(ids), sampling.max_tokens)
@@ -204,6 +166,7 @@ class LMRoutes:
     async def _answer(self, request: Request, *, chat: bool) -> Response:
         try:
             body = await self._body(request)
+            check_supported(body, "chat" if chat else "completions")
             prompt_ids, prompt_text = self._prompt(body, chat=chat)
             sampling = parse_sampling(body, self.cfg, chat=chat)
             self.model.check_fits(len(prompt_ids), sampling.max_tokens)
@@ -340,7 +303,8 @@ class LMRoutes:
         status = exc.http_status
         self.metrics.errors.labels(self.model.name, self.model.version, type(exc).__name__, str(status)).inc()
         retry = getattr(exc, "retry_after_s", None)
-        return _openai_error(status, str(exc), {"Retry-After": str(retry)} if retry is not None else None)
+        return _openai_error(status, str(exc), {"Retry-After": str(retry)} if retry is not None else None,
+                             getattr(exc, "param", None))
 
     def _record(self, out: Generation, prompt_text: str, endpoint: str) -> None:
         labels = (self.model.name, self.model.version)

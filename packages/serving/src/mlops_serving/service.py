@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
+from mlops_core import registered_model_name
 from mlops_model import ENTITY_KEYS
 from mlops_serving.admission import AdmissionLimits
-from mlops_serving.errors import ServingError
+from mlops_serving.errors import ModelLoadError, ServingError
 from mlops_serving.log_store import resolve_prediction_log_uri
 from mlops_serving.lookup import FeatureLookup, FeatureSource
 from mlops_serving.metrics import ServingMetrics
@@ -149,6 +150,7 @@ def serve(
     model_version: str | None = None,
     report: Callable[[str], None] | None = None,
     provenance: ProvenanceConfig | None = None,
+    causal_lm: bool = False,
 ) -> None:
     """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
 
@@ -159,11 +161,14 @@ def serve(
         root: Repo root relative paths are resolved against.
         model: Model config name (registered as ``<prefix><model>``).
         state_dir: Local state folder (downloaded versions are cached under ``serving/models``).
-        model_dir: Serve this exported folder instead of the registry's version.
+        model_dir: Serve this exported folder instead of the registry's version; ``models:/<name>@<alias>``
+            resolves that alias of the language model in the registry (:func:`lm_registry_ref`).
         model_version: Version label of ``model_dir`` in metrics and the log (default: the folder's name).
         report: Called with one line once the versions are resolved (the CLI prints it).
         provenance: Signature policy and keys; each model's signature is verified before it loads (``None``:
             no verification, for callers that checked already).
+        causal_lm: ``model`` is a language model (its config trains ``causal_lm``): without ``model_dir`` the
+            registry's ``serving.alias`` version is served by the language-model app.
     """
     import mlops_features
     from mlops_model import model_verifier
@@ -171,10 +176,16 @@ def serve(
 
     _check_plan(serving, model_dir)
     check = model_verifier(provenance, root) if provenance is not None else None
+    lm_ref = lm_registry_ref(serving, tracking, root, model, state_dir=state_dir, model_dir=model_dir,
+                             causal_lm=causal_lm, provenance=provenance)
+    if lm_ref is not None:
+        model_dir, model_version = lm_ref.folder, lm_ref.version
     if model_dir is not None and is_causal_lm_folder(model_dir):
         app = create_lm_app(serving, model_name=model, folder=model_dir, version=model_version or model_dir.name,
                             log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, root), check=check)
         if report is not None:
+            if lm_ref is not None:
+                report(f"serving {model}@{lm_ref.alias} = version {lm_ref.version}")
             report(f"language model listening on http://{serving.host}:{serving.port} (OpenAI /openai/v1, "
                    f"V2 /v2/models/{model}/generate, /metrics)")
         run_app(app, serving.host, serving.port)
@@ -204,6 +215,45 @@ def serve(
         report(f"listening on http://{serving.host}:{serving.port} (V1 /v1/models/{model}:predict, "
                f"V2 /v2/models/{model}/infer, /metrics)")
     run_app(app, serving.host, serving.port)
+
+
+def lm_registry_ref(serving: ServingConfig, tracking: TrackingConfig, root: Path, model: str, *, state_dir: str,
+                    model_dir: Path | None, causal_lm: bool,
+                    provenance: ProvenanceConfig | None = None) -> ModelRef | None:
+    """The registry version a language-model server serves, downloaded; ``None`` when it serves a folder or
+    is not a language model.
+
+    ``model_dir`` ``models:/<name>@<alias>`` (``name``: the model config or its registered name) or, for a
+    language model without ``model_dir``, ``serving.alias``: resolved once to an immutable version, downloaded into
+    ``<state_dir>/serving/models`` like the fraud model's versions, its signature verified when ``provenance``
+    is given.
+
+    Raises:
+        ServingError: a malformed ``models:/`` URI or another model's name.
+        ModelLoadError: the alias is not set, the registry is unreachable, or the version is not a causal LM.
+    """
+    uri = str(model_dir) if model_dir is not None else ""
+    if uri.startswith("models:/"):
+        name, sep, alias = uri.removeprefix("models:/").partition("@")
+        registered = registered_model_name(tracking, model)
+        if not sep or not alias or "/" in alias:
+            raise ServingError(f"--model-dir {uri!r} is not a registry alias; write models:/{registered}@<alias>")
+        if name not in (model, registered):
+            raise ServingError(f"--model-dir {uri!r} names model {name!r}, but this server serves {model!r} "
+                               f"(registered as {registered!r}); pass --model {name} or models:/{registered}@{alias}")
+    elif model_dir is None and causal_lm:
+        alias = serving.alias
+    else:
+        return None
+    ref = resolve_alias(tracking, root, model, alias, root / state_dir / "serving" / "models")
+    if not is_causal_lm_folder(ref.folder):
+        raise ModelLoadError(f"{model}@{alias} = version {ref.version} is not a causal language model export "
+                             f"(model.json kind is not 'hf_causal_lm' in {str(ref.folder)!r})")
+    if provenance is not None:
+        from mlops_model import model_verifier
+
+        model_verifier(provenance, root)(ref.folder)
+    return ref
 
 
 def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Callable[[], LocalModel]) -> Any:

@@ -49,7 +49,9 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path, tracking: Tracking
 
     Local paths (relative to ``root``) are used in place; ``runs:/``, ``models:/`` and ``mlflow-artifacts:/``
     are downloaded with MLflow (from ``tracking``'s server and registry), any other URL scheme (``s3://``,
-    ``gs://``, ``file://``) with fsspec, into ``cache_dir`` (reused when a previous download is complete).
+    ``gs://``, ``file://``) with fsspec, into ``cache_dir`` (reused when a previous download is complete). A
+    registry alias (``models:/<name>@<alias>``) is first pinned to the version it names now, so a moved alias
+    is downloaded afresh rather than served from the cache of the version it named before.
 
     Raises:
         TrainingError: the folder or URL holds no ``config.json``, or the download failed.
@@ -59,6 +61,8 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path, tracking: Tracking
         return _checked(folder, uri)
     import hashlib
 
+    if uri.startswith("models:/") and "@" in uri:
+        uri = _pin_alias(uri, root, tracking)
     target = cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:16]
     if (target / ".complete").is_file():
         return _checked(target, uri)
@@ -86,6 +90,34 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path, tracking: Tracking
         raise TrainingError(f"could not fetch the pretrained checkpoint {uri!r}: {exc}") from exc
     (target / ".complete").write_text(uri, encoding="utf-8")
     return _checked(target, uri)
+
+
+def _pin_alias(uri: str, root: Path, tracking: TrackingConfig | None) -> str:
+    """``models:/<name>@<alias>`` → ``models:/<name>/<version>`` the alias names now: an alias moves (a new
+    champion), so the cache is keyed by the immutable version, never by the alias.
+
+    Raises:
+        TrainingError: the alias is not set or the registry cannot be reached.
+    """
+    from contextlib import nullcontext
+
+    from mlops_core import tracking_scope
+
+    name, _, alias = uri.removeprefix("models:/").partition("@")
+    try:
+        if tracking is None:
+            from mlflow import MlflowClient
+
+            scope: Any = nullcontext(MlflowClient())
+        else:
+            scope = tracking_scope(tracking, root)
+        with scope as client:
+            version = client.get_model_version_by_alias(name, alias).version
+    except Exception as exc:  # MlflowException, or the transport's errors for a down server
+        raise TrainingError(f"could not resolve the pretrained checkpoint {uri!r}: alias {alias!r} of registered "
+                            f"model {name!r}: {exc}") from exc
+    log.info("pretrained checkpoint %s is version %s", uri, version)
+    return f"models:/{name}/{version}"
 
 
 def _checked(folder: Path, uri: str) -> Path:

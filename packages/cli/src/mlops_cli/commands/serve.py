@@ -25,7 +25,8 @@ def serve(
                     ] = None,
     port: Annotated[int | None, typer.Option("--port", help="HTTP port (serving.port).")] = None,
     model_dir: Annotated[Path | None, typer.Option(
-        "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry.")
+        "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry; for a "
+        "language model also models:/<name>@<alias> (resolved in the registry).")
     ] = None,
     model_version: Annotated[str | None, typer.Option(
         "--model-version", envvar="MLOPS_MODEL_VERSION",
@@ -58,4 +59,4 @@ def serve(
                            "name the InferenceService after the model")
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
         model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True),
-        provenance=cfg.provenance)
+        provenance=cfg.provenance, causal_lm=cfg.training.model == "causal_lm")
