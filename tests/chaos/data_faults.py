@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .harness import REPO, kill_point, record
+from .harness import REPO, record
 
 INGEST_STEPS = ("validate", "dvc_add", "dvc_push", "publish")
 
@@ -120,7 +120,7 @@ def ingest_fault(seed: int, workdir: Path) -> dict[str, Any]:
 
     from mlops_features.landing import ingest_landed
 
-    point = INGEST_STEPS[kill_point("ingest", seed, len(INGEST_STEPS)) - 1]
+    point = INGEST_STEPS[(seed - 1) % len(INGEST_STEPS)]  # seeds 1..4 take every step once
     work = workdir / f"ingest-{seed}"
     (work / "landing").mkdir(parents=True)
     first, later, expected = _land(work, seed)
@@ -161,7 +161,7 @@ def ingest_fault(seed: int, workdir: Path) -> dict[str, Any]:
 # The worker materializes; it is SIGKILLed after its first online-store write batch, or in the middle of its
 # first or second registry write (half of the file being written on disk when it dies: the registry itself
 # with a writer in place, its temporary sibling with an atomic one).
-MATERIALIZE_POINTS = ("online_write", "registry_write_1", "registry_write_2")
+MATERIALIZE_POINTS = ("registry_write_1", "online_write", "registry_write_2")
 
 MATERIALIZE_WORKER = textwrap.dedent(
     """
@@ -228,7 +228,7 @@ def materialize_fault(seed: int, workdir: Path) -> dict[str, Any]:
     """
     import pandas as pd
 
-    point = MATERIALIZE_POINTS[kill_point("materialize", seed, len(MATERIALIZE_POINTS)) - 1]
+    point = MATERIALIZE_POINTS[(seed - 1) % len(MATERIALIZE_POINTS)]  # seeds 1..3 take every point once
     root, features, _ = _feature_root(workdir, seed)
     reference = root.with_name(root.name + "-reference")
     shutil.copytree(root, reference, symlinks=True)
