@@ -30,7 +30,8 @@ def write_auth_config(path: str | Path, *, database_uri: str, admin_username: st
 
     Args:
         path: Where to write it (mode 0600: it holds the admin password).
-        database_uri: SQLAlchemy URI of the users/permissions database (``postgresql+psycopg2://…``).
+        database_uri: SQLAlchemy URI of the users/permissions database (``postgresql+psycopg2://…``; a password in
+            it percent-encoded, as in any URL).
         admin_username: The admin MLflow creates on first start (``None``: from ``MLFLOW_AUTH_ADMIN_USERNAME``).
         admin_password: Its password, 12 characters or more (``None``: from ``MLFLOW_AUTH_ADMIN_PASSWORD``).
         default_permission: What an authenticated user may do without a grant: ``READ``, ``EDIT``,
@@ -41,13 +42,17 @@ def write_auth_config(path: str | Path, *, database_uri: str, admin_username: st
     if admin_password is not None and len(admin_password) < 12:
         raise ValueError("admin_password must be at least 12 characters")
     parser = configparser.ConfigParser(interpolation=None)
-    parser["mlflow"] = {
+    values = {
         "default_permission": default_permission,
         "database_uri": database_uri,
         **({"admin_username": admin_username} if admin_username else {}),
         **({"admin_password": admin_password} if admin_password else {}),
         "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
     }
+    # MLflow reads the file with configparser's default (``%``-interpolating) parser: a ``%`` written as is
+    # (a percent-encoded password in the URI, or one in the admin password) stops the server at start-up or
+    # changes the value. ``%%`` reads back as one ``%``.
+    parser["mlflow"] = {key: value.replace("%", "%%") for key, value in values.items()}
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.touch(mode=0o600, exist_ok=True)

@@ -115,7 +115,10 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
     fs, landed = _landed(data.landing_uri)
     ensure_workspace(root)
     if push and read_pointer(data, root, LATEST) is not None:
-        pull_accepted(data, root)  # a fresh pod starts empty: build on the current version, never replace it
+        # A fresh pod starts empty: build on the current version, never replace it. A run killed in this
+        # workspace may have left accepted files of batches it never published, or a writer's temporary file:
+        # DVC refuses to check out over those without --force. They are rebuilt from the landing area below.
+        pull_accepted(data, root, force=True)
     validated = root / data.validated_dir
     seen = {p.stem for p in validated.glob("*.parquet")} if validated.is_dir() else set()
     raw = root / data.raw_dir
@@ -207,8 +210,11 @@ def read_pointer(data: DataConfig, root: Path, version: str = LATEST) -> bytes |
     return bytes(fs.cat_file(path)) if fs.exists(path) else None
 
 
-def pull_accepted(data: DataConfig, root: str | Path, version: str = LATEST) -> str:
+def pull_accepted(data: DataConfig, root: str | Path, version: str = LATEST, *, force: bool = False) -> str:
     """Fetch the accepted area of data ``version`` (md5, or ``latest``) from ``data.dvc_remote``; returns its md5.
+
+    ``force``: the accepted area becomes exactly that version, files in it that the version does not hold
+    removed (``dvc pull --force``); without it DVC refuses to touch a folder that differs from the pointer.
 
     Raises:
         DataError: no remote, no such published version (nothing ingested yet), or DVC failed.
@@ -223,6 +229,6 @@ def pull_accepted(data: DataConfig, root: str | Path, version: str = LATEST) -> 
     pointer.parent.mkdir(parents=True, exist_ok=True)
     pointer.write_bytes(text)
     configure_remote(data, root)
-    run_dvc(root, "pull", "--remote", REMOTE_NAME, str(pointer.relative_to(root)))
+    run_dvc(root, "pull", *(("--force",) if force else ()), "--remote", REMOTE_NAME, str(pointer.relative_to(root)))
     return accepted_md5(pointer)
 

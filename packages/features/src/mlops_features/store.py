@@ -35,6 +35,10 @@ REDIS_STORE_TYPE = "mlops_features.online_redis.SecretRedisOnlineStore"
 """Feast online store type for Redis: Feast's store, the password read from ``password_env`` at connect time."""
 
 
+REGISTRY_STORE_TYPE = "mlops_features.registry_store.AtomicFileRegistryStore"
+"""Feast registry store for the file registry: Feast's, each write atomic (temporary file renamed over it)."""
+
+
 OFFLINE_STORE_TYPES = {"duckdb": "mlops_features.offline_duckdb.UdfDuckDBOfflineStore", "file": "file"}
 """Feast offline store type per ``features.offline_store``: DuckDB with every source column for a view's udf
 (see :mod:`mlops_features.offline_duckdb`)."""
@@ -57,7 +61,9 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
         return os.path.relpath(full, relative_to) if relative_to is not None else str(full.resolve())
 
     if features.registry_type == "file":
-        registry: dict[str, Any] = {"registry_type": "file", "path": path(features.registry)}
+        # Feast's own file store rewrites registry.db in place: a kill mid-write leaves it torn (registry_store.py)
+        registry: dict[str, Any] = {"registry_type": "file", "registry_store_type": REGISTRY_STORE_TYPE,
+                                    "path": path(features.registry)}
     else:
         kwargs: dict[str, Any] = {"pool_pre_ping": True}
         if features.registry_password_env:

@@ -1,0 +1,31 @@
+"""``write_auth_config`` writes a file that MLflow's own reader (``mlflow.server.auth.config.read_auth_config``,
+a ``%``-interpolating configparser) reads back exactly, whatever characters the passwords hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from mlops_core.tracking_server import write_auth_config
+
+pytestmark = pytest.mark.unit
+
+PASSWORD = "p@ss:w/rd#,%{}"
+
+
+def test_mlflow_reads_back_the_exact_uri_and_admin_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.server.auth.config import read_auth_config
+
+    uri = f"postgresql+psycopg2://mlflow:{quote(PASSWORD, safe='')}@db:5432/mlflow_auth"
+    path = write_auth_config(tmp_path / "basic_auth.ini", database_uri=uri, admin_username="platform-admin",
+                             admin_password=PASSWORD + "%(x)s")
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(path))
+    for var in ("MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        monkeypatch.delenv(var, raising=False)
+    config = read_auth_config()
+    assert config.database_uri == "postgresql+psycopg2://mlflow:p%40ss%3Aw%2Frd%23%2C%25%7B%7D@db:5432/mlflow_auth"
+    assert config.admin_password == "p@ss:w/rd#,%{}%(x)s"
+    assert config.admin_username == "platform-admin"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
