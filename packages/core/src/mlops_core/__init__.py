@@ -42,6 +42,7 @@ from mlops_core.tracking import (
     tracking_scope,
     tracking_uris,
 )
+from mlops_core.tracking_server import write_auth_config
 
 if TYPE_CHECKING:
     from mlops_core.profile import (
@@ -120,4 +121,5 @@ __all__ = [
     "tracking_uris",
     "verify_ledger",
     "versions",
+    "write_auth_config",
 ]

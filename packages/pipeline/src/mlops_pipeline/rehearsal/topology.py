@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from mlops_core import write_auth_config
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 
@@ -113,14 +114,10 @@ def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str,
     a lot before it listens (a minute or more on a busy 2-core machine), so the other servers start meanwhile.
     """
     user, password = "mlops-admin", secrets.token_urlsafe(16)
-    ini = platform.run_dir / "mlflow" / "basic_auth.ini"
-    ini.parent.mkdir(parents=True, exist_ok=True)
-    # default_permission NO_PERMISSIONS: a valid user without a grant reads nothing either
-    ini.write_text("[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
-                   f"database_uri = {sqlalchemy_url(auth_url)}\nadmin_username = {user}\n"
-                   f"admin_password = {password}\n"
-                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    ini.chmod(0o600)
+    # default_permission NO_PERMISSIONS: a valid user without a grant reads nothing either; the platform's one
+    # writer escapes what MLflow's %-interpolating parser would otherwise misread
+    ini = write_auth_config(platform.run_dir / "mlflow" / "basic_auth.ini", database_uri=sqlalchemy_url(auth_url),
+                            admin_username=user, admin_password=password, default_permission="NO_PERMISSIONS")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mlflow = str(Path(sys.executable).with_name("mlflow"))
