@@ -3,8 +3,9 @@
 ``preprocess`` turns a V1 body or a V2 ``InferRequest`` into rows (:mod:`mlops_serving.schema`);
 ``predict`` joins the request to a micro-batch (:mod:`mlops_serving.batcher`); per batch the variant of each
 request is picked (stable|canary), features are looked up once (awaited on the event loop, no thread), and
-each variant scores its rows with its own recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`)
-on the scoring thread (a predictor behind HTTP blocks; the loop must not); ``postprocess`` answers in the
+each variant scores its rows with its own recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`):
+on the event loop when the forward pass is in process (a small MLP costs less than a thread hop), on the
+scoring thread when a predictor behind HTTP scores (the loop must not block); ``postprocess`` answers in the
 protocol the request came in. Metrics and the prediction log are filled here, the log off the request path.
 """
 
@@ -224,8 +225,11 @@ class FraudModel(kserve.Model):
                     b.ticket.lookup_abandoned = True
         t1 = time.perf_counter()
         bounds = np.cumsum([0] + [len(b.rows) for b in batches])
-        scores = await asyncio.get_running_loop().run_in_executor(
-            self._scoring, _score_variants, batches, picked, found.features, bounds)
+        if all(v.target.in_process for v in picked):
+            scores = _score_variants(batches, picked, found.features, bounds)
+        else:
+            scores = await asyncio.get_running_loop().run_in_executor(
+                self._scoring, _score_variants, batches, picked, found.features, bounds)
         t2 = time.perf_counter()
         self._metrics.feature_store_up.labels(self.name).set(0 if found.degraded else 1)
         results = []
@@ -299,7 +303,7 @@ class FraudModel(kserve.Model):
 
 def _score_variants(batches: Sequence[_Batch], picked: Sequence[Variant[ServedModel]],
                     features: Sequence[dict[str, Any]], bounds: np.ndarray) -> list[np.ndarray]:
-    """Each request's scores: one encode + forward pass per variant over its requests' rows (scoring thread)."""
+    """Each request's scores: one encode + forward pass per variant over its requests' rows."""
     scores: list[np.ndarray] = [np.empty(0)] * len(batches)
     for variant in {v.name: v for v in picked}.values():
         members = [i for i, v in enumerate(picked) if v.name == variant.name]
