@@ -39,21 +39,6 @@ class TestRedis(_suite.OnlineSuite):  # type: ignore[name-defined,misc]
     def online_overrides(cls, redis_url_class: str) -> dict[str, Any]:
         return {"online_store": "redis", "redis_url": redis_url_class, "feast_project": f"t_{uuid.uuid4().hex[:10]}"}
 
-    def test_the_async_lookup_reads_redis_without_a_thread(self, env: tuple, monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
-        """On Redis ``get_async`` is Feast's async read: neither a worker thread nor the blocking client."""
-        import asyncio
-
-        _, _, online = env
-        expected = online.get([{"user_id": "U-nobody", "merchant_id": "M-nobody"}])
-
-        def refuse(*_: Any, **__: Any) -> Any:
-            raise AssertionError("the async lookup went through a thread or the blocking read")
-
-        monkeypatch.setattr(asyncio, "to_thread", refuse)
-        monkeypatch.setattr(online._store, "get_online_features", refuse)
-        assert asyncio.run(online.get_async([{"user_id": "U-nobody", "merchant_id": "M-nobody"}])) == expected
-
 
 @pytest.fixture(scope="module")
 def redis_url_class() -> str:

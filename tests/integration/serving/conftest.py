@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -111,9 +110,6 @@ class RedisHashFeatures:
             row["_unknown_entity"] = not user or not merchant
             out.append(row)
         return out
-
-    async def get_async(self, entity_rows: Any) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.get, entity_rows)  # a blocking client, as a sync store is
 
     def ping(self) -> bool:
         return bool(self.client.ping())

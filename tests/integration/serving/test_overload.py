@@ -54,9 +54,6 @@ class SlowSource:
         time.sleep(self.delay)
         return list(self.inner.get(entity_rows))
 
-    async def get_async(self, entity_rows: Any) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.get, entity_rows)  # a blocking client, as a sync store is
-
     def ping(self) -> bool:
         return bool(self.inner.ping())
 

@@ -6,7 +6,6 @@ only the ``online_overrides`` fixture differs.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Iterator
 from datetime import timedelta
@@ -103,16 +102,6 @@ class OnlineSuite:
         assert len(batch) == len(rows)
         for row, values in zip(rows[::10], batch[::10], strict=True):
             assert online.get([row])[0] == values
-
-    def test_the_async_lookup_answers_as_the_sync_one(self, env: tuple) -> None:
-        root, features, online = env
-        users = pd.read_parquet(root / features.source_dir / "user_transactions.parquet")["user_id"].unique()
-        rows = [{"user_id": u, "merchant_id": "M00001"} for u in users[:20]] + [
-            {"user_id": "U-nobody", "merchant_id": "M-nobody"}]
-        assert asyncio.run(online.get_async(rows)) == online.get(rows)
-        assert asyncio.run(online.get_async([])) == []
-        with pytest.raises(FeatureStoreError, match=r"entity row 0 lacks \['user_id'\]"):
-            asyncio.run(online.get_async([{"merchant_id": "M1"}]))
 
     def test_bad_rows_and_ping(self, env: tuple) -> None:
         _, _, online = env

@@ -73,7 +73,7 @@ def test_full_queue_counts_drops_and_never_blocks(tmp_path: Path) -> None:
 def test_batcher_coalesces_concurrent_requests_and_spreads_errors() -> None:
     seen: list[int] = []
 
-    async def process(items: list[int]) -> list[int]:
+    def process(items: list[int]) -> list[int]:
         seen.append(len(items))
         if -1 in items:
             raise ValueError("bad batch")
@@ -83,6 +83,7 @@ def test_batcher_coalesces_concurrent_requests_and_spreads_errors() -> None:
         batcher: MicroBatcher[int, int] = MicroBatcher(process, max_items=4)
         results = await asyncio.gather(*(batcher.submit(i) for i in range(6)))
         failed = await asyncio.gather(batcher.submit(-1), batcher.submit(5), return_exceptions=True)
+        batcher.close()
         return list(results), failed
 
     results, failed = asyncio.run(main())

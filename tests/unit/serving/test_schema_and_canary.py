@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Any, ClassVar
 
@@ -89,9 +88,6 @@ def test_lookup_defaults_come_from_the_source_then_the_encoder() -> None:
         def get(self, rows: Any) -> list[dict[str, Any]]:
             return [{"_unknown_entity": True} for _ in rows]
 
-        async def get_async(self, entity_rows: Any) -> list[dict[str, Any]]:
-            return await asyncio.to_thread(self.get, entity_rows)  # a blocking client, as a sync store is
-
         def ping(self) -> bool:
             return True
 
@@ -102,6 +98,6 @@ def test_lookup_defaults_come_from_the_source_then_the_encoder() -> None:
         "categorical": [{"name": "currency", "vocab": ["EUR"]}, {"name": "segment", "vocab": ["a"]}]})
     lookup = FeatureLookup(Source(), entity_keys=("user_id",))
     lookup.configure(spec)
-    found = asyncio.run(lookup.get([{"user_id": "u"}]))
+    found = lookup.get([{"user_id": "u"}])
     # request fields (amount, currency) are not looked up; f1 from the source, f2 the training mean
     assert found.features == [{"f1": 7.0, "f2": 2.5, "segment": None}] and found.unknown == [True]

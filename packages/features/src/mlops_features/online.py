@@ -1,16 +1,13 @@
 """Online feature lookup for serving: one FeatureStore per process, defaults for unknown entities.
 
 On the serving hot path: the store, the FeatureService and the feature names are resolved once in the
-constructor; ``get`` is one ``get_online_features`` call, ``get_async`` the same through Feast's async read
-(redis-py's asyncio client: no thread on the serving event loop; the SQLite store has no async read, so
-there it is ``get`` on a worker thread). When Redis is down ``get`` raises
+constructor; ``get`` is one ``get_online_features`` call. When Redis is down ``get`` raises
 :class:`FeatureStoreUnavailableError` quickly (the caller may serve degraded); redis-py drops broken
 connections from its pool, so the first call after Redis is back succeeds again with no restart.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -54,7 +51,6 @@ class OnlineFeatures:
         self.defaults = {n: defaults[n] for n in self.names}
         self._by_entity = self._group_names_by_entity()
         self._errors = _unavailable_errors()
-        self._async_read = features.online_store == "redis"
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Feature dicts for rows of ``{"user_id": ..., "merchant_id": ...}`` (extra keys are ignored).
@@ -67,47 +63,28 @@ class OnlineFeatures:
             DataError-like FeatureStoreError: a row lacks an entity key.
             FeatureStoreUnavailableError: the online store cannot be reached.
         """
-        rows = self._entity_rows(entity_rows)
-        if not rows:
+        if not entity_rows:
             return []
-        try:
-            result = self._store.get_online_features(features=self._service, entity_rows=rows).to_dict()
-        except self._errors as exc:
-            raise FeatureStoreUnavailableError(f"online store unreachable: {type(exc).__name__}: {exc}") from exc
-        return self._items(result, len(rows))
-
-    async def get_async(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`get` as a coroutine that does not block the event loop (same rows, same errors)."""
-        if not self._async_read:
-            return await asyncio.to_thread(self.get, entity_rows)
-        rows = self._entity_rows(entity_rows)
-        if not rows:
-            return []
-        try:
-            response = await self._store.get_online_features_async(features=self._service, entity_rows=rows)
-        except self._errors as exc:
-            raise FeatureStoreUnavailableError(f"online store unreachable: {type(exc).__name__}: {exc}") from exc
-        return self._items(response.to_dict(), len(rows))
-
-    def _entity_rows(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
         rows = []
         for i, row in enumerate(entity_rows):
             missing = [k for k in ENTITY_KEYS if row.get(k) in (None, "")]
             if missing:
                 raise FeatureStoreError(f"entity row {i} lacks {missing!r}: expected keys {list(ENTITY_KEYS)}")
             rows.append({k: str(row[k]) for k in ENTITY_KEYS})
-        return rows
-
-    def _items(self, result: Mapping[str, list[Any]], n: int) -> list[dict[str, Any]]:
+        try:
+            result = self._store.get_online_features(features=self._service, entity_rows=rows).to_dict()
+        except self._errors as exc:
+            raise FeatureStoreUnavailableError(f"online store unreachable: {type(exc).__name__}: {exc}") from exc
         out = []
-        for i in range(n):
-            values = {name: result[name][i] for name in self.names}
+        for i in range(len(rows)):
+            values = {n: result[n][i] for n in self.names}
             item: dict[str, Any] = {}
             for key, names in self._by_entity.items():
-                item[UNKNOWN_FLAGS[key]] = all(_is_missing(values[name]) for name in names)
+                unknown = all(_is_missing(values[n]) for n in names)
+                item[UNKNOWN_FLAGS[key]] = unknown
             item[UNKNOWN_ENTITY] = any(item[f] for f in UNKNOWN_FLAGS.values() if f in item)
-            for name in self.names:
-                item[name] = self.defaults[name] if _is_missing(values[name]) else values[name]
+            for n in self.names:
+                item[n] = self.defaults[n] if _is_missing(values[n]) else values[n]
             out.append(item)
         return out
 

@@ -14,7 +14,6 @@ wherever the platform runs, including the ``feast`` CLI in its venv.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any, Literal
 
@@ -47,20 +46,15 @@ def password_from_env(config: Any) -> str | None:
 
 
 class SecretRedisOnlineStore(RedisOnlineStore):
-    """:class:`RedisOnlineStore` that adds the password from the environment to the client's keywords; the async
-    client (Feast caches one) is opened again under another event loop, whose connections it cannot use."""
+    """:class:`RedisOnlineStore` that adds the password from the environment to the client's keywords."""
 
     _password: str | None = None
-    _client_loop: asyncio.AbstractEventLoop | None = None
 
     def _get_client(self, online_store_config: Any) -> Any:
         self._password = password_from_env(online_store_config)
         return super()._get_client(online_store_config)
 
     async def _get_client_async(self, online_store_config: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        if self._client_loop is not loop:  # redis.asyncio connections belong to the loop that opened them
-            self._client_async, self._client_loop = None, loop
         self._password = password_from_env(online_store_config)
         return await super()._get_client_async(online_store_config)
 

@@ -1,16 +1,16 @@
 """Dynamic micro-batching: requests that arrive while a batch is being scored form the next batch.
 
-One batch is in flight at a time; ``process`` is a coroutine on the event loop (the transformer awaits the
-online store there and hands the encode + forward pass to a thread of its own), so the loop keeps reading
-and answering HTTP meanwhile. Under light load a batch is one request (nothing waits for a timer); under
-concurrency the store round trip, the encoding and the forward pass are paid once per batch instead of
-once per request.
+One batch is in flight at a time, on a worker thread of its own, so the event loop keeps reading and answering
+HTTP while the batch waits on the online store. Under light load a batch is one request (nothing waits for
+a timer); under concurrency the store round trip, the encoding and the forward pass are paid once per
+batch instead of once per request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -18,11 +18,18 @@ R = TypeVar("R")
 
 
 class MicroBatcher(Generic[T, R]):
-    """Collects submitted items and hands them to ``process`` in batches, one batch at a time."""
+    """Collects submitted items and hands them to ``process`` (on one worker thread) in batches."""
 
-    def __init__(self, process: Callable[[Sequence[T]], Awaitable[Sequence[R]]], max_items: int = 64) -> None:
+    def __init__(
+        self,
+        process: Callable[[Sequence[T]], Sequence[R]],
+        max_items: int = 64,
+        thread_initializer: Callable[[], None] | None = None,
+    ) -> None:
         self._process = process
         self._max_items = max_items
+        self._initializer = thread_initializer
+        self._executor: ThreadPoolExecutor | None = None
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._running = False
         self._task: asyncio.Task[None] | None = None
@@ -38,12 +45,15 @@ class MicroBatcher(Generic[T, R]):
         return await future
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="batch", initializer=self._initializer)
         try:
             await asyncio.sleep(0)  # let the requests of this loop turn join the first batch
             while self._pending:
                 chunk, self._pending = self._pending[: self._max_items], self._pending[self._max_items :]
                 try:
-                    results = await self._process([i for i, _ in chunk])
+                    results = await loop.run_in_executor(self._executor, self._process, [i for i, _ in chunk])
                 except Exception as exc:  # every request of the batch gets the batch's error
                     for _, future in chunk:
                         if not future.done():
@@ -54,3 +64,9 @@ class MicroBatcher(Generic[T, R]):
                         future.set_result(result)
         finally:
             self._running = False
+
+    def close(self) -> None:
+        """Stop the worker thread (after the batch in flight)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

@@ -10,21 +10,20 @@ Outage policy (``serving.redis_outage``):
 
 Either way nothing is restarted: the next attempt after ``retry_s`` reaches Redis once it is back.
 
-``get`` is a coroutine on the serving event loop: the source's ``get_async`` (Feast's async Redis read) needs
-no thread, so a request crosses no thread boundary on its way to the store and back. Deadline:
-``get(rows, deadline=...)`` waits for the store call only until the deadline (``time.monotonic()``); a late
-lookup is abandoned and its batch answered by the outage policy (flagged ``abandoned``), while the call runs
-on to its end. One late lookup does not mark the store down (an overloaded moment is not an outage); a store
-call that then fails (redis-py's socket timeout) does.
+Deadline: ``get(rows, deadline=...)`` runs the store call on a lookup thread and waits for it only until the
+deadline (``time.monotonic()``); a late lookup is abandoned and its batch answered by the outage policy
+(flagged ``abandoned``). One late lookup does not mark the store down (an overloaded moment is not an outage);
+a store call that then fails (redis-py's socket timeout) does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,10 +48,6 @@ class FeatureSource(Protocol):
         ...
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
-
-    async def get_async(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """``get`` without blocking the event loop."""
-        ...
 
     def ping(self) -> bool: ...
 
@@ -87,6 +82,7 @@ class FeatureLookup:
         self._retry_at = 0.0
         self._last_error = ""
         self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def configure(self, *encoders: EncoderSpec) -> None:
         """Look up the store features the served encoders read, defaulting each to the source's default.
@@ -119,18 +115,16 @@ class FeatureLookup:
     def last_error(self) -> str:
         return self._last_error
 
-    async def get(self, rows: Sequence[Mapping[str, Any]], deadline: float | None = None) -> LookupResult:
+    def get(self, rows: Sequence[Mapping[str, Any]], deadline: float | None = None) -> LookupResult:
         """Features for each row's entity keys (see the module docstring for an outage and a ``deadline``)."""
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._on_outage(len(rows))
-        call = asyncio.ensure_future(self._source.get_async([{k: row[k] for k in self._entity_keys} for row in rows]))
-        call.add_done_callback(self._after_late)
+        entity_rows = [{k: row[k] for k in self._entity_keys} for row in rows]
         try:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            found = await asyncio.wait_for(asyncio.shield(call), timeout)
+            found = self._source.get(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
+        except FutureTimeout:
+            return self._on_outage(len(rows), abandoned=True)
         except Exception as exc:  # redis/feast raise many types for a dead store
-            if not call.done():  # the deadline came first; the call runs on (see _after_late)
-                return self._on_outage(len(rows), abandoned=True)
             self._mark_down(exc)
             return self._on_outage(len(rows))
         if self._down_since is not None:
@@ -152,8 +146,23 @@ class FeatureLookup:
             self._mark_up()
         return ok
 
+    def close(self) -> None:
+        """Stop the lookup threads (an abandoned lookup still running ends on its socket timeout)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+        """The store call on a lookup thread, waited for until ``deadline``; raises FutureTimeout past it."""
+        if self._executor is None:
+            # several threads: an abandoned call blocked on a hung store must not hold up the next batch's
+            self._executor = ThreadPoolExecutor(4, thread_name_prefix="lookup")
+        future = self._executor.submit(self._source.get, entity_rows)
+        future.add_done_callback(self._after_late)
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+
     def _after_late(self, future: Any) -> None:
-        """A store call that failed marks the store down, also when nobody waited for it any more."""
+        """A store call that failed marks the store down even when nobody waited for it any more."""
         exc = future.exception() if not future.cancelled() else None
         if exc is not None:
             self._mark_down(exc)

@@ -29,8 +29,6 @@ def predictor_url(host: str) -> str:
 class RemoteModel:
     """A :class:`~mlops_serving.served.ServedModel` whose forward pass runs in the predictor."""
 
-    in_process = False
-
     def __init__(self, name: str, meta: dict[str, Any], base_url: str, timeout_s: float) -> None:
         import httpx
 

@@ -51,12 +51,6 @@ class ServedModel(Protocol):
     @property
     def weights_sha256(self) -> str: ...
 
-    @property
-    def in_process(self) -> bool:
-        """True: ``score_records`` is a forward pass here (cheaper than a thread hop; run on the event loop);
-        False: it waits on another server (run on the transformer's scoring thread)."""
-        ...
-
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray: ...
 
 
@@ -78,10 +72,6 @@ class LocalModel:
     @property
     def weights_sha256(self) -> str:
         return self.model.weights_sha256
-
-    @property
-    def in_process(self) -> bool:
-        return True
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return self.model.score_records(records)

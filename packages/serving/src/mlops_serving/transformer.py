@@ -2,22 +2,18 @@
 
 ``preprocess`` turns a V1 body or a V2 ``InferRequest`` into rows (:mod:`mlops_serving.schema`);
 ``predict`` joins the request to a micro-batch (:mod:`mlops_serving.batcher`); per batch the variant of each
-request is picked (stable|canary), features are looked up once (awaited on the event loop, no thread), and
-each variant scores its rows with its own recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`):
-on the event loop when the forward pass is in process (a small MLP costs less than a thread hop), on the
-scoring thread when a predictor behind HTTP scores (the loop must not block); ``postprocess`` answers in the
-protocol the request came in. Metrics and the prediction log are filled here, the log off the request path.
+request is picked (stable|canary), features are looked up once, and each variant scores its rows with its own
+recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`); ``postprocess`` answers in the protocol
+the request came in. Metrics and the prediction log are filled here, the log off the request path.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +98,8 @@ class FraudModel(kserve.Model):
         self.reason = "loading"
         self._load_lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
-        self._batcher: MicroBatcher[_Batch, _Scored | ServingError] = MicroBatcher(self._score_batches, max_batch)
-        self._scoring = ThreadPoolExecutor(1, thread_name_prefix="score", initializer=single_threaded_torch)
+        self._batcher: MicroBatcher[_Batch, _Scored | ServingError] = MicroBatcher(
+            self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -149,10 +145,11 @@ class FraudModel(kserve.Model):
         """KServe calls this at registration; readiness comes from :meth:`load` only."""
 
     def close(self) -> None:
-        """Finish the batch in flight and stop the scoring thread (server shutdown)."""
-        self._scoring.shutdown(wait=True)
+        """Finish the batch in flight and stop the batch thread (server shutdown)."""
+        self._batcher.close()
         if self._shadow is not None:
             self._shadow.close()
+        self._lookup.close()
 
     @property
     def stable_version(self) -> str:
@@ -198,13 +195,13 @@ class FraudModel(kserve.Model):
             raise result
         return result
 
-    async def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
+    def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
         """Score the requests still within their deadline; the others get their refusal (admission)."""
         now = time.monotonic()
         late = [is_past(b.ticket, now) for b in batches]
         live = [b for b, past in zip(batches, late, strict=True) if not past]
         try:
-            scored = iter(await self._score(live) if live else [])
+            scored = iter(self._score(live) if live else [])
         except ServingError:
             raise
         except Exception as exc:
@@ -212,24 +209,30 @@ class FraudModel(kserve.Model):
             raise InternalError(f"prediction failed ({type(exc).__name__}); see the server log") from None
         return [_expire(b.ticket) if past else next(scored) for b, past in zip(batches, late, strict=True)]
 
-    async def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
+    def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
         """One online-store lookup for all requests, one encode + forward pass per variant."""
         assert self.router is not None
         picked = [self.router.pick() for _ in batches]
         rows = [row for b in batches for row in b.rows]
         t0 = time.perf_counter()
-        found = await self._lookup.get(rows, deadline=latest_deadline([b.ticket for b in batches]))
+        found = self._lookup.get(rows, deadline=latest_deadline([b.ticket for b in batches]))
         if found.abandoned:
             for b in batches:
                 if b.ticket is not None:
                     b.ticket.lookup_abandoned = True
         t1 = time.perf_counter()
         bounds = np.cumsum([0] + [len(b.rows) for b in batches])
-        if all(v.target.in_process for v in picked):
-            scores = _score_variants(batches, picked, found.features, bounds)
-        else:
-            scores = await asyncio.get_running_loop().run_in_executor(
-                self._scoring, _score_variants, batches, picked, found.features, bounds)
+        scores: list[np.ndarray] = [np.empty(0)] * len(batches)
+        for variant in {v.name: v for v in picked}.values():
+            members = [i for i, v in enumerate(picked) if v.name == variant.name]
+            records = [{**row, **found.features[bounds[i] + k]} for i in members
+                       for k, row in enumerate(batches[i].rows)]
+            out = variant.target.score_records(records)
+            offset = 0
+            for i in members:
+                n = len(batches[i].rows)
+                scores[i] = out[offset : offset + n]
+                offset += n
         t2 = time.perf_counter()
         self._metrics.feature_store_up.labels(self.name).set(0 if found.degraded else 1)
         results = []
@@ -299,22 +302,6 @@ class FraudModel(kserve.Model):
             "degraded": scored.degraded,
             "request_id": scored.batch.request_id,
         }
-
-
-def _score_variants(batches: Sequence[_Batch], picked: Sequence[Variant[ServedModel]],
-                    features: Sequence[dict[str, Any]], bounds: np.ndarray) -> list[np.ndarray]:
-    """Each request's scores: one encode + forward pass per variant over its requests' rows."""
-    scores: list[np.ndarray] = [np.empty(0)] * len(batches)
-    for variant in {v.name: v for v in picked}.values():
-        members = [i for i, v in enumerate(picked) if v.name == variant.name]
-        records = [{**row, **features[bounds[i] + k]} for i in members for k, row in enumerate(batches[i].rows)]
-        out = variant.target.score_records(records)
-        offset = 0
-        for i in members:
-            n = len(batches[i].rows)
-            scores[i] = out[offset : offset + n]
-            offset += n
-    return scores
 
 
 def _expire(ticket: Ticket | None) -> ServingError:
