@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -126,3 +127,33 @@ def test_since_accepts_timedelta_arithmetic(tmp_path: Path) -> None:
     writer.append(_rows(1, (now - timedelta(hours=2)).timestamp()) + _rows(1, now.timestamp()))
     writer.flush()
     assert len(read_prediction_log(tmp_path, "fraud", since=now - timedelta(hours=1))) == 1
+
+
+def test_serving_metrics_stay_in_memory_after_feast_turned_on_multiprocess_mode(tmp_path: Path) -> None:
+    """feast.metrics sets PROMETHEUS_MULTIPROC_DIR at import (before prometheus_client loads, as when the server
+    imports Feast first); our series must not become mmap'd files there. A fresh process: the import order counts."""
+    import subprocess
+    import sys
+
+    script = """
+import os, sys
+from pathlib import Path
+import feast.metrics
+from mlops_serving.metrics import ServingMetrics
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+assert Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) == Path(sys.argv[1])
+metrics = ServingMetrics()
+metrics.requests.labels("fraud", "1", "stable", "v1").inc()
+metrics.request_latency.labels("fraud", "1", "stable").observe(0.002)
+files = CollectorRegistry()
+MultiProcessCollector(files, path=sys.argv[1])  # what the mmap'd files hold, read as another process would
+print("in files:", b"mlops_serving" in generate_latest(files))
+sys.stdout.write(metrics.exposition().decode())
+"""
+    env = {k: v for k, v in os.environ.items() if "MULTIPROC" not in k.upper()}
+    env["PROMETHEUS_MULTIPROCESS_DIR"] = str(tmp_path)  # where feast.metrics points prometheus_client
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.splitlines()[0] == "in files: False"
+    assert 'mlops_serving_requests_total{model="fraud",protocol="v1",variant="stable",version="1"} 1.0' in out

@@ -1,5 +1,5 @@
-"""Shared platform core: errors, logging, seeding, lineage, MLflow tracking, the registry lifecycle, the
-exported-model format and the reference profile.
+"""Shared platform core: errors, logging, seeding, lineage, MLflow tracking (one client factory over the tracking
+section), the registry lifecycle and its ledger, and the reference profile.
 
 Public names only. The reference profile (numpy + pandas) loads on first use, so importing the package
 stays cheap for the CLI.

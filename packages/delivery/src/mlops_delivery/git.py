@@ -65,11 +65,6 @@ def push_branch(root: Path, branch: str, remote: str = "origin") -> None:
     _git(root, "push", "--quiet", remote, f"refs/heads/{branch}:refs/heads/{branch}")
 
 
-def head_commit(root: Path) -> str:
-    """SHA of HEAD."""
-    return _git(root, "rev-parse", "HEAD")
-
-
 REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "failed to update ref", "cannot lock ref")
 
 

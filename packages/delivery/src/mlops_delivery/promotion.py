@@ -128,7 +128,7 @@ def plan_promotion(
                 manifest.set_stable(version, uri)
     after = manifest.placement()
     text = manifest.dump()
-    diff = _diff(manifest.original, text, manifest.path.relative_to(root) if manifest.path.is_relative_to(root)
+    diff = text_diff(manifest.original, text, manifest.path.relative_to(root) if manifest.path.is_relative_to(root)
                  else manifest.path)
     return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before, after=after,
                           diff=diff, message=f"gitops: {action}", evidence={"new_text": text})
@@ -215,7 +215,7 @@ def plan_rollback(delivery: DeliveryConfig, root: Path, model: str, env: str) ->
     text = manifest.dump()
     rel = manifest.path.relative_to(root) if manifest.path.is_relative_to(root) else manifest.path
     return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before,
-                          after=manifest.placement(), diff=_diff(manifest.original, text, rel),
+                          after=manifest.placement(), diff=text_diff(manifest.original, text, rel),
                           message=f"gitops: revert: {action}", evidence={"new_text": text})
 
 
@@ -310,6 +310,7 @@ def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, 
     return replace(change, evidence={})
 
 
-def _diff(old: str, new: str, name: Path) -> str:
+def text_diff(old: str, new: str, name: Path) -> str:
+    """A unified diff of a file's text, ``a/<name>`` → ``b/<name>`` (what git shows)."""
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=f"a/{name}", tofile=f"b/{name}"))

@@ -13,7 +13,6 @@ shadow (its own commit, after ``mlops shadow analyze`` passed) before the canary
 
 from __future__ import annotations
 
-import difflib
 import io
 import logging
 from dataclasses import dataclass, field, replace
@@ -29,7 +28,7 @@ from mlops_delivery.errors import ManifestError, PromotionRefusedError
 from mlops_delivery.git import commit_files, push_head
 from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, round_trip_yaml, storage_uri
-from mlops_delivery.promotion import load_manifest, stage_env
+from mlops_delivery.promotion import load_manifest, stage_env, text_diff
 from mlops_delivery.publish import publish_model
 
 logger = logging.getLogger(__name__)
@@ -191,8 +190,8 @@ def plan_shadow(delivery: DeliveryConfig, root: Path, model: str, version: int |
         _set_model_annotation(prod, version)
     texts = {shadow.path: shadow.dump(), prod.path: prod.dump()}
     originals = {shadow.path: shadow.original, prod.path: prod.original}
-    diff = "".join(line for p, t in texts.items()
-                   for line in _diff(originals[p], t, p.relative_to(root) if p.is_relative_to(root) else p))
+    diff = "".join(text_diff(originals[p], t, p.relative_to(root) if p.is_relative_to(root) else p)
+                   for p, t in texts.items())
     return ShadowChange(model=model, env=shadow.env, action=action, before=before, after=shadow.placement(),
                         diff=diff, message=f"gitops: {action}", texts=texts)
 
@@ -240,7 +239,3 @@ def stop_shadow(delivery: DeliveryConfig, root: Path, model: str, *, commit: boo
     """End the running shadow (fraction 0, shadow predictor scaled to zero)."""
     return apply_shadow(plan_shadow(delivery, root, model, None), delivery, root, commit=commit, push=push)
 
-
-def _diff(old: str, new: str, name: Path) -> list[str]:
-    return list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                     fromfile=f"a/{name}", tofile=f"b/{name}"))

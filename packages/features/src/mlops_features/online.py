@@ -100,7 +100,7 @@ class OnlineFeatures:
     def ping(self) -> bool:
         """True when the online store answers a lookup (a miss counts); False when it is unreachable."""
         try:
-            self.get([{"user_id": "__ping__", "merchant_id": "__ping__", **dict.fromkeys(self.request_fields, 0.0)}])
+            self.get([{**dict.fromkeys(ENTITY_KEYS, "__ping__"), **dict.fromkeys(self.request_fields, 0.0)}])
         except FeatureStoreUnavailableError as exc:
             logger.warning("online store ping failed: %s", exc)
             return False

@@ -195,15 +195,21 @@ def _infer_columns(reference: pd.DataFrame) -> tuple[list[str], list[str]]:
     return numeric, categorical
 
 
-def _check_columns(current: pd.DataFrame, wanted: Sequence[str], have_ref: Sequence[str]) -> None:
-    missing_ref = [c for c in wanted if c not in have_ref]
-    if missing_ref:
-        raise MonitoringError(f"columns {missing_ref!r} are not in the reference; it has {sorted(have_ref)!r}")
-    missing_cur = [c for c in wanted if c not in current.columns]
-    if missing_cur:
-        raise MonitoringError(
-            f"columns {missing_cur!r} are not in the current data; it has {sorted(map(str, current.columns))!r}"
-        )
+def checked_columns(numeric: Sequence[str] | None, categorical: Sequence[str] | None, has_score: bool,
+                    have_ref: Iterable[str], have_current: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The columns to compare (every engine's one check): at least one, none listed twice, all on both sides."""
+    numeric, categorical = list(numeric or ()), list(categorical or ())
+    if not numeric and not categorical and not has_score:
+        raise MonitoringError("no column to compare: pass numeric= and/or categorical= (or a score column)")
+    both = sorted(set(numeric) & set(categorical))
+    if both:
+        raise MonitoringError(f"columns {both!r} are listed as numeric and as categorical; list each once")
+    for side, names in (("the reference", have_ref), ("the current data", have_current)):
+        have = sorted(map(str, names))
+        missing = [c for c in [*numeric, *categorical] if c not in have]
+        if missing:
+            raise MonitoringError(f"columns {missing!r} are not in {side}; it has {have!r}")
+    return numeric, categorical
 
 
 def profile_columns(
@@ -272,13 +278,7 @@ def compare(
             reference, numeric, categorical, score, current.columns)
     if score is not None and not has_score and score in current.columns:
         log.warning("current data has %r but the reference has no scores; prediction drift is not compared", score)
-    numeric, categorical = list(numeric or ()), list(categorical or ())
-    if not numeric and not categorical and not has_score:
-        raise MonitoringError("no column to compare: pass numeric= and/or categorical= (or a score column)")
-    both = sorted(set(numeric) & set(categorical))
-    if both:
-        raise MonitoringError(f"columns {both!r} are listed as numeric and as categorical; list each once")
-    _check_columns(current, [*numeric, *categorical], ref_cols)
+    numeric, categorical = checked_columns(numeric, categorical, has_score, ref_cols, current.columns)
     keys = set(monitoring.key_features)
     columns: dict[str, ColumnDrift] = {}
     for name in numeric:

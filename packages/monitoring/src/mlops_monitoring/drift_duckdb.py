@@ -38,6 +38,7 @@ from mlops_monitoring.drift import (
     ColumnDrift,
     DriftReport,
     categorical_verdict,
+    checked_columns,
     column_verdict,
     profile_columns,
     with_missing,
@@ -411,19 +412,7 @@ def compare_duckdb(
         else:
             profile, numeric, categorical, ref_cols, has_score, n_ref = profile_columns(
                 reference, numeric, categorical, score, cur_types)
-        numeric, categorical = list(numeric or ()), list(categorical or ())
-        if not numeric and not categorical and not has_score:
-            raise MonitoringError("no column to compare: pass numeric= and/or categorical= (or a score column)")
-        both = sorted(set(numeric) & set(categorical))
-        if both:
-            raise MonitoringError(f"columns {both!r} are listed as numeric and as categorical; list each once")
-        wanted = [*numeric, *categorical]
-        missing_ref = [c for c in wanted if c not in ref_cols]
-        if missing_ref:
-            raise MonitoringError(f"columns {missing_ref!r} are not in the reference; it has {sorted(ref_cols)!r}")
-        missing_cur = [c for c in wanted if c not in cur_types]
-        if missing_cur:
-            raise MonitoringError(f"columns {missing_cur!r} are not in the current data; it has {sorted(cur_types)!r}")
+        numeric, categorical = checked_columns(numeric, categorical, has_score, ref_cols, cur_types)
         keys = set(monitoring.key_features)
         kinds = {n: "numeric" for n in numeric}
         columns = _numeric_columns(eng, profile, numeric, kinds, keys, monitoring)

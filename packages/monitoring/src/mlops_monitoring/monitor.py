@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from mlops_config import FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_model import LABEL
 from mlops_monitoring.alert import (
     ActionResult,
     Alert,
@@ -43,8 +44,6 @@ from mlops_monitoring.source import (
 )
 
 log = logging.getLogger(__name__)
-
-LABEL = "is_fraud"
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_model import statistics
+from mlops_model import LABEL, statistics
 from mlops_monitoring.errors import MonitoringError
 
 
@@ -34,7 +34,7 @@ class RealizedQuality:
 
 def realized_quality(
     predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str = "transaction_id",
-    label: str = "is_fraud", score: str = "score",
+    label: str = LABEL, score: str = "score",
 ) -> RealizedQuality:
     """Join the window's predictions to their labels on ``key`` and score them at ``threshold``.
 

@@ -15,14 +15,13 @@ from typing import Any
 import pandas as pd
 
 from mlops_config import MonitoringConfig
+from mlops_model import LABEL
 from mlops_monitoring.drift import SCORE, DriftReport
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.quality import RealizedQuality, realized_quality
 
 log = logging.getLogger(__name__)
-
-LABEL = "is_fraud"
 
 
 @dataclass

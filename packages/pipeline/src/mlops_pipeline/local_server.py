@@ -36,6 +36,7 @@ class RunningServer:
 
 
 def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel picks it; racy only against other port pickers)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

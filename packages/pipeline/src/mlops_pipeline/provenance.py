@@ -163,9 +163,8 @@ def _feature_link(audit: VersionAudit, config: PlatformConfig, meta: dict, tags:
     if in_model is None:
         audit.add("FeatureService", "not verifiable", "the model records no FeatureService (not a tabular model?)")
         return
-    status, detail = _eq("FeatureService", tags.get("mlops.feature_service"), in_model,
-                         "model.json and the registry version name")
-    audit.add("FeatureService", status, detail)
+    audit.add("FeatureService", *_eq("FeatureService", tags.get("mlops.feature_service"), in_model,
+                                     "model.json and the registry version name"))
 
 
 def _config_link(audit: VersionAudit, lineage: dict, recorded: dict | None, run_tags: dict) -> None:
@@ -177,8 +176,7 @@ def _config_link(audit: VersionAudit, lineage: dict, recorded: dict | None, run_
         return
     got = config_hash(Platform.model_validate(recorded))
     want = lineage.get("config_sha256") or run_tags.get("mlops.config_sha256")
-    status, detail = _eq("config_sha256", want, got, "config.json hashes to the recorded")
-    audit.add("resolved config", status, detail)
+    audit.add("resolved config", *_eq("config_sha256", want, got, "config.json hashes to the recorded"))
 
 
 def _code_link(audit: VersionAudit, root: Path, lineage: dict) -> None:
@@ -241,9 +239,8 @@ def _weights_link(audit: VersionAudit, folder: Path | None, meta: dict, tags: di
         audit.add("weights", "broken", f"weights hash to {got[:16]}…, model.json says "
                                        f"{str(meta.get('weights_sha256'))[:16]}…")
         return
-    status, detail = _eq("registry weights_sha256", tags.get("mlops.weights_sha256"), got,
-                         "weights, model.json and the registry version agree on")
-    audit.add("weights", status, detail)
+    audit.add("weights", *_eq("registry weights_sha256", tags.get("mlops.weights_sha256"), got,
+                              "weights, model.json and the registry version agree on"))
 
 
 def _signature_link(audit: VersionAudit, config: PlatformConfig, root: Path, folder: Path | None,
@@ -261,9 +258,8 @@ def _signature_link(audit: VersionAudit, config: PlatformConfig, root: Path, fol
     if digest is None:
         audit.add("signature", "not verifiable", "the model is unsigned (provenance.require_signature is off)")
         return
-    status, detail = _eq("registry model_digest", tags.get("mlops.model_digest"), digest,
-                         "signature verifies; model digest")
-    audit.add("signature", status, detail)
+    audit.add("signature", *_eq("registry model_digest", tags.get("mlops.model_digest"), digest,
+                                "signature verifies; model digest"))
 
 
 def _gate_link(audit: VersionAudit, client: Any, mv: Any) -> str | None:
@@ -384,5 +380,4 @@ def _sbom_link(audit: VersionAudit, root: Path, tags: dict) -> None:
         audit.add("SBOM", "not verifiable", f"{str(path)!r} is not here to check")
     else:
         got = hashlib.sha256(path.read_bytes()).hexdigest()
-        status, detail = _eq("SBOM sha256", want, got, f"{path.name} sha256")
-        audit.add("SBOM", status, detail)
+        audit.add("SBOM", *_eq("SBOM sha256", want, got, f"{path.name} sha256"))

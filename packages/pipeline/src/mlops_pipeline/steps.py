@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows, run_server, send_traffic
@@ -131,9 +132,9 @@ def step_features(ctx: PipelineContext) -> dict[str, Any]:
 
     store = OnlineFeatures(ctx.cfg.features, ctx.root)
     probe = ctx.validated().iloc[-1]
-    row = store.get([{"user_id": str(probe["user_id"]), "merchant_id": str(probe["merchant_id"])}])[0]
+    row = store.get([{k: str(probe[k]) for k in ENTITY_KEYS}])[0]
     return {"dvc": dvc, "feature_service": ctx.cfg.features.feature_service, "features": len(store.names),
-            "probe_known_entity": not row.get("_unknown_entity", True)}
+            "probe_known_entity": not row.get(UNKNOWN_ENTITY, True)}
 
 
 # --- 3. training --------------------------------------------------------------------------------------------

@@ -6,7 +6,13 @@ Every series carries ``model`` and ``version``; per-prediction series also carry
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+
+# Importing Feast (feast.metrics) sets PROMETHEUS_MULTIPROC_DIR for the whole process, which makes every value
+# prometheus_client creates from then on an mmap'd file (twice the cost of each observe on the request path:
+# 4.7 vs 2.2 µs a histogram observe, measured) though nothing reads them from another process: a server's
+# registry is its own and one process serves. Values stay in memory.
+values.ValueClass = values.MutexValue
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)

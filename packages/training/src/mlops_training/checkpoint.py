@@ -46,11 +46,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any]:

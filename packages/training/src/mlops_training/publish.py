@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlops_config import PlatformConfig
+from mlops_model import ENTITY_KEYS, LABEL, OPTIONAL_FIELDS
 
 if TYPE_CHECKING:
     from mlops_training.shard_plan import ShardPlan
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ID_COLUMNS = {"transaction_id", "event_timestamp", "user_id", "merchant_id", "is_fraud", "created_timestamp"}
+_ID_COLUMNS = {*OPTIONAL_FIELDS, *ENTITY_KEYS, LABEL, "event_timestamp", "created_timestamp"}
 
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any],

@@ -8,8 +8,10 @@ import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+from mlops_config import LoadedConfig
 from mlops_delivery import (
     ManifestChange,
+    ShadowChange,
     gitops_status,
     promote_version,
     push_head,
@@ -29,7 +31,15 @@ CommitOpt = Annotated[bool, typer.Option("--commit", help="Record the edit as a 
 PushOpt = Annotated[bool, typer.Option("--push", help="Push the commit (needs --commit).")]
 
 
-def _print_change(change: ManifestChange, as_json: bool) -> None:
+def _load_for_change(push: bool, commit: bool, profile: str | None, model: str | None,
+                     sets: list[str] | None) -> LoadedConfig:
+    """The config of a manifest-editing command, once its ``--push`` is known to come with ``--commit``."""
+    if push and not commit:
+        raise typer.BadParameter("--push needs --commit", param_hint="--push")
+    return load(profile, model, sets, check_secrets=False)
+
+
+def _print_change(change: ManifestChange | ShadowChange, as_json: bool) -> None:
     if as_json:
         print_json(change.to_dict())
         return
@@ -37,10 +47,13 @@ def _print_change(change: ManifestChange, as_json: bool) -> None:
         console.print(f"{change.action}: already in place, nothing changed")
         return
     typer.echo(change.diff, nl=False)
-    where = f"committed {change.commit[:12]}" if change.commit else f"wrote {change.path}"
-    where += f" on branch {change.branch}" if change.branch else ""
+    written = f"wrote {change.path}" if isinstance(change, ManifestChange) else "wrote the files"
+    where = f"committed {change.commit[:12]}" if change.commit else written
+    if isinstance(change, ManifestChange) and change.branch:
+        where += f" on branch {change.branch}"
     where += " and pushed" if change.pushed else ""
-    where += f"; pull request {change.pull_request}" if change.pull_request else ""
+    if isinstance(change, ManifestChange) and change.pull_request:
+        where += f"; pull request {change.pull_request}"
     console.print(f"{change.action}: {where}")
 
 
@@ -58,9 +71,7 @@ def promote(
     as_json: JsonOpt = False,
 ) -> None:
     """Pin VERSION in the target overlay (gates must have passed; no stage may be skipped) and print the diff."""
-    if push and not commit:
-        raise typer.BadParameter("--push needs --commit", param_hint="--push")
-    loaded = load(profile, model, sets, check_secrets=False)
+    loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
     change = promote_version(cfg.delivery, cfg.tracking, loaded.root, cfg.project.model, version, to,
                              percent=percent, commit=commit, push=push)
@@ -78,9 +89,7 @@ def rollback(
     as_json: JsonOpt = False,
 ) -> None:
     """Write the revert of ENV's last promotion: drop a running canary, else go back to the previous version."""
-    if push and not commit:
-        raise typer.BadParameter("--push needs --commit", param_hint="--push")
-    loaded = load(profile, model, sets, check_secrets=False)
+    loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
     _print_change(rollback_env(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push), as_json)
 
@@ -100,25 +109,16 @@ def shadow(
     as_json: JsonOpt = False,
 ) -> None:
     """Start (or --stop) a shadow of the candidate in production: its own predictor gets a copy of live traffic."""
-    if push and not commit:
-        raise typer.BadParameter("--push needs --commit", param_hint="--push")
     if stop and version is not None:
         raise typer.BadParameter("--stop ends the running shadow; it takes no --version", param_hint="--stop")
-    loaded = load(profile, model, sets, check_secrets=False)
+    loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
     if stop:
         change = stop_shadow(cfg.delivery, loaded.root, cfg.project.model, commit=commit, push=push)
     else:
         change = start_shadow(cfg.delivery, cfg.tracking, loaded.root, cfg.project.model, version, fraction=fraction,
                               commit=commit, push=push)
-    if as_json:
-        print_json(change.to_dict())
-    elif not change.changed:
-        console.print(f"{change.action}: already in place, nothing changed")
-    else:
-        typer.echo(change.diff, nl=False)
-        where = f"committed {change.commit[:12]}" if change.commit else "wrote the files"
-        console.print(f"{change.action}: {where}{' and pushed' if change.pushed else ''}")
+    _print_change(change, as_json)
 
 
 @app.command("status")
@@ -182,9 +182,7 @@ def set_images_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Pin images by digest in the kustomizations' ``images:`` (what the release workflow commits)."""
-    if push and not commit:
-        raise typer.BadParameter("--push needs --commit", param_hint="--push")
-    loaded = load(profile, model, sets, check_secrets=False)
+    loaded = _load_for_change(push, commit, profile, model, sets)
     delivery = loaded.config.delivery
     infra = loaded.root / delivery.infra_dir
     paths = [loaded.root / k for k in kustomizations] if kustomizations else [

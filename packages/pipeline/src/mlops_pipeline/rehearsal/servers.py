@@ -23,17 +23,11 @@ from types import TracebackType
 import httpx
 
 from mlops_pipeline.errors import PipelineError
+from mlops_pipeline.local_server import free_port as free_port  # the rehearsal's modules import it from here
 
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], bool]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel picks it; racy only against other port pickers)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_ready(url: str, *, statuses: Sequence[int] = (200,), auth: tuple[str, str] | None = None) -> ReadyCheck:
