@@ -45,6 +45,8 @@ def served_log(features: FeaturesConfig, root: Path, entities: pd.DataFrame, ts:
 
     online = OnlineFeatures(features, root)
     rows = entities[["user_id", "merchant_id"]].astype(str).to_dict("records")
+    for row, (_, entity) in zip(rows, entities.iterrows(), strict=True):  # request fields on-demand views read
+        row.update({k: float(entity[k]) for k in online.request_fields})
     got = online.get(rows)
     frame = pd.DataFrame([{**r, **{n: g[n] for n in online.names}} for r, g in zip(rows, got, strict=True)])
     frame["ts"] = ts
@@ -96,6 +98,39 @@ def test_changed_online_transformation_is_named(store: tuple[Path, DataConfig, F
     assert skew.mismatches == nonzero > 0
     assert skew.causes == {"transformation": nonzero}
     assert sum(f.mismatches for n, f in report.features.items() if n != "user_amount_sum_24h") == 0
+
+
+def test_request_time_feature_is_replayed_and_its_skew_named(store: tuple[Path, DataConfig, FeaturesConfig]) -> None:
+    """``fraud_rt_v1`` computes ``amount_zscore_user_7d`` per request (an on-demand view): the replay recomputes it
+    offline from the logged amount; equal when served honestly, "transformation" when the online function differs,
+    and the stored input's cause when what the function read online was skewed."""
+    root, data, features = store
+    rt = features.model_copy(update={"feature_service": "fraud_rt_v1"})
+    seen = transactions(root, data)
+    ts = serving_time(root, rt)
+    log = served_log(rt, root, seen.sample(120, random_state=4), ts)
+    clean = replay(rt, root, log)
+    assert clean.features["amount_zscore_user_7d"].compared == 120
+    assert clean.mismatch_rate == 0.0, clean.examples
+    # the z-score by hand from the logged row: what the replay's offline recomputation must have agreed with
+    known = log["user_amount_std_7d"] > 1e-9
+    by_hand = ((log["amount"] - log["user_amount_mean_7d"]) / log["user_amount_std_7d"]).where(known, 0.0)
+    assert (log["amount_zscore_user_7d"] - by_hand).abs().max() < 1e-9
+    assert (log["amount_zscore_user_7d"] != 0).sum() > 50
+
+    changed = log.copy()
+    changed["amount_zscore_user_7d"] = changed["amount_zscore_user_7d"] * 2  # the online function doubled it
+    nonzero = int((log["amount_zscore_user_7d"] != 0).sum())
+    skew = replay(rt, root, changed).features["amount_zscore_user_7d"]
+    assert skew.mismatches == nonzero and skew.causes == {"transformation": nonzero}
+
+    from mlops_features import open_store  # served past the stored view's TTL: the z-score read expired values
+
+    later = ts + open_store(rt, root).get_feature_view("user_transactions").ttl + pd.Timedelta(days=1)
+    stale = served_log(rt, root, seen.sample(120, random_state=4), later)
+    z = replay(rt, root, stale).features["amount_zscore_user_7d"]
+    assert z.mismatches == int((stale["amount_zscore_user_7d"] != 0).sum()) > 0
+    assert z.causes == {"stale_ttl": z.mismatches}  # its input's cause, not "transformation"
 
 
 def test_value_kept_online_past_its_ttl_is_named(store: tuple[Path, DataConfig, FeaturesConfig]) -> None:

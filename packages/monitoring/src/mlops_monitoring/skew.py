@@ -104,11 +104,24 @@ class _View:
     """The view's offline rows: join key, ``event_timestamp``, features (sorted by time)."""
 
 
-def _views(store: Any, service_name: str, offline: Any) -> list[_View]:
+@dataclass(frozen=True)
+class _OnDemand:
+    features: tuple[str, ...]
+    """Features the service's on-demand views compute per request (nothing stored to look up)."""
+    request: tuple[str, ...]
+    """Request fields they read (logged with each prediction; the replay passes them to the offline join)."""
+
+
+def _views(store: Any, service_name: str, offline: Any) -> tuple[list[_View], _OnDemand]:
     """``offline``: ``views -> views`` reading each view's offline rows (``mlops_features.offline_views``)."""
     service = store.get_feature_service(service_name)
-    views = []
+    on_demand = {v.name: v for v in store.list_on_demand_feature_views()}
+    views, computed, request = [], [], []
     for proj in service.feature_view_projections:
+        if proj.name in on_demand:
+            computed += [f.name for f in proj.features]
+            request += [n for n in on_demand[proj.name].get_request_data_schema() if n not in request]
+            continue
         view = offline([store.get_feature_view(proj.name)])[0]
         keys = [c.name for c in view.entity_columns]
         if len(keys) != 1:
@@ -123,7 +136,7 @@ def _views(store: Any, service_name: str, offline: Any) -> list[_View]:
         history["event_timestamp"] = pd.to_datetime(history["event_timestamp"], utc=True)
         ttl = pd.Timedelta(view.ttl) if view.ttl and view.ttl.total_seconds() > 0 else None
         views.append(_View(view.name, keys[0], names, ttl, history.sort_values("event_timestamp", kind="stable")))
-    return views
+    return views, _OnDemand(tuple(computed), tuple(request))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -171,9 +184,9 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
     from mlops_features import OnlineFeatures, historical_features, offline_views, open_store
 
     store = open_store(features, root)
-    views = _views(store, features.feature_service, lambda vs: offline_views(features, root, vs))
-    names = [n for v in views for n in v.features]
-    needed = ["ts", *(v.join_key for v in views), *names]
+    views, on_demand = _views(store, features.feature_service, lambda vs: offline_views(features, root, vs))
+    names = [n for v in views for n in v.features] + list(on_demand.features)
+    needed = ["ts", *(v.join_key for v in views), *on_demand.request, *names]
     lacking = [c for c in needed if c not in log.columns]
     if lacking:
         raise MonitoringError(f"prediction log lacks {lacking!r} for a skew replay; columns: {sorted(log.columns)}")
@@ -185,6 +198,8 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
     examples: list[dict[str, Any]] = []
     if len(rows):
         entity_df = rows[[v.join_key for v in views]].astype(str).copy()
+        for request_field in on_demand.request:  # on-demand views recompute from the logged request
+            entity_df[request_field] = rows[request_field].to_numpy()
         entity_df["event_timestamp"] = pd.to_datetime(rows["ts"], utc=True)
         entity_df[ROW_KEY] = np.arange(len(rows))
         offline = historical_features(features, root, entity_df).set_index(ROW_KEY).sort_index()
@@ -193,6 +208,7 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
                                   f"store {features.offline_store!r} drops rows; use offline_store: duckdb")
         for i, served_row in rows.iterrows():
             ts = pd.Timestamp(entity_df["event_timestamp"].iloc[i])
+            row_causes: list[Cause] = []
             for view in views:
                 for name in view.features:
                     served, off = served_row[name], offline.at[i, name]
@@ -202,12 +218,29 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
                     if _same(served, expected):
                         continue
                     cause = _cause(view, name, served, served_row, off, defaults, ts)
+                    row_causes.append(cause)
                     entry["mismatches"] += 1
                     entry["causes"][cause] = entry["causes"].get(cause, 0) + 1
                     if len(examples) < max_examples:
                         examples.append({"request_id": served_row.get("request_id"), "ts": ts.isoformat(),
                                          view.join_key: str(served_row[view.join_key]), "feature": name,
                                          "served": _plain(served), "offline": _plain(off), "cause": cause})
+            for name in on_demand.features:
+                # computed from the request and stored features: a stored input's skew explains it; with every
+                # stored input equal, the function itself differs between serving and training
+                served, off = served_row[name], offline.at[i, name]
+                expected = defaults[name] if _missing(off) else off
+                entry = feature_skew[name]
+                entry["compared"] += 1
+                if _same(served, expected):
+                    continue
+                cause = row_causes[0] if row_causes else "transformation"
+                entry["mismatches"] += 1
+                entry["causes"][cause] = entry["causes"].get(cause, 0) + 1
+                if len(examples) < max_examples:
+                    examples.append({"request_id": served_row.get("request_id"), "ts": ts.isoformat(),
+                                     "feature": name, "served": _plain(served), "offline": _plain(off),
+                                     "cause": cause})
     report = SkewReport(model=model, rows_sampled=int(len(rows) + degraded.sum()), rows_compared=len(rows),
                         rows_degraded=int(degraded.sum()),
                         features={n: FeatureSkew(**e) for n, e in feature_skew.items()}, examples=tuple(examples))
