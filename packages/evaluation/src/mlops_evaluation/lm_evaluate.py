@@ -55,7 +55,7 @@ def load_hf(folder: Path) -> HFModel:
     if not (folder / "config.json").is_file():
         raise EvaluationError(f"{str(folder)!r} has no config.json: expected a Hugging Face folder (an adapter-only "
                               "export cannot be gated; export it merged)")
-    model = AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return HFModel(folder, model, AutoTokenizer.from_pretrained(str(folder)))
 
 

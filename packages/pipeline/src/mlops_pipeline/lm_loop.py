@@ -104,7 +104,10 @@ def step_lm_train(ctx: PipelineContext) -> dict[str, Any]:
     champion; then the candidate, trained the configured number of steps."""
     out: dict[str, Any] = {}
     if "champion" not in _aliases(ctx):
-        steps = max(10, ctx.cfg.training.max_steps // 3)
+        # An earlier generation, trained long enough to have learned the answer format and when to stop, so the
+        # canary compares two versions of one behaviour (a 1/3-trained first champion rambled to max_tokens on a
+        # third of the prompts: response-length PSI 3.2 against the candidate).
+        steps = max(10, 2 * ctx.cfg.training.max_steps // 3)
         first = _train(ctx, steps, f"{ctx.model}-first-champion")
         version = str(first.model_version)
         _promote(ctx, version, "candidate", "first version of a new registry")
@@ -146,7 +149,7 @@ def _serve_args(folder: Path, version: str, log_dir: Path, *extra: str) -> list[
             "--set", "serving.prediction_log_flush_s=0.2", *extra]
 
 
-def send_prompts(server: RunningServer, prompts: list[str], *, concurrency: int = 4) -> dict[str, Any]:
+def send_prompts(server: RunningServer, prompts: list[str], *, concurrency: int = 2) -> dict[str, Any]:
     """POST each prompt to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``); tallies of statuses."""
     statuses: dict[int, int] = {}
     with httpx.Client(timeout=60) as client:
@@ -200,7 +203,8 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
     ctx.facts["lm_canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "stable": stable,
                               "canary": version}
     if analysis.decision != "promote":
-        raise PipelineError(f"canary v{version} not promoted ({analysis.decision}): " + "; ".join(analysis.reasons))
+        raise PipelineError(f"canary v{version} not promoted ({analysis.decision}; traffic {traffic}): "
+                            + "; ".join(analysis.reasons))
     entry = _promote(ctx, version, "champion", "LM canary analysis: promote")
     return {"stable": stable, "canary": version, "percent": 50, "requests": n * 2, "traffic": traffic,
             "decision": analysis.decision, "reasons": list(analysis.reasons),
