@@ -86,3 +86,22 @@ def test_too_few_requests_hold_and_a_fraud_exposition_is_refused() -> None:
     with pytest.raises(MetricsError, match="no 'mlops_serving_lm_time_to_first_token_seconds'"):
         analyze_lm_canary(DELIVERY, stable_metrics="# empty\n", canary_metrics="", log=log(LENGTHS, LENGTHS),
                           stable_version=1, canary_version=2)
+
+
+def test_readiness_503s_before_the_traffic_are_not_canary_errors() -> None:
+    m = LMMetrics()
+    for _ in range(10):  # the server answers its start-up readiness probes with 503 while the model loads
+        m.errors.labels("llm", "2", "ModelNotReady", "503").inc()
+    before = generate_latest(m.registry).decode()
+    for _ in range(40):
+        m.requests.labels("llm", "2", "stable", "completions").inc()
+        m.ttft.labels("llm", "2").observe(0.03)
+        m.tokens_per_s.labels("llm", "2").observe(60)
+    after = generate_latest(m.registry).decode()
+    stable = exposition("1", n=40, ttft_s=0.03, rate=60)
+    whole = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),
+                              stable_version=1, canary_version=2)
+    assert whole.canary.error_rate == pytest.approx(10 / 50) and whole.decision == "rollback"
+    window = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),
+                               stable_version=1, canary_version=2, canary_before=before)
+    assert window.canary.requests == 40 and window.canary.error_rate == 0.0 and window.decision == "promote"

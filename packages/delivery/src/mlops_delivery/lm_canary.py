@@ -7,7 +7,10 @@ prediction log's rows of its version (``completion_tokens``):
 - **time to first token**: p99 from the TTFT histogram, at most ``max_p99_ratio`` × stable's + ``p99_slack_ms``;
 - **tokens/s**: median decode rate from its histogram, at least stable's ÷ ``max_p99_ratio``;
 - **response length**: the distribution of completion tokens, PSI over quantile bins of stable's (the one PSI of
-  :mod:`mlops_model.statistics`) at most ``max_prediction_psi``; the KS statistic and p-value are reported.
+  :mod:`mlops_model.statistics`) at most ``max_response_length_psi``; the KS statistic and p-value are reported.
+
+Requests and errors are counted from a ``*_before`` exposition on when one is given (the window of the canary's
+traffic): a server's own readiness probes during start-up answer 503 and count as 5xx errors otherwise.
 
 Same answers as the tabular canary: too few canary requests or a side without observations → ``hold``; any
 check failed with enough evidence → ``rollback``; all passed → ``promote``.
@@ -76,17 +79,21 @@ def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
 
 
 def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np.ndarray, version: int, *,
-                        source: str, model: str | None = None) -> LMVariantEvidence:
-    """Requests, 5xx, TTFT p99 and tokens/s p50 of ``version`` from one LM server's exposition."""
+                        source: str, model: str | None = None, before: str | None = None) -> LMVariantEvidence:
+    """Requests, 5xx, TTFT p99 and tokens/s p50 of ``version`` from one LM server's exposition (requests and 5xx
+    counted from the ``before`` exposition on, when given)."""
     samples = parse_samples(metrics_text, source=source)
+    prior = parse_samples(before, source=f"{source} (before)") if before is not None else []
     labels = {"model": model} if model else {}
     if any(s.labels.get("version") == str(version) for s in samples):
         labels["version"] = str(version)
     if not any(s.name == f"{TTFT_METRIC}_bucket" for s in samples):
         raise MetricsError(f"{source!r} has no {TTFT_METRIC!r} series: is it an LM server (mlops serve on an "
                            "hf_causal_lm folder)?")
-    answered = counter_total(samples, delivery.requests_metric, labels=labels)
-    errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
+    answered = (counter_total(samples, delivery.requests_metric, labels=labels)
+                - counter_total(prior, delivery.requests_metric, labels=labels))
+    errors = (counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
+              - counter_total(prior, delivery.errors_metric, labels=labels, label_prefix={"status": "5"}))
     requests = answered + errors
     ttft = histogram_buckets(samples, TTFT_METRIC, labels=labels)
     rate = histogram_buckets(samples, RATE_METRIC, labels=labels)
@@ -144,8 +151,8 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
     if psi is None:
         missing.append("no logged responses on one side: cannot compare response lengths")
     else:
-        text = f"response-length PSI {psi:.4f} (max {delivery.max_prediction_psi})"
-        (failed if psi > delivery.max_prediction_psi else passed).append(text)
+        text = f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})"
+        (failed if psi > delivery.max_response_length_psi else passed).append(text)
     if missing:
         return "hold", tuple([*(f"insufficient: {m}" for m in missing), *(f"FAILED: {f}" for f in failed),
                               *(f"ok: {p}" for p in passed)])
@@ -156,14 +163,18 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
 
 def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_metrics: str, log: pd.DataFrame,
                       stable_version: int, canary_version: int, model: str | None = None,
-                      stable_source: str = "stable", canary_source: str = "canary") -> LMCanaryAnalysis:
-    """Compare the two LM variants from their expositions (text) and the prediction log (rows of both)."""
+                      stable_source: str = "stable", canary_source: str = "canary",
+                      stable_before: str | None = None, canary_before: str | None = None) -> LMCanaryAnalysis:
+    """Compare the two LM variants from their expositions (text; ``*_before``: taken when traffic started) and
+    the prediction log (rows of both)."""
     s_len, c_len = completion_lengths(log, stable_version), completion_lengths(log, canary_version)
-    stable = lm_variant_evidence(delivery, stable_metrics, s_len, stable_version, source=stable_source, model=model)
-    canary = lm_variant_evidence(delivery, canary_metrics, c_len, canary_version, source=canary_source, model=model)
+    stable = lm_variant_evidence(delivery, stable_metrics, s_len, stable_version, source=stable_source, model=model,
+                                 before=stable_before)
+    canary = lm_variant_evidence(delivery, canary_metrics, c_len, canary_version, source=canary_source, model=model,
+                                 before=canary_before)
     psi, ks = length_shift(s_len, c_len, delivery)
     decision, reasons = decide_lm(delivery, stable, canary, psi)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
-                  "p99_slack_ms": delivery.p99_slack_ms, "max_prediction_psi": delivery.max_prediction_psi,
+                  "p99_slack_ms": delivery.p99_slack_ms, "max_response_length_psi": delivery.max_response_length_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds)

@@ -191,6 +191,7 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
                     _serve_args(version_folder(ctx, stable), stable, logs[stable])) as s_srv, \
             run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-canary.log",
                        _serve_args(version_folder(ctx, version), version, logs[version])) as c_srv:
+        before = {"stable": s_srv.metrics_text(), "canary": c_srv.metrics_text()}  # readiness 503s stay out
         with ThreadPoolExecutor(2) as pool:  # both arms under the same load at the same time
             s_fut, c_fut = pool.submit(send_prompts, s_srv, prompts[0::2]), pool.submit(send_prompts, c_srv,
                                                                                          prompts[1::2])
@@ -199,7 +200,8 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
     time.sleep(0.6)
     served = pd.concat([_read_log(p, ctx.model) for p in logs.values()], ignore_index=True)
     analysis = analyze_lm_canary(ctx.cfg.delivery, stable_metrics=s_metrics, canary_metrics=c_metrics, log=served,
-                                 stable_version=int(stable), canary_version=int(version), model=ctx.model)
+                                 stable_version=int(stable), canary_version=int(version), model=ctx.model,
+                                 stable_before=before["stable"], canary_before=before["canary"])
     ctx.facts["lm_canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "stable": stable,
                               "canary": version}
     if analysis.decision != "promote":
