@@ -140,6 +140,8 @@ def version_folder(ctx: PipelineContext, version: str) -> Path:
         return dst / "model"
     client = mlflow_client(ctx.cfg.tracking, ctx.root)
     run_id = client.get_model_version(registered_model_name(ctx.cfg.tracking, ctx.model), version).run_id
+    if not run_id:
+        raise PipelineError(f"v{version} of {ctx.model!r} has no run: cannot fetch its exported folder")
     dst.mkdir(parents=True, exist_ok=True)
     return Path(client.download_artifacts(run_id, "model", str(dst)))
 
