@@ -76,7 +76,7 @@ def test_fine_tune_gates_canary_champion(loop: tuple[Path, dict]) -> None:
     canary = _step(doc, "lm-canary")
     assert canary["decision"] == "promote" and canary["champion_now"] == candidate
     assert canary["fallback_now"] == first
-    assert all(set(t["statuses"]) == {200} for t in canary["traffic"].values())
+    assert all(set(t["statuses"]) == {"200"} for t in canary["traffic"].values())  # JSON keys
 
 
 def test_drifted_prompts_roll_back_to_the_fallback(loop: tuple[Path, dict]) -> None:
