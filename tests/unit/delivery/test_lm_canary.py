@@ -1,5 +1,5 @@
 """LM canary analysis on expositions written by the LM server's own metrics class and hand-built log rows; the
-expected p99/p50 are worked out by hand from the histogram buckets (linear inside a bucket, as PromQL)."""
+expected TTFT p99 is worked out by hand from the histogram buckets (linear inside a bucket, as PromQL)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ def test_healthy_canary_is_promoted_with_hand_computed_figures() -> None:
     assert result.decision == "promote", result.reasons
     # TTFT 0.03 s lies in the (0.025, 0.05] bucket: p99 = 0.025 + 0.025 × 0.99.
     assert result.canary.ttft_p99_s == pytest.approx(0.025 + 0.025 * 0.99)
-    # 60 tokens/s lies in (50, 100]: p50 = 50 + 50 × 0.5.
-    assert result.canary.tokens_per_s_p50 == pytest.approx(75.0)
+    assert result.canary.tokens_per_s_mean == pytest.approx(60.0)  # every request decoded at 60 tokens/s
     assert result.canary.requests == 40 and result.canary.error_rate == 0.0
     assert result.length_psi == pytest.approx(0.0) and result.length_ks == {"statistic": 0.0, "pvalue": 1.0}
 
@@ -57,6 +56,11 @@ def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> Non
                              canary_metrics=exposition("2", n=40, ttft_s=0.3, rate=60), log=log(LENGTHS, LENGTHS),
                              stable_version=1, canary_version=2)
     assert slow.decision == "rollback" and any(r.startswith("FAILED: TTFT p99") for r in slow.reasons)
+    slow_decode = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                                    canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=40),
+                                    log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
+    assert slow_decode.decision == "rollback"  # 40 < 60 / 1.2 = 50
+    assert "FAILED: tokens/s mean canary 40.0 vs stable 60.0 (min stable / 1.2 = 50.0)" in slow_decode.reasons
     failing = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
                                 canary_metrics=exposition("2", n=36, ttft_s=0.03, rate=60, errors=4),
                                 log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
