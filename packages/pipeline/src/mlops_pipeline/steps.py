@@ -142,8 +142,7 @@ def step_features(ctx: PipelineContext) -> dict[str, Any]:
 def _evaluation_section(ctx: PipelineContext) -> Any:
     ev = ctx.cfg.evaluation
     if ctx.fast:  # fewer resamples and timed requests: the same gates, coarser evidence
-        ev = ev.model_copy(update={"bootstrap_samples": 300, "latency_requests": 150, "latency_warmup": 20,
-                                   "hf_latency_requests": 9})
+        ev = ev.model_copy(update={"bootstrap_samples": 300, "latency_requests": 150, "latency_warmup": 20})
     return ev
 
 
