@@ -56,6 +56,9 @@ def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> Non
                              canary_metrics=exposition("2", n=40, ttft_s=0.3, rate=60), log=log(LENGTHS, LENGTHS),
                              stable_version=1, canary_version=2)
     assert slow.decision == "rollback" and any(r.startswith("FAILED: TTFT p99") for r in slow.reasons)
+    # stable's p99 (49.75 ms) lies in the (25, 50] ms bucket: slack 25 ms, limit 49.75 × 1.2 + 25 = 84.7 ms
+    assert slow.stable.ttft_p99_bucket_s == pytest.approx(0.025)
+    assert any("= 84.7 ms" in r for r in slow.reasons)
     slow_decode = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
                                     canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=40),
                                     log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
