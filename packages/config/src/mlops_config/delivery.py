@@ -94,6 +94,10 @@ class DeliveryConfig(Section):
     max_prediction_psi: float = Field(default=0.2, ge=0)
     """PSI of canary vs stable prediction scores above which the canary is rolled back."""
 
+    max_response_length_psi: float = Field(default=0.2, ge=0)
+    """Language models: PSI of canary vs stable response lengths (completion tokens) above which the canary is
+    rolled back."""
+
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""
 

@@ -76,5 +76,24 @@ class EvaluationConfig(Section):
     """Language models: corpus size whose held-out tail is scored; keep equal to
     ``training.causal_lm.corpus_max_bytes`` so the windows are text the model never trained on."""
 
+    hf_min_improvement: float = Field(default=0.0, ge=0, lt=1)
+    """Hugging Face causal LMs: required relative perplexity reduction against the reference (the champion, or
+    the pretrained checkpoint the candidate was fine-tuned from when there is none), point estimate and, with
+    ``require_ci_above_threshold``, the paired-bootstrap lower bound."""
+
+    hf_prompts: tuple[str, ...] = Field(default=(
+        "Add 12 and 30.\nAnswer:", "Reverse the words: stone lamp\nAnswer:", "Write in capitals: green tiger\nAnswer:",
+    ), min_length=1)
+    """Hugging Face causal LMs: fixed prompts decoded greedily by the reproducibility and latency gates."""
+
+    hf_max_new_tokens: int = Field(default=16, ge=2, le=512)
+    """Hugging Face causal LMs: tokens generated per prompt (exactly this many in the latency gate)."""
+
+    hf_latency_requests: int = Field(default=24, ge=3)
+    """Hugging Face causal LMs: timed generations per model in the interleaved latency run."""
+
+    hf_latency_warmup: int = Field(default=3, ge=0)
+    """Hugging Face causal LMs: generations per model discarded before timing."""
+
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""

@@ -41,6 +41,7 @@ from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
     from mlops_delivery.canary import analyze_canary, analyze_canary_prometheus, analyze_until_decided
+    from mlops_delivery.lm_canary import LMCanaryAnalysis, analyze_lm_canary
     from mlops_delivery.shadow import (
         ShadowAnalysis,
         ShadowLimits,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 _LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_canary_prometheus": "mlops_delivery.canary",
          "analyze_until_decided": "mlops_delivery.canary",
+         **dict.fromkeys(("LMCanaryAnalysis", "analyze_lm_canary"), "mlops_delivery.lm_canary"),
          **dict.fromkeys(("ShadowAnalysis", "ShadowLimits", "analyze_shadow", "analyze_shadow_until_enough",
                           "summarize_shadow"), "mlops_delivery.shadow")}
 
@@ -66,6 +68,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DeliveryError",
     "GitError",
+    "LMCanaryAnalysis",
     "ManifestChange",
     "ManifestError",
     "MetricsError",
@@ -82,6 +85,7 @@ __all__ = [
     "ShadowPlacement",
     "analyze_canary",
     "analyze_canary_prometheus",
+    "analyze_lm_canary",
     "analyze_shadow",
     "analyze_shadow_until_enough",
     "analyze_until_decided",

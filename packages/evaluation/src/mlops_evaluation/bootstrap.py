@@ -75,3 +75,34 @@ def paired_bootstrap_f1(
     alpha = (1 - confidence) / 2
     lower, upper = np.quantile(stats, [alpha, 1 - alpha])
     return BootstrapResult(mode, estimate, float(lower), float(upper), confidence, samples, seed)
+
+
+def paired_bootstrap_perplexity(
+    nll_a: Any, nll_b: Any, tokens: Any, *, samples: int = 1000, confidence: float = 0.95, seed: int = 0,
+) -> BootstrapResult:
+    """Relative perplexity reduction of A against B, ``(ppl_b − ppl_a) / ppl_b``, with a paired bootstrap over
+    examples (the same examples for both models; positive = A is better).
+
+    Perplexity is token-weighted: ``exp(Σ nll / Σ tokens)`` over the (resampled) examples.
+
+    Args:
+        nll_a, nll_b: per-example summed negative log-likelihood (nats) of the candidate (A) and reference (B).
+        tokens: per-example count of scored tokens (the same for both: same tokenizer and examples).
+        samples: resamples, drawn in one ``rng.integers(0, n, size=(samples, n))``. seed: RNG seed.
+    """
+    a, b = np.asarray(nll_a, dtype=np.float64), np.asarray(nll_b, dtype=np.float64)
+    n = np.asarray(tokens, dtype=np.float64)
+    if not (a.shape == b.shape == n.shape) or a.ndim != 1 or len(a) == 0:
+        raise EvaluationError(f"nll_a {a.shape}, nll_b {b.shape}, tokens {n.shape}: expected equal non-empty 1-D")
+    if (n <= 0).any():
+        raise EvaluationError(f"examples {np.flatnonzero(n <= 0).tolist()[:5]} score no tokens; expected ≥ 1 each")
+    if samples < 1 or not 0 < confidence < 1:
+        raise EvaluationError(f"samples={samples!r} must be ≥ 1 and confidence={confidence!r} in (0, 1)")
+    idx = np.random.default_rng(seed).integers(0, len(a), size=(samples, len(a)))
+    count = n[idx].sum(axis=1)
+    ppl_a, ppl_b = np.exp(a[idx].sum(axis=1) / count), np.exp(b[idx].sum(axis=1) / count)
+    full_a, full_b = np.exp(a.sum() / n.sum()), np.exp(b.sum() / n.sum())
+    alpha = (1 - confidence) / 2
+    lower, upper = np.quantile((ppl_b - ppl_a) / ppl_b, [alpha, 1 - alpha])
+    return BootstrapResult("relative", float((full_b - full_a) / full_b), float(lower), float(upper), confidence,
+                           samples, seed)

@@ -19,7 +19,7 @@ from mlops_evaluation.errors import EvaluationError
 
 Predict = Callable[[Any], Any]
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
-_ORDERS = ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0))
+ORDERS = ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0))
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
@@ -71,7 +71,7 @@ def measure_interleaved(champion: Predict, candidate: Predict, requests: Sequenc
     clock = time.perf_counter_ns
     for i in range(warmup + timed):
         payload = requests[i % len(requests)]
-        for k in _ORDERS[i % len(_ORDERS)]:
+        for k in ORDERS[i % len(ORDERS)]:
             times = []
             for _ in range(repeats):
                 t0 = clock()

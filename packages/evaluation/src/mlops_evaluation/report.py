@@ -82,7 +82,7 @@ def to_markdown(report: EvaluationReport) -> str:
     quality = next((g for g in report.gates if g.name == "quality"), None)
     if quality is not None and quality.evidence.get("metric") == "perplexity":
         ev = quality.evidence
-        lines += ["", "| model | perplexity | NLL (nats/byte) |", "| --- | --- | --- |",
+        lines += ["", f"| model | perplexity | NLL (nats/{ev.get('unit', 'byte')}) |", "| --- | --- | --- |",
                   f"| candidate | {ev['candidate']['perplexity']:.3f} | {ev['candidate']['nll']:.4f} |",
                   f"| {ev['reference']} | {ev['reference_metrics']['perplexity']:.3f} | "
                   f"{ev['reference_metrics']['nll']:.4f} |"]

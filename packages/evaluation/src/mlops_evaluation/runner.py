@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig, TrainingConfig
 from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
@@ -236,11 +236,12 @@ def evaluate(
     *, model: str, candidate: str, evaluation: EvaluationConfig, tracking: TrackingConfig,
     features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
     gates: Sequence[str] = GATES, reproduce_fn: Reproduce | None = None, log_to_run: bool = True,
-    check: Callable[[Path], object] | None = None,
+    check: Callable[[Path], object] | None = None, training: TrainingConfig | None = None,
 ) -> EvaluationReport:
     """Evaluate registry version ``candidate`` (or ``latest``) of ``model`` against the champion (or a baseline).
 
     ``check`` (:func:`mlops_model.model_verifier`) verifies each version's signature before it is scored.
+    ``training`` (``training.causal_lm``) tells an ``hf_causal_lm``'s held-out set where its ``model.json`` does not.
 
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
@@ -269,7 +270,14 @@ def evaluate(
         if champ is not None and champ.kind != cand.kind:
             raise EvaluationError(f"candidate v{cand.version} is a {cand.kind!r} model but champion "
                                   f"v{champ.version} is {champ.kind!r}; they cannot be compared")
-        if cand.kind == "causal_lm":
+        if cand.kind == "hf_causal_lm":
+            from mlops_evaluation.lm_evaluate import HFModel, hf_gates
+
+            ref = ((f"champion v{champ.version}", HFModel(champ.folder, champ.module, champ.tokenizer))
+                   if champ else None)
+            results, described = hf_gates(HFModel(cand.folder, cand.module, cand.tokenizer), cand.meta, ref, gates,
+                                          evaluation, training, root, seed)
+        elif cand.kind == "causal_lm":
             results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn, client)
         else:
             results, described = _tabular_gates(cand, champ, gates, evaluation, features, data, root, seed,

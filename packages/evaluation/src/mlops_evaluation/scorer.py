@@ -37,10 +37,12 @@ class Scorer:
     folder: Path
     tabular: ExportedModel | None = None
     """The loaded model of a ``tabular_mlp`` version (None for ``causal_lm``)."""
+    tokenizer: Any = None
+    """The ``transformers`` tokenizer of an ``hf_causal_lm`` version."""
 
     @property
     def kind(self) -> str:
-        """``tabular_mlp`` or ``causal_lm``."""
+        """``tabular_mlp``, ``causal_lm`` or ``hf_causal_lm``."""
         return str(self.meta.get("kind"))
 
     def _tabular(self) -> ExportedModel:
@@ -92,8 +94,13 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path,
         from mlops_evaluation.lm import build_lm
 
         return Scorer(str(version), mv.run_id, meta, build_lm(meta, tensors), folder)
+    if meta.get("kind") == "hf_causal_lm":
+        from mlops_evaluation.lm_evaluate import load_hf
+
+        hf = load_hf(folder)
+        return Scorer(str(version), mv.run_id, meta, hf.model, folder, tokenizer=hf.tokenizer)
     if meta.get("kind") != "tabular_mlp":
-        raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; expected 'tabular_mlp' or "
-                              "'causal_lm'")
+        raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; expected 'tabular_mlp', "
+                              "'causal_lm' or 'hf_causal_lm'")
     model = ExportedModel.load(folder)
     return Scorer(str(version), mv.run_id, model.meta, model.network, folder, model)

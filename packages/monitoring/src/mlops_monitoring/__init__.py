@@ -3,6 +3,7 @@
 from mlops_monitoring.alert import ActionResult, Alert, RollbackDecision, RollbackExecutor
 from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
+from mlops_monitoring.lm_drift import lm_drift, lm_reference
 from mlops_monitoring.monitor import MonitorResult, run_monitor
 from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.policy import Level
@@ -23,6 +24,8 @@ __all__ = [
     "RollbackFailedError",
     "SkewReport",
     "compare",
+    "lm_drift",
+    "lm_reference",
     "notify",
     "replay_skew",
     "run_monitor",

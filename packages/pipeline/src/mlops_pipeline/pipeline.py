@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mlops_config import LoadedConfig
 from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.lm_loop import LM_STEPS, is_lm, summarize_lm
 from mlops_pipeline.report import render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
 from mlops_pipeline.sections import build_sections
@@ -51,6 +52,8 @@ def summarize(step: StepResult) -> str:
     o = step.outputs
     if step.status != "ok":
         return step.error or step.status
+    if step.name.startswith("lm-"):
+        return summarize_lm(step)
     if step.name == "data":
         return (f"{o['input_rows']} rows in {o['batches']} batches: {o['accepted_rows']} accepted, "
                 f"{o['quarantined_rows']} quarantined; rejected whole: {', '.join(o['rejected_batches']) or 'none'}")
@@ -83,7 +86,7 @@ def run_pipeline(loaded: LoadedConfig, *, fast: bool = False, show: bool = True,
     console = console or Console(stderr=True)
     ctx = PipelineContext(loaded=loaded, fast=fast)
     started = time.perf_counter()
-    results = run_steps(STEPS, ctx, console=console, show=show)
+    results = run_steps(LM_STEPS if is_lm(ctx) else STEPS, ctx, console=console, show=show)
     out_dir = loaded.root / loaded.config.project.reports_dir / "latest"
     summaries = {s.name: summarize(s) for s in results}
     report = render_report(out_dir, steps=results, sections=build_sections(ctx), profile=loaded.config.project.profile,

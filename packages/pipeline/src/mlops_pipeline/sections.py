@@ -54,12 +54,13 @@ def gates_section(ctx: PipelineContext) -> Section | None:
     if quality is not None:
         ev = quality.evidence
         boot = ev.get("bootstrap") or {}
+        what = "perplexity reduction" if ev.get("metric") == "perplexity" else "ΔF1"
         if {"estimate", "lower", "upper"} <= set(boot):
             figures.append(plots.interval_chart(
-                "gate-f1-delta", [(f"F1 candidate − {ev.get('reference', 'reference')}", boot["estimate"],
+                "gate-f1-delta", [(f"{what}: candidate vs {ev.get('reference', 'reference')}", boot["estimate"],
                                    boot["lower"], boot["upper"])],
-                title=f"quality gate: ΔF1 with its {boot.get('confidence', 0.95):.0%} paired-bootstrap CI",
-                xlabel=f"ΔF1 ({boot.get('mode', 'absolute')})", threshold=ev.get("min_improvement")))
+                title=f"quality gate: {what} with its {boot.get('confidence', 0.95):.0%} paired-bootstrap CI",
+                xlabel=f"{what} ({boot.get('mode', 'absolute')})", threshold=ev.get("min_improvement")))
         cand, ref = ev.get("candidate") or {}, ev.get("reference_metrics") or {}
         for metric in ("f1", "precision", "recall", "pr_auc", "roc_auc"):
             if metric in cand:
@@ -70,7 +71,7 @@ def gates_section(ctx: PipelineContext) -> Section | None:
         ev = latency.evidence
         sides = {"champion": ev.get("champion"), "candidate": ev.get("candidate"),
                  "champion again (A/A)": ev.get("champion_control")}
-        sides = {k: v for k, v in sides.items() if v}
+        sides = {k: v.get("ttft_ms", v) for k, v in sides.items() if v}  # a language model's: time to first token
         if sides:
             groups = {f"{q} ms": {k: float(v[q]) for k, v in sides.items()} for q in ("p50", "p95", "p99")}
             figures.append(plots.grouped_bar_chart("gate-latency", groups,

@@ -178,7 +178,7 @@ def _evaluate(ctx: PipelineContext, version: str, label: str) -> Any:
     return evaluate(model=ctx.model, candidate=version, evaluation=_evaluation_section(ctx), tracking=cfg.tracking,
                     features=cfg.features, data=cfg.data, root=ctx.root,
                     report_dir=ctx.root / cfg.project.reports_dir / "latest" / f"gates-{label}-v{version}",
-                    seed=cfg.project.seed, check=model_verifier(cfg.provenance, ctx.root))
+                    seed=cfg.project.seed, check=model_verifier(cfg.provenance, ctx.root), training=cfg.training)
 
 
 def bootstrap_champion(ctx: PipelineContext) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, 
 from mlops_training.launcher import TrainResult, launch
 from mlops_training.lineage import config_hash
 from mlops_training.planner import plan
-from mlops_training.sft import gate_instructions
+from mlops_training.sft import encode_padded, gate_instructions, held_out
 from mlops_training.shard_plan import STRATEGIES, ShardPlan, ShardPlanError
 from mlops_training.trainjob import TrainJobResult, job_from_overlay, job_state, submit_trainjob
 from mlops_training.zoo import PRESETS, build_causal_lm, build_model
@@ -30,7 +30,9 @@ __all__ = [
     "build_model",
     "config_hash",
     "diagnose",
+    "encode_padded",
     "gate_instructions",
+    "held_out",
     "job_from_overlay",
     "job_state",
     "launch",

@@ -198,7 +198,7 @@ class SFTTask:
     def features_meta(self) -> dict[str, Any]:
         lm = self.training.causal_lm
         return {"tokenizer": "checkpoint", "dataset": lm.dataset, "checkpoint": lm.checkpoint,
-                "finetune": lm.finetune, "seq_len": lm.seq_len, "gate": self.gate,
+                "finetune": lm.finetune, "seq_len": lm.seq_len, "val_fraction": lm.val_fraction, "gate": self.gate,
                 "train_examples": len(self.train_ids), "val_examples": len(self.val_ids)}
 
 

@@ -36,7 +36,7 @@ def run(
         report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation,
                           tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=loaded.root,
                           report_dir=out, seed=cfg.project.seed, gates=tuple(gate) if gate else GATES,
-                          check=model_verifier(cfg.provenance, loaded.root))
+                          check=model_verifier(cfg.provenance, loaded.root), training=cfg.training)
     except PlatformError:
         raise
     except Exception as exc:  # exit 1 means "blocked by a gate"; anything unforeseen must exit 2, not 1

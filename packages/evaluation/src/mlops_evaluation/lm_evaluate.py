@@ -1,0 +1,203 @@
+"""Gather the inputs of the Hugging Face causal-LM gates (:mod:`mlops_evaluation.lm_gates`) and run them.
+
+The reference is the champion when there is one, else the pretrained checkpoint the candidate was fine-tuned
+from (``features.checkpoint`` in its ``model.json``): a fine-tune must at least beat what it started from.
+The held-out set is training's own validation split (``held_out`` over the data gate's accepted examples,
+the candidate's tokenizer, ``seq_len``), fingerprinted in the report; only completion tokens are scored.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlops_config import EvaluationConfig, TrainingConfig
+from mlops_evaluation.errors import EvaluationError
+from mlops_evaluation.gates import GateResult
+from mlops_evaluation.latency import ORDERS
+from mlops_evaluation.lm_gates import (
+    GenerationTiming,
+    contract_facts,
+    contract_gate,
+    ids_digest,
+    latency_gate,
+    perplexity_gate,
+    reproducibility_gate,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HFModel:
+    """A Hugging Face folder loaded for evaluation (float32, eval mode, CPU)."""
+
+    folder: Path
+    model: Any
+    tokenizer: Any
+
+
+def load_hf(folder: Path) -> HFModel:
+    """``AutoModelForCausalLM`` + ``AutoTokenizer`` from ``folder`` (a merged export or a pretrained folder)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "config.json").is_file():
+        raise EvaluationError(f"{str(folder)!r} has no config.json: expected a Hugging Face folder (an adapter-only "
+                              "export cannot be gated; export it merged)")
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    return HFModel(folder, model, AutoTokenizer.from_pretrained(str(folder)))
+
+
+def reference_folder(meta: dict[str, Any], root: Path) -> Path:
+    """The local pretrained folder named by the candidate's ``features.checkpoint``."""
+    named = (meta.get("features") or {}).get("checkpoint")
+    if not named:
+        raise EvaluationError("the candidate's model.json names no features.checkpoint: with no champion there is "
+                              "no reference to gate against")
+    path = Path(str(named)) if Path(str(named)).is_absolute() else root / str(named)
+    if not (path / "config.json").is_file():
+        raise EvaluationError(f"base checkpoint {str(named)!r} (the reference when there is no champion) is not a "
+                              f"local Hugging Face folder at {str(path)!r}: make it (dvc repro datasets/dvc.yaml)")
+    return path
+
+
+def held_out_set(meta: dict[str, Any], training: TrainingConfig | None, root: Path, tokenizer: Any
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Input ids and labels (``-100`` off the completion) of the validation split, and its description."""
+    from mlops_features import read_examples, validate_instructions
+    from mlops_training import encode_padded, held_out
+
+    features = meta.get("features") or {}
+    lm = training.causal_lm if training is not None else None
+    dataset = features.get("dataset") or (lm.dataset if lm else None)
+    seq_len = int(features.get("seq_len") or (lm.seq_len if lm else 0))
+    fraction = float(features.get("val_fraction") or (lm.val_fraction if lm else 0.1))
+    if not dataset or seq_len < 1:
+        raise EvaluationError(f"cannot tell the held-out set: dataset {dataset!r}, seq_len {seq_len!r} (from the "
+                              "candidate's model.json features or training.causal_lm)")
+    source = Path(dataset) if Path(dataset).is_absolute() else root / dataset
+    with tempfile.TemporaryDirectory() as tmp:
+        gate = validate_instructions(source, Path(tmp), tokenizer, max_tokens=seq_len)
+        examples = [e for e in read_examples(Path(gate.accepted_path)) if held_out(e, fraction)]
+    if not examples:
+        raise EvaluationError(f"{dataset!r} has no held-out examples at val_fraction {fraction}")
+    ids, labels = encode_padded(tokenizer, examples, seq_len)
+    described = {"rows": len(examples), "dataset": str(dataset), "val_fraction": fraction, "seq_len": seq_len,
+                 "fingerprint": ids_digest(ids.tolist()), "accepted_sha256": gate.accepted_sha256, "positives": None}
+    return ids, labels, described
+
+
+def example_nll(model: torch.nn.Module, ids: np.ndarray, labels: np.ndarray, batch: int = 16
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per example: summed next-token NLL (nats) over completion tokens, and how many tokens that is."""
+    import torch
+    from torch.nn import functional
+
+    sums, counts = [], []
+    with torch.inference_mode():
+        for i in range(0, len(ids), batch):
+            x, y = torch.from_numpy(ids[i:i + batch]), torch.from_numpy(labels[i:i + batch])
+            logits = model(input_ids=x).logits.float()
+            nll = functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100,
+                                           reduction="none").reshape(y.shape)
+            sums.append(nll.sum(dim=1).double().numpy())
+            counts.append((y != -100).sum(dim=1).numpy())
+    return np.concatenate(sums), np.concatenate(counts).astype(np.float64)
+
+
+def _generate(hf: HFModel, prompt: str, max_new_tokens: int, streamer: Any = None, exact: bool = False) -> list[int]:
+    import torch
+
+    enc = hf.tokenizer(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        out = hf.model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, streamer=streamer,
+                                min_new_tokens=max_new_tokens if exact else None,
+                                pad_token_id=hf.tokenizer.pad_token_id)
+    return [int(t) for t in out[0, enc["input_ids"].shape[1]:]]
+
+
+def greedy(hf: HFModel, prompts: Sequence[str], max_new_tokens: int) -> list[list[int]]:
+    """Greedy completions (new token ids) of each prompt."""
+    return [_generate(hf, p, max_new_tokens) for p in prompts]
+
+
+class _FirstToken:
+    """A ``transformers`` streamer that notes when the first new token arrives (the first ``put`` is the prompt)."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+        self.first: float | None = None
+
+    def put(self, value: Any) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def timed_generation(hf: HFModel, prompt: str, new_tokens: int) -> GenerationTiming:
+    """Generate exactly ``new_tokens`` greedily; time to the first one and to the end."""
+    streamer = _FirstToken()
+    t0 = time.perf_counter()
+    out = _generate(hf, prompt, new_tokens, streamer, exact=True)
+    total = time.perf_counter() - t0
+    return GenerationTiming((streamer.first or t0 + total) - t0, total, len(out))
+
+
+def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], *, timed: int, warmup: int,
+                new_tokens: int) -> tuple[list[GenerationTiming], list[GenerationTiming], list[GenerationTiming]]:
+    """Reference (A), candidate (B), reference again (A′) per round, in the latency gate's rotating orders."""
+    models = (reference, candidate, reference)
+    series: tuple[list[GenerationTiming], ...] = ([], [], [])
+    for i in range(warmup + timed):
+        for k in ORDERS[i % len(ORDERS)]:
+            t = timed_generation(models[k], prompts[i % len(prompts)], new_tokens)
+            if i >= warmup:
+                series[k].append(t)
+    return series[0], series[1], series[2]
+
+
+def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFModel] | None, gates: Sequence[str],
+             evaluation: EvaluationConfig, training: TrainingConfig | None, root: Path, seed: int
+             ) -> tuple[list[GateResult], dict[str, Any]]:
+    """Run ``gates`` on the candidate against the champion ``(label, model)`` or else the base checkpoint."""
+    ref_name, ref = champion if champion else ("base checkpoint", load_hf(reference_folder(cand_meta, root)))
+    ids, labels, described = held_out_set(cand_meta, training, root, cand.tokenizer)
+    described["reference"] = ref_name
+    prompts = list(evaluation.hf_prompts)
+    results: list[GateResult] = []
+    for gate in gates:
+        log.info("gate %s: running", gate)
+        if gate == "quality":
+            c_nll, tokens = example_nll(cand.model, ids, labels)
+            r_nll, _ = example_nll(ref.model, ids, labels)
+            results.append(perplexity_gate(c_nll, r_nll, tokens, evaluation, reference=ref_name, seed=seed))
+        elif gate == "reproducibility":
+            first = greedy(cand, prompts, evaluation.hf_max_new_tokens)
+            second = greedy(load_hf(cand.folder), prompts, evaluation.hf_max_new_tokens)
+            results.append(reproducibility_gate(prompts, first, second, max_new_tokens=evaluation.hf_max_new_tokens))
+        elif gate == "latency":
+            a, b, a2 = interleaved(ref, cand, prompts, timed=evaluation.hf_latency_requests,
+                                   warmup=evaluation.hf_latency_warmup, new_tokens=evaluation.hf_max_new_tokens)
+            results.append(latency_gate(a, b, a2, tolerance=evaluation.latency_tolerance,
+                                        max_noise=evaluation.latency_max_noise, reference=ref_name,
+                                        warmup=evaluation.hf_latency_warmup))
+        else:
+            results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
+                                         contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,
+                                         seq_len=described["seq_len"]))
+        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+    return results, described

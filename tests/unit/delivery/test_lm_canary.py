@@ -1,0 +1,114 @@
+"""LM canary analysis on expositions written by the LM server's own metrics class and hand-built log rows; the
+expected TTFT p99 is worked out by hand from the histogram buckets (linear inside a bucket, as PromQL)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from prometheus_client import generate_latest
+
+from mlops_config import DeliveryConfig
+from mlops_delivery.errors import MetricsError
+from mlops_delivery.lm_canary import analyze_lm_canary
+from mlops_serving.lm_api import LMMetrics
+
+DELIVERY = DeliveryConfig(min_canary_requests=20)
+
+
+def exposition(version: str, *, n: int, ttft_s: float, rate: float, errors: int = 0) -> str:
+    m = LMMetrics()
+    for _ in range(n):
+        m.requests.labels("llm", version, "stable", "completions").inc()
+        m.ttft.labels("llm", version).observe(ttft_s)
+        m.tokens_per_s.labels("llm", version).observe(rate)
+    for _ in range(errors):
+        m.errors.labels("llm", version, "RuntimeError", "500").inc()
+    m.errors.labels("llm", version, "BadRequestError", "400").inc()  # a 4xx is the client's fault: not counted
+    return generate_latest(m.registry).decode()
+
+
+def log(stable: list[int], canary: list[int]) -> pd.DataFrame:
+    rows = [{"model_version": "1", "completion_tokens": n} for n in stable]
+    rows += [{"model_version": "2", "completion_tokens": n} for n in canary]
+    return pd.DataFrame(rows)
+
+
+LENGTHS = [4, 8, 12, 16] * 10
+
+
+def test_healthy_canary_is_promoted_with_hand_computed_figures() -> None:
+    result = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                               canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=60), log=log(LENGTHS, LENGTHS),
+                               stable_version=1, canary_version=2, model="llm")
+    assert result.decision == "promote", result.reasons
+    # TTFT 0.03 s lies in the (0.025, 0.05] bucket: p99 = 0.025 + 0.025 × 0.99.
+    assert result.canary.ttft_p99_s == pytest.approx(0.025 + 0.025 * 0.99)
+    assert result.canary.tokens_per_s_mean == pytest.approx(60.0)  # every request decoded at 60 tokens/s
+    assert result.canary.requests == 40 and result.canary.error_rate == 0.0
+    assert result.length_psi == pytest.approx(0.0) and result.length_ks == {"statistic": 0.0, "pvalue": 1.0}
+
+
+def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> None:
+    slow = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                             canary_metrics=exposition("2", n=40, ttft_s=0.3, rate=60), log=log(LENGTHS, LENGTHS),
+                             stable_version=1, canary_version=2)
+    assert slow.decision == "rollback" and any(r.startswith("FAILED: TTFT p99") for r in slow.reasons)
+    # stable's p99 (49.75 ms) lies in the (25, 50] ms bucket: slack 25 ms, limit 49.75 × 1.2 + 25 = 84.7 ms
+    assert slow.stable.ttft_p99_bucket_s == pytest.approx(0.025)
+    assert any("= 84.7 ms" in r for r in slow.reasons)
+    slow_decode = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                                    canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=40),
+                                    log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
+    assert slow_decode.decision == "rollback"  # 40 < 60 / 1.2 = 50
+    assert "FAILED: tokens/s mean canary 40.0 vs stable 60.0 (min stable / 1.2 = 50.0)" in slow_decode.reasons
+    failing = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                                canary_metrics=exposition("2", n=36, ttft_s=0.03, rate=60, errors=4),
+                                log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
+    assert failing.canary.error_rate == pytest.approx(4 / 40) and failing.decision == "rollback"
+    longer = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                               canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=60),
+                               log=log(LENGTHS, [64] * 40), stable_version=1, canary_version=2)
+    # Stable's quantile bins: edges 4, 8, 12, 16 (distinct inner deciles) → 4 equal bins of 10 + the top bin.
+    # Every canary length (64) falls in the top bin [16, ∞): shares stable (0, .25, .25, .25, .25), canary (0,0,0,0,1);
+    # empty shares floored at 1e-4.
+    f = DELIVERY.psi_floor
+    ref, cur = np.array([f, .25, .25, .25, .25]), np.array([f, f, f, f, 1.0])
+    expected = float(np.sum((cur - ref) * np.log(cur / ref)))
+    assert longer.length_psi == pytest.approx(expected) and longer.decision == "rollback"
+    assert math.isclose(longer.length_ks["statistic"], 1.0)
+
+
+def test_too_few_requests_hold_and_a_fraud_exposition_is_refused() -> None:
+    few = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                            canary_metrics=exposition("2", n=5, ttft_s=0.03, rate=60), log=log(LENGTHS, [8]),
+                            stable_version=1, canary_version=2)
+    assert few.decision == "hold" and "insufficient: only 5 canary requests, need 20" in few.reasons
+    none_logged = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
+                                    canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=60), log=log(LENGTHS, []),
+                                    stable_version=1, canary_version=2)
+    assert none_logged.decision == "hold" and none_logged.length_psi is None
+    with pytest.raises(MetricsError, match="no 'mlops_serving_lm_time_to_first_token_seconds'"):
+        analyze_lm_canary(DELIVERY, stable_metrics="# empty\n", canary_metrics="", log=log(LENGTHS, LENGTHS),
+                          stable_version=1, canary_version=2)
+
+
+def test_readiness_503s_before_the_traffic_are_not_canary_errors() -> None:
+    m = LMMetrics()
+    for _ in range(10):  # the server answers its start-up readiness probes with 503 while the model loads
+        m.errors.labels("llm", "2", "ModelNotReady", "503").inc()
+    before = generate_latest(m.registry).decode()
+    for _ in range(40):
+        m.requests.labels("llm", "2", "stable", "completions").inc()
+        m.ttft.labels("llm", "2").observe(0.03)
+        m.tokens_per_s.labels("llm", "2").observe(60)
+    after = generate_latest(m.registry).decode()
+    stable = exposition("1", n=40, ttft_s=0.03, rate=60)
+    whole = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),
+                              stable_version=1, canary_version=2)
+    assert whole.canary.error_rate == pytest.approx(10 / 50) and whole.decision == "rollback"
+    window = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),
+                               stable_version=1, canary_version=2, canary_before=before)
+    assert window.canary.requests == 40 and window.canary.error_rate == 0.0 and window.decision == "promote"

@@ -1,0 +1,182 @@
+"""Gates for a Hugging Face causal LM (``kind: hf_causal_lm``): the perplexity bootstrap against numpy by hand and
+hand-built cases, then every gate on a tiny LLaMA checkpoint made here (never downloaded): a fine-tune trained in
+the test beats its base; a damaged copy fails perplexity; a changed chat template fails the contract; and
+``evaluate()`` dispatches a registered version (real MLflow, SQLite) to these gates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_evaluation import EvaluationError
+from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
+from mlops_evaluation.lm_evaluate import hf_gates, load_hf
+from mlops_evaluation.lm_gates import GenerationTiming, latency_gate, perplexity_gate, reproducibility_gate
+
+SECTION = EvaluationConfig(bootstrap_samples=400, hf_latency_requests=3, hf_latency_warmup=1, hf_max_new_tokens=4,
+                           latency_max_noise=100.0, latency_tolerance=100.0)
+
+
+def test_perplexity_bootstrap_equals_numpy_by_hand() -> None:
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(3, 12, size=25).astype(float)
+    a = tokens * rng.uniform(1.0, 2.0, size=25)
+    b = tokens * rng.uniform(1.5, 2.5, size=25)
+    got = paired_bootstrap_perplexity(a, b, tokens, samples=500, confidence=0.9, seed=11)
+    # Independent: one resample at a time, with the same draws.
+    idx = np.random.default_rng(11).integers(0, 25, size=(500, 25))
+    stats = []
+    for row in idx:
+        pa = np.exp(sum(a[i] for i in row) / sum(tokens[i] for i in row))
+        pb = np.exp(sum(b[i] for i in row) / sum(tokens[i] for i in row))
+        stats.append((pb - pa) / pb)
+    lo, hi = np.quantile(stats, [0.05, 0.95])
+    full = (np.exp(b.sum() / tokens.sum()) - np.exp(a.sum() / tokens.sum())) / np.exp(b.sum() / tokens.sum())
+    assert got.estimate == pytest.approx(full, rel=1e-12)
+    assert (got.lower, got.upper) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+
+
+def test_perplexity_gate_hand_built_cases() -> None:
+    tokens = np.array([4.0, 4.0, 4.0, 4.0])
+    same = np.log(10.0) * tokens  # perplexity exactly 10 on every example
+    gate = perplexity_gate(same, same, tokens, SECTION, reference="champion")
+    assert gate.evidence["candidate"]["perplexity"] == pytest.approx(10.0)
+    assert gate.evidence["bootstrap"]["lower"] == gate.evidence["bootstrap"]["upper"] == 0.0
+    assert gate.passed  # no worse, and hf_min_improvement 0 by default
+    worse = perplexity_gate(np.log(20.0) * tokens, same, tokens, SECTION, reference="champion")
+    assert not worse.passed and worse.evidence["bootstrap"]["estimate"] == pytest.approx(-1.0)
+    assert "20.0000 vs champion 10.0000" in worse.reason
+    demanding = SECTION.model_copy(update={"hf_min_improvement": 0.6})
+    better = perplexity_gate(np.log(5.0) * tokens, same, tokens, demanding, reference="champion")
+    assert not better.passed and "+0.5000 < required +0.6000" in better.reason
+    with pytest.raises(EvaluationError, match="score no tokens"):
+        paired_bootstrap_perplexity([1.0], [1.0], [0.0])
+
+
+def test_reproducibility_and_latency_gates_on_hand_built_numbers() -> None:
+    assert reproducibility_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [3]], max_new_tokens=2).passed
+    bad = reproducibility_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [4]], max_new_tokens=2)
+    assert not bad.passed and bad.evidence["differing_prompts"] == [1] and "'q'" in bad.reason
+    ref = [GenerationTiming(0.010, 0.110, 11)] * 5  # 10 tokens in 0.1 s after the first: 100 tokens/s
+    slow = [GenerationTiming(0.020, 0.220, 11)] * 5  # TTFT doubled, 50 tokens/s
+    ok = latency_gate(ref, ref, ref, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
+    assert ok.passed and ok.evidence["candidate"]["tokens_per_s"]["p50"] == pytest.approx(100.0)
+    fail = latency_gate(ref, slow, ref, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
+    assert not fail.passed
+    assert fail.evidence["ttft_p50_regression"] == pytest.approx(1.0)
+    assert fail.evidence["tokens_per_s_drop"] == pytest.approx(0.5)
+    noisy = latency_gate(ref, ref, slow, tolerance=0.1, max_noise=0.5, reference="champion", warmup=0)
+    assert not noisy.passed and noisy.reason.startswith("too noisy")
+
+
+# --- a tiny checkpoint, a fine-tune of it and a damaged copy -------------------------------------------------
+
+
+def _meta(seq_len: int = 64) -> dict[str, Any]:
+    return {"features": {"tokenizer": "checkpoint", "dataset": "datasets/instructions.jsonl", "checkpoint": "base",
+                         "finetune": "full", "seq_len": seq_len, "val_fraction": 0.1}, "lineage": {}}
+
+
+def _save(model: Any, base: Path, folder: Path) -> Path:
+    """A merged export as training writes it (``export_hf``: model.json, safetensors, tokenizer, generation)."""
+    from mlops_training.hf_export import export_hf
+
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    export_hf(folder, state, {**model.config.to_dict(), "finetune": "full"}, base, _meta(), lora=None)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+    import torch
+
+    from mlops_training import encode_padded, held_out
+
+    base_dir = tmp_path_factory.mktemp("lmgates")
+    shutil.copytree(repo_root / "datasets", base_dir / "datasets")
+    sys.path.insert(0, str(repo_root / "tests"))
+    try:
+        from hf_checkpoint import make_checkpoint
+    finally:
+        sys.path.pop(0)
+    make_checkpoint(base_dir / "base", "tiny", seed=3)
+    hf = load_hf(base_dir / "base")
+    examples = [json.loads(line) for line in (base_dir / "datasets" / "instructions.jsonl").read_text().splitlines()]
+    train = [e for e in examples if not held_out(e, 0.1)]
+    ids, labels = encode_padded(hf.tokenizer, train, 64)
+    model = hf.model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(40):  # the fine-tune: plain torch, independent of the platform's trainer
+        pick = torch.randint(0, len(ids), (16,), generator=gen)
+        loss = model(input_ids=torch.from_numpy(ids[pick]), labels=torch.from_numpy(labels[pick])).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    _save(model.eval(), base_dir / "base", base_dir / "tuned")
+    damaged = load_hf(base_dir / "base").model
+    with torch.no_grad():
+        for p in damaged.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.5)
+    _save(damaged, base_dir / "base", base_dir / "damaged")
+    return base_dir
+
+
+def test_fine_tune_passes_every_gate_against_its_base(root: Path) -> None:
+    cand = load_hf(root / "tuned")
+    results, held = hf_gates(cand, _meta(), None, ("quality", "reproducibility", "latency", "contract"), SECTION,
+                             None, root, seed=0)
+    gates = {g.name: g for g in results}
+    assert held["reference"] == "base checkpoint" and held["rows"] > 5
+    assert gates["quality"].passed, gates["quality"].reason
+    assert gates["quality"].evidence["candidate"]["perplexity"] < gates["quality"].evidence["reference_metrics"][
+        "perplexity"]
+    assert gates["reproducibility"].passed, gates["reproducibility"].reason
+    assert all(len(ids) <= SECTION.hf_max_new_tokens for ids in gates["reproducibility"].evidence["completion_ids"])
+    assert gates["latency"].evidence["requests"] == 3 and gates["latency"].passed  # tolerance 100×: shape only
+    assert gates["latency"].evidence["candidate"]["ttft_ms"]["p50"] > 0
+    assert gates["contract"].passed, gates["contract"].reason
+
+
+def test_damaged_candidate_fails_perplexity_and_changed_template_fails_contract(root: Path) -> None:
+    champion = ("champion v1", load_hf(root / "tuned"))
+    results, _ = hf_gates(load_hf(root / "damaged"), _meta(), champion, ("quality",), SECTION, None, root, seed=0)
+    assert not results[0].passed and results[0].evidence["bootstrap"]["upper"] < 0, results[0].reason
+    other = load_hf(root / "tuned")
+    other.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    results, _ = hf_gates(other, _meta(), champion, ("contract",), SECTION, None, root, seed=0)
+    assert not results[0].passed and "chat template" in results[0].reason
+    too_short = _meta(seq_len=512)  # more than the checkpoint's 256 positions: the held-out set itself says so
+    results, _ = hf_gates(load_hf(root / "tuned"), too_short, champion, ("contract",), SECTION, None, root, seed=0)
+    assert not results[0].passed and "context length 256 < training seq_len 512" in results[0].reason
+
+
+def test_evaluate_dispatches_a_registered_hf_version(root: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    from mlops_core import mlflow_client
+    from mlops_core.tracking import start_run
+    from mlops_evaluation import evaluate
+
+    work = tmp_path / "repo"
+    shutil.copytree(root, work)
+    tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="artifacts", experiment="hf")
+    client = mlflow_client(tracking, work)
+    with start_run(tracking, work, run_name="damaged", seed=0) as run:
+        mlflow.log_artifacts(str(work / "damaged"), "model")
+    client.create_registered_model("hf")
+    client.create_model_version("hf", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id)
+    report = evaluate(model="hf", candidate="latest", evaluation=SECTION, tracking=tracking,
+                      features=FeaturesConfig(), data=DataConfig(), root=work, report_dir=tmp_path / "report",
+                      gates=("quality", "contract"), log_to_run=False)
+    gates = {g.name: g for g in report.gates}
+    assert report.holdout["reference"] == "base checkpoint"
+    assert not gates["quality"].passed and gates["contract"].passed
+    assert "perplexity" in (tmp_path / "report" / "evaluation.md").read_text()
