@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from mlops_config._base import Section
+from mlops_config._spark import check_spark_conf
 
 
 class FeaturesConfig(Section):
@@ -75,14 +76,10 @@ class FeaturesConfig(Section):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Further Spark settings for the engine (``spark.driver.memory``, ``spark.executor.instances``, …), each
     over the platform's defaults (``spark.driver.memory: 4g``, ``spark.sql.shuffle.partitions: 8``,
-    ``spark.sql.session.timeZone: UTC``, Arrow on, UI off; see ``mlops_features.store.SPARK_DEFAULTS``);
+    ``spark.sql.session.timeZone: UTC``, Arrow on, UI off; ``mlops_config.SPARK_DEFAULTS``);
     ``spark_master`` wins over a ``spark.master`` here."""
 
     @field_validator("spark_conf")
     @classmethod
     def _spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:
-        bad = sorted(k for k in conf if not k.startswith("spark.") or not conf[k].strip())
-        if bad:
-            raise ValueError(f"features.spark_conf has invalid entries {bad}: expected keys starting with 'spark.' "
-                             "and non-empty string values (e.g. spark.driver.memory: 8g)")
-        return conf
+        return check_spark_conf(conf, "features.spark_conf")

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from mlops_config import FeaturesConfig
+from mlops_config import FeaturesConfig, spark_conf
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
 
@@ -86,24 +86,11 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
     return config
 
 
-SPARK_DEFAULTS: dict[str, str] = {
-    # Spark's own 1 GB driver heap ran out at 5 M source rows: a non-Spark source is read through the driver.
-    "spark.driver.memory": "4g",
-    # The udfs shuffle each view by entity into this many pandas groups (Spark's 200 is for large clusters).
-    "spark.sql.shuffle.partitions": "8",
-    # Day boundaries and timestamps handed to the pandas udfs are UTC whatever the machine's zone.
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.ui.enabled": "false",
-}
-"""Spark settings of the engine under ``features.spark_conf`` (which overrides each of them)."""
-
-
 def spark_engine_config(features: FeaturesConfig) -> dict[str, Any]:
     """Feast's ``batch_engine`` block for its Spark compute engine (``features.batch_engine: spark``):
-    :data:`SPARK_DEFAULTS`, then ``features.spark_conf``, then ``spark.master = features.spark_master``."""
-    conf = {**SPARK_DEFAULTS, **features.spark_conf, "spark.master": features.spark_master}
-    return {"type": "spark.engine", "spark_conf": conf, "partitions": features.spark_partitions}
+    ``mlops_config.SPARK_DEFAULTS``, then ``features.spark_conf``, then ``spark.master = features.spark_master``."""
+    return {"type": "spark.engine", "spark_conf": spark_conf(features.spark_conf, features.spark_master),
+            "partitions": features.spark_partitions}
 
 
 def _secret(var: str, environ: Mapping[str, str] | None, key: str) -> str:
