@@ -82,11 +82,11 @@ class SparkDrift(DuckDBDrift):
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Run one query and fetch its (small) result."""
-        return self._run(query, params, "rows")  # type: ignore[no-any-return]
+        return self._run(query, params, "rows")
 
     def frame(self, query: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         """Run one query and fetch its result as a DataFrame (for the few rows a report samples)."""
-        return self._run(query, params, "frame")  # type: ignore[no-any-return]
+        return self._run(query, params, "frame")
 
     def view(self, name: str, source: TableSource) -> dict[str, str]:
         """Views ``<name>_all`` / ``<name>_window`` / ``name`` over parquet ``source`` (bounds and the degraded
