@@ -134,18 +134,19 @@ class SparkDrift(DuckDBDrift):
                 raise MonitoringError(f"{side} data: column {name!r} holds an infinite value; expected finite "
                                       "numbers or NaN for missing")
             valid = non_null - nan
-            counts = np.zeros(0, dtype=np.int64)
-            if edges is not None:
-                col_edges = edges[name]
-                counts = np.zeros(col_edges.shape[0] + 1, dtype=np.int64)
-                if valid:
-                    x = _x(name)
-                    case = " ".join(f"WHEN {x} < ? THEN {k}" for k in range(col_edges.shape[0]))
-                    bin_expr = f"CASE {case} ELSE {col_edges.shape[0]} END" if case else "0"
-                    for b, n in self.sql(f"SELECT {bin_expr} AS b, count(*) FROM {view} WHERE {_valid(x)} "
-                                         "GROUP BY 1", [float(e) for e in col_edges]):
-                        counts[int(b)] = int(n)
-            out[name] = {"valid": valid, "missing": total - valid, "counts": counts}
+            size = edges[name].shape[0] + 1 if edges is not None else 0
+            out[name] = {"valid": valid, "missing": total - valid, "counts": np.zeros(size, dtype=np.int64)}
+        if edges is not None:  # every column's bins in one scan: (column, bin) pairs stacked, then one GROUP BY
+            stacked, params = [], []
+            for i, name in enumerate(names):
+                x, col_edges = _x(name), edges[name]
+                case = " ".join(f"WHEN {x} < ? THEN {k}" for k in range(col_edges.shape[0]))
+                stacked.append(f"{i}, CASE WHEN {_valid(x)} THEN "
+                               f"{f'CASE {case} ELSE {col_edges.shape[0]} END' if case else '0'} END")
+                params += [float(e) for e in col_edges]
+            for i, b, n in self.sql(f"SELECT c, b, count(*) FROM (SELECT stack({len(names)}, {', '.join(stacked)}) "
+                                    f"AS (c, b) FROM {view}) WHERE b IS NOT NULL GROUP BY c, b", params):
+                out[names[int(i)]]["counts"][int(b)] = int(n)
         return out
 
     def reference_edges(self, name: str, n_valid: int, n_bins: int) -> np.ndarray:
@@ -212,10 +213,12 @@ class SparkDrift(DuckDBDrift):
         col = _ident(name)
         kind = self.types[view].get(name, "")
         missing = f"{col} IS NULL" + (f" OR isnan({col})" if kind in ("FLOAT", "DOUBLE") else "")
-        rows = self.sql(f"SELECT {col}, count(*) FROM {view} WHERE NOT ({missing}) GROUP BY 1")
-        n_missing = self.count(view, missing)
+        rows = self.sql(f"SELECT CASE WHEN {missing} THEN NULL ELSE {col} END, count(*) FROM {view} GROUP BY 1")
+        n_missing = sum(int(n) for value, n in rows if value is None)  # the missing ones: one group, NULL
         counts: dict[str, int] = {}
         for value, n in rows:
+            if value is None:
+                continue
             key = str(value)
             counts[key] = counts.get(key, 0) + int(n)
         series = pd.Series(counts, dtype=np.int64).sort_index()
