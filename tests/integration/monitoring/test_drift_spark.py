@@ -7,6 +7,7 @@ unseen categories, a profile reference (the ECDF sketch), the prediction log's w
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,7 +45,9 @@ _assert_same, _frame, _parquet = _SHARED._assert_same, _SHARED._frame, _SHARED._
 pytestmark = pytest.mark.integration
 
 SPARK = MonitoringConfig(engine="spark", spark_master="local[2]",
-                         spark_conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"})
+                         spark_conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2",
+                                     # the catalog's (empty) warehouse folder, not in the working directory
+                                     "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "drift-spark-wh")})
 
 
 @pytest.fixture(scope="module")
