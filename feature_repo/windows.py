@@ -55,7 +55,12 @@ def user_windows_udf(tx: pd.DataFrame) -> pd.DataFrame:
             return pd.DataFrame(columns=["user_id", "event_timestamp", "created", *columns])
         codes, _ = pd.factorize(df["user_id"], sort=True)
         t = pd.to_datetime(df["event_timestamp"], utc=True).dt.as_unit("us").astype("int64").to_numpy()
-        key = codes.astype(np.int64) * (1 << 52) + (t - t.min())
+        # One sorted key (user, time) with the times as ranks among the distinct times: user * (ranks + 1) stays
+        # far inside int64 (µs offsets times 2**52 overflowed past 2048 users and broke every window).
+        times = np.unique(t)
+        stride = np.int64(times.shape[0] + 1)
+        user = codes.astype(np.int64) * stride
+        key = user + np.searchsorted(times, t, side="left")
         amount = df["amount"].to_numpy(dtype=np.float64)
         cents = np.round(amount * 100).astype(np.int64)
         pos = np.arange(len(df))
@@ -71,7 +76,9 @@ def user_windows_udf(tx: pd.DataFrame) -> pd.DataFrame:
         out: dict[str, Any] = {}
         first = {}
         for name, width in windows.items():
-            first[name] = np.searchsorted(key, key - width.value // 1000, side="left")
+            # the first row of the same user at or after t - w: the rank of the first distinct time >= t - w
+            first[name] = np.searchsorted(key, user + np.searchsorted(times, t - width.value // 1000, side="left"),
+                                          side="left")
             out[f"user_txn_count_{name}"] = (pos - first[name] + 1).astype(np.int64)
             out[f"user_amount_sum_{name}"] = (csum[pos + 1] - csum[first[name]]) / 100.0
         n7 = out["user_txn_count_7d"]
