@@ -128,6 +128,7 @@ class SparkDrift(DuckDBDrift):
                        f"sum(CASE WHEN abs({x}) = double('inf') THEN 1 ELSE 0 END)"]
         row = self.sql(f"SELECT {', '.join(select)} FROM {view}")[0]
         total, out = int(row[0]), {}
+        counts: dict[str, np.ndarray] = {}
         for i, name in enumerate(names):
             non_null, nan, inf = (int(v or 0) for v in row[1 + 3 * i: 4 + 3 * i])
             if inf:
@@ -135,7 +136,8 @@ class SparkDrift(DuckDBDrift):
                                       "numbers or NaN for missing")
             valid = non_null - nan
             size = edges[name].shape[0] + 1 if edges is not None else 0
-            out[name] = {"valid": valid, "missing": total - valid, "counts": np.zeros(size, dtype=np.int64)}
+            counts[name] = np.zeros(size, dtype=np.int64)
+            out[name] = {"valid": valid, "missing": total - valid, "counts": counts[name]}
         if edges is not None:  # every column's bins in one scan: (column, bin) pairs stacked, then one GROUP BY
             stacked, params = [], []
             for i, name in enumerate(names):
@@ -146,7 +148,7 @@ class SparkDrift(DuckDBDrift):
                 params += [float(e) for e in col_edges]
             for i, b, n in self.sql(f"SELECT c, b, count(*) FROM (SELECT stack({len(names)}, {', '.join(stacked)}) "
                                     f"AS (c, b) FROM {view}) WHERE b IS NOT NULL GROUP BY c, b", params):
-                out[names[int(i)]]["counts"][int(b)] = int(n)
+                counts[names[int(i)]][int(b)] = int(n)
         return out
 
     def reference_edges(self, name: str, n_valid: int, n_bins: int) -> np.ndarray:
