@@ -165,7 +165,7 @@ def main() -> None:
             print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
             out.append(row)
     print(json.dumps({"benchmark": "materialize_scale", "sizes": out, "cpus": os.cpu_count(),
-                      "spark_master": "local[*]", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+                      "spark_master": "local[*]", "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 
 
 if __name__ == "__main__":
