@@ -8,7 +8,9 @@ peak RSS (``getrusage(RUSAGE_SELF).ru_maxrss`` of that process, DuckDB's threads
 
 - ``in_memory``: ``pandas.read_parquet`` of both sides + ``mlops_monitoring.drift.compare``;
 - ``duckdb``: ``mlops_monitoring.drift_duckdb.compare_duckdb`` over the files (``monitoring.duckdb_memory_limit``
-  = 1 GB, the default; DuckDB spills to a temporary folder beyond it).
+  = 1 GB, the default; DuckDB spills to a temporary folder beyond it);
+- ``spark`` (with ``--spark``): ``mlops_monitoring.drift_spark.compare_spark`` (``local[*]``, the platform's Spark
+  defaults), with the JVM's peak RSS apart (``peak_rss_jvm_mb``).
 
 The in-memory run at a size is skipped (``"skipped"`` says why) when the peak RSS extrapolated linearly from the
 smaller sizes exceeds ``--in-memory-max-gib`` (default 8). Targets: the DuckDB path's peak RSS stays under
@@ -75,16 +77,30 @@ def worker(engine: str, ref: str, cur: str) -> dict[str, Any]:
         from mlops_monitoring.drift import compare
 
         report = compare(pd.read_parquet(ref), pd.read_parquet(cur), cfg)
+    elif engine == "spark":
+        from mlops_monitoring.drift_duckdb import TableSource
+        from mlops_monitoring.drift_spark import compare_spark
+
+        report = compare_spark(TableSource.from_path(Path(ref), "reference"),
+                               TableSource.from_path(Path(cur), "current"),
+                               MonitoringConfig(key_features=(), engine="spark"))  # local[*], SPARK_DEFAULTS
     else:
         from mlops_monitoring.drift_duckdb import TableSource, compare_duckdb
 
         report = compare_duckdb(TableSource.from_path(Path(ref), "reference"),
                                 TableSource.from_path(Path(cur), "current"), cfg)
     seconds = time.perf_counter() - start
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                                                               / 1024, 1),
-            "level": report.level, "drifted": sorted(report.drifted()),
-            "psi": {k: c.psi for k, c in report.columns.items()}}
+    out = {"seconds": round(seconds, 2), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                                              / 1024, 1),
+           "level": report.level, "drifted": sorted(report.drifted()),
+           "psi": {k: c.psi for k, c in report.columns.items()}}
+    if engine == "spark":  # the JVM that did the work: its peak RSS (VmHWM) while it still runs
+        import psutil
+
+        out["peak_rss_jvm_mb"] = round(sum(
+            next((int(line.split()[1]) for line in Path(f"/proc/{c.pid}/status").read_text().splitlines()
+                  if line.startswith("VmHWM:")), 0) for c in psutil.Process().children(recursive=True)) / 1024, 1)
+    return out
 
 
 def measure(engine: str, ref: Path, cur: Path) -> dict[str, Any]:
@@ -101,6 +117,7 @@ def main() -> None:
     parser.add_argument("--ref-rows", type=int, default=5_000_000)
     parser.add_argument("--in-memory-max-gib", type=float, default=8.0)
     parser.add_argument("--data-dir", type=Path, default=None, help="Keep the generated parquet here (reused).")
+    parser.add_argument("--spark", action="store_true", help="Also measure monitoring.engine=spark (local[*]).")
     parser.add_argument("--worker", nargs=3, metavar=("ENGINE", "REF", "CUR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -126,6 +143,8 @@ def main() -> None:
             else:
                 row["in_memory"] = measure("in_memory", ref, cur)
             row["duckdb"] = measure("duckdb", ref, cur)
+            if args.spark:
+                row["spark"] = measure("spark", ref, cur)
             print(json.dumps({"progress": {"rows": n, **{k: {m: v for m, v in r.items() if m != "psi"}
                                                          for k, r in row.items() if k != "rows"}}}),
                   file=sys.stderr, flush=True)
@@ -140,10 +159,17 @@ def main() -> None:
         "reference_rows": args.ref_rows,
         "columns": N_NUMERIC + N_CATEGORICAL + 1,
         "sizes": [{"rows": s["rows"],
-                   **{k: {m: v for m, v in s[k].items() if m in ("seconds", "peak_rss_mb", "skipped", "error")}
-                      for k in ("in_memory", "duckdb")}} for s in out],
+                   **{k: {m: v for m, v in s[k].items()
+                          if m in ("seconds", "peak_rss_mb", "peak_rss_jvm_mb", "skipped", "error")}
+                      for k in ("in_memory", "duckdb", "spark") if k in s}} for s in out],
         "same_verdicts": all(s["in_memory"]["level"] == s["duckdb"]["level"]
                              and s["in_memory"]["drifted"] == s["duckdb"]["drifted"] for s in both),
+        "spark_same_verdicts_as_duckdb": all(
+            s["spark"]["level"] == s["duckdb"]["level"] and s["spark"]["drifted"] == s["duckdb"]["drifted"]
+            for s in out if "psi" in s.get("spark", {}) and "psi" in s["duckdb"]) if args.spark else None,
+        "spark_max_psi_diff_vs_duckdb": max(
+            (abs(v - s["duckdb"]["psi"][k]) for s in out if "psi" in s.get("spark", {}) and "psi" in s["duckdb"]
+             for k, v in s["spark"]["psi"].items()), default=None),
         "max_psi_diff": max((abs(v - s["duckdb"]["psi"][k]) for s in both for k, v in s["in_memory"]["psi"].items()),
                             default=None),
         "targets_met": {

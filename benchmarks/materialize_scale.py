@@ -1,18 +1,19 @@
 """Feast materialization as the feature tables grow: the local engine vs Feast's Spark compute engine.
 
-The repository's own feature views (``feature_repo/``) read their parquet sources; this benchmark writes those
-sources with DuckDB (no pandas) at ``--sizes`` total source rows (split between the views by their share in a
-real build: 90 % user rows, 10 % merchant rows; one entity per 20 rows), with the schema taken from the views
-themselves (entity keys, ``event_timestamp``, every feature with its Feast type). Each measurement runs in a
-fresh subprocess: ``feast apply`` + a full ``materialize`` into the real Redis under a project of its own
-(deleted after), with ``features.batch_engine`` = ``local`` or ``spark`` (``spark_master`` = ``local[*]``).
+The repository's own feature views (``feature_repo/``: ``user_transactions`` and ``merchant_risk``, whose
+pandas udfs compute the windows from the ``transactions`` source) materialize a ``transactions.parquet``
+written by DuckDB (no pandas) at ``--sizes`` rows over 30 days (one user per 20 rows, one merchant per 1000).
+Each measurement runs in a fresh subprocess: ``feast apply`` + a full ``materialize`` into the real Redis
+under a project of its own (deleted after), with ``features.batch_engine`` = ``local`` or ``spark``
+(``spark_master`` = ``local[*]``, the platform's Spark defaults: 4 GB driver, 8 shuffle partitions).
 
 Reported per size and engine: ``rows_per_s`` (source rows / materialize seconds), ``seconds``,
-``online_rows`` (entities written), ``peak_rss_mb`` of our (Python driver) process and, for Spark,
-``peak_rss_children_mb`` (the JVM it starts). A run whose time, extrapolated linearly from the previous size,
-would exceed ``--max-run-s``, or whose peak RSS extrapolated the same way would exceed ``--max-rss-gib``, is
-skipped, and says so. Needs Redis (``MLOPS_TEST_REDIS_URL`` or
-127.0.0.1:6379) and, for Spark, ``java``.
+``online_sample_found`` (of 200 source entities per view, how many the online store has), ``peak_rss_mb`` of
+our (Python driver) process and, for Spark, ``peak_rss_jvm_mb`` (the JVM) and ``peak_rss_python_workers_mb``
+(Spark's Python workers that run the udfs), all ``VmHWM``.
+A run whose time, extrapolated linearly from the previous size, would exceed ``--max-run-s``, or whose peak
+RSS extrapolated the same way would exceed ``--max-rss-gib``, is skipped, and says so. Needs Redis
+(``MLOPS_TEST_REDIS_URL`` or 127.0.0.1:6379) and, for Spark, ``java``.
 
 Prints one JSON object on its last line.
 """
@@ -34,45 +35,28 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-SHARES = {"user_transactions": 0.9, "merchant_risk": 0.1}
-ROWS_PER_ENTITY = 20
-
-
-def _sql_value(dtype: str, i: int) -> str:
-    if "Int" in dtype:
-        return f"CAST(floor(random() * {20 + i}) AS BIGINT)"
-    if "Bool" in dtype:
-        return "random() < 0.1"
-    if "String" in dtype:
-        return "chr(65 + CAST(floor(random() * 8) AS INTEGER))"
-    return "round(random() * 100, 2)"
+ROWS_PER_USER, ROWS_PER_MERCHANT, DAYS = 20, 1000, 30
 
 
 def generate(root: Path, rows: int) -> None:
-    """Every view's source parquet, ``rows`` rows in all, from the views' own schemas."""
+    """The ``transactions`` source (``<features.source_dir>/transactions.parquet``), ``rows`` rows over 30 days:
+    the columns the views' udfs read, one user per 20 rows, one merchant per 1000, 3 % fraud."""
     import duckdb
 
     from mlops_config import FeaturesConfig
-    from mlops_features.store import feast_objects
 
-    features = FeaturesConfig()
-    objects = feast_objects(features, root)
-    views = [o for o in objects if type(o).__name__ == "FeatureView"]
-    join_key = {o.name: o.join_key for o in objects if type(o).__name__ == "Entity"}
+    path = root / FeaturesConfig().source_dir / "transactions.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    users, merchants = max(1, rows // ROWS_PER_USER), max(1, rows // ROWS_PER_MERCHANT)
+    at = f"TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_microseconds(CAST(random() * {DAYS * 86_400e6} AS BIGINT))"
     with duckdb.connect(config={"memory_limit": "1GB", "preserve_insertion_order": False}) as con:
-        for view in views:
-            n = max(1, int(rows * SHARES.get(view.name, 1 / len(views))))
-            entities = max(1, n // ROWS_PER_ENTITY)
-            keys = [f"'{k[0].upper()}' || lpad(CAST(range % {entities} AS VARCHAR), 9, '0') AS {k}"
-                    for k in (join_key[e] for e in view.entities)]
-            cols = [f"{_sql_value(str(f.dtype), i)} AS {f.name}" for i, f in enumerate(view.features)]
-            ts, created = view.batch_source.timestamp_field, view.batch_source.created_timestamp_column
-            at = "TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_microseconds(CAST(random() * 2.6e12 AS BIGINT))"
-            stamp = f"{at} AS {ts}" + (f", {at} AS {created}" if created else "")
-            path = Path(view.batch_source.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            con.execute(f"COPY (SELECT {', '.join([*keys, stamp, *cols])} FROM range({n})) TO '{path}' "
-                        "(FORMAT parquet)")
+        con.execute(f"""COPY (SELECT 't' || lpad(CAST(range AS VARCHAR), 10, '0') AS transaction_id,
+                                     'U' || lpad(CAST(hash(range) % {users} AS VARCHAR), 9, '0') AS user_id,
+                                     'M' || lpad(CAST(hash(range + 7) % {merchants} AS VARCHAR), 7, '0') AS merchant_id,
+                                     ts AS event_timestamp, ts AS created,
+                                     round(exp(3 + random()), 2) AS amount, random() < 0.03 AS is_fraud
+                              FROM (SELECT range, {at} AS ts FROM range({rows})))
+                        TO '{path}' (FORMAT parquet)""")
 
 
 def worker(root: Path, engine: str) -> dict[str, Any]:
@@ -84,26 +68,44 @@ def worker(root: Path, engine: str) -> dict[str, Any]:
     apply_repo(cfg, root)
     try:
         done = materialize(cfg, root)
-        children = _children_peak_rss_mb()  # Spark's JVM (and its Python workers) while they still run
+        children = _children_peak_rss_mb()  # Spark's JVM and its Python workers while they still run
+        store = open_store(cfg, root)
+        online = {v.name: len(store.get_online_features(
+            [f"{v.name}:{v.features[0].name}"], [{v.join_keys[0]: k} for k in _sample_keys(root, v.join_keys[0])]
+        ).to_df().dropna()) for v in store.list_feature_views()}
     finally:
         open_store(cfg, root).teardown()
     return {"seconds": done["seconds"],
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "peak_rss_children_mb": children}
+            **children, "online_sample_found": online}
 
 
-def _children_peak_rss_mb() -> float:
-    """Sum of the peak RSS (``VmHWM``) of this process's live descendants, plus those already reaped."""
+def _sample_keys(root: Path, key: str, n: int = 200) -> list[str]:
+    """``n`` entity keys of the source: each must be in the online store after the run."""
+    import duckdb
+
+    from mlops_config import FeaturesConfig
+
+    path = root / FeaturesConfig().source_dir / "transactions.parquet"
+    return [r[0] for r in duckdb.sql(f"SELECT DISTINCT {key} FROM '{path}' ORDER BY 1 LIMIT {n}").fetchall()]
+
+
+def _children_peak_rss_mb() -> dict[str, float]:
+    """Peak RSS (``VmHWM``) of this process's live descendants, per kind: the JVM(s) and Spark's Python workers
+    (``pyspark.daemon`` and the workers it forks); plus the peak of those already reaped."""
     import psutil
 
-    total = 0.0
+    totals = {"peak_rss_jvm_mb": 0.0, "peak_rss_python_workers_mb": 0.0}
     for child in psutil.Process().children(recursive=True):
         try:
             status = Path(f"/proc/{child.pid}/status").read_text()
-        except OSError:
+            name = child.name()
+        except (OSError, psutil.Error):
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0) / 1024
-    return round(total + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0) / 1024
+        totals["peak_rss_jvm_mb" if name == "java" else "peak_rss_python_workers_mb"] += hwm
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {k: round(v, 1) for k, v in totals.items()} | {"peak_rss_reaped_child_mb": round(reaped, 1)}
 
 
 def measure(root: Path, engine: str, rows: int, timeout_s: float) -> dict[str, Any]:
@@ -119,7 +121,8 @@ def measure(root: Path, engine: str, rows: int, timeout_s: float) -> dict[str, A
     out["rows_per_s"] = round(rows / out["seconds"], 1)
     out["seconds"] = round(out["seconds"], 2)
     if engine == "local":
-        out.pop("peak_rss_children_mb")
+        for key in ("peak_rss_jvm_mb", "peak_rss_python_workers_mb", "peak_rss_reaped_child_mb"):
+            out.pop(key)
     return out
 
 
@@ -162,7 +165,7 @@ def main() -> None:
             print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
             out.append(row)
     print(json.dumps({"benchmark": "materialize_scale", "sizes": out, "cpus": os.cpu_count(),
-                      "spark_master": "local[*]", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+                      "spark_master": "local[*]", "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 
 
 if __name__ == "__main__":

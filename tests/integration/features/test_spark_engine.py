@@ -66,3 +66,35 @@ def test_spark_engine_writes_the_same_online_values_as_local(engines: tuple) -> 
         latest = source.sort_values("event_timestamp").groupby(key).tail(1).set_index(key)
         col = feature_cols[0]
         assert got.set_index(key)[col].to_dict() == pytest.approx(latest[col].to_dict())
+
+
+def test_spark_udfs_run_per_entity_group_on_the_workers_not_the_driver(engines: tuple) -> None:
+    """Under Spark the udfs return a lazy ``applyInPandas`` plan (the rows stay on the workers) whose rows equal
+    the pandas udf's on the same transactions, whatever the number of groups."""
+    import importlib.util
+
+    from pyspark.sql import SparkSession
+
+    root, local, _ = engines
+    spec = importlib.util.spec_from_file_location("bench_windows", root / "feature_repo" / "windows.py")
+    assert spec is not None and spec.loader is not None
+    windows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(windows)
+    tx = pd.read_parquet(root / local.source_dir / "transactions.parquet")
+    spark = SparkSession.builder.getOrCreate()  # the engine's session (local[2], UTC)
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    frame = spark.createDataFrame(tx)
+    for udf, key in ((windows.user_windows_udf, "user_id"), (windows.merchant_risk_udf, "merchant_id")):
+        out = udf(frame)
+        assert "FlatMapGroupsInPandas" in out._jdf.queryExecution().logical().toString()
+        expected = udf(tx.copy())
+        got = out.toPandas()
+        order = [key, "event_timestamp"]
+        expected = expected.assign(event_timestamp=pd.to_datetime(expected["event_timestamp"], utc=True),
+                                   created=pd.to_datetime(expected["created"], utc=True))
+        got = got.assign(event_timestamp=pd.to_datetime(got["event_timestamp"]).dt.tz_localize("UTC"),
+                         created=pd.to_datetime(got["created"]).dt.tz_localize("UTC"))
+        assert len(got) == len(expected) > 50
+        pd.testing.assert_frame_equal(expected.sort_values(order).reset_index(drop=True)[got.columns],
+                                      got.sort_values(order).reset_index(drop=True), check_exact=True,
+                                      check_dtype=False)

@@ -106,7 +106,21 @@ def test_batch_engine_spark_renders_feasts_spark_compute_engine(tmp_path: Path) 
                                             spark_conf={"spark.master": "ignored", "spark.driver.memory": "4g"}),
                              tmp_path)
     assert spark["batch_engine"] == {"type": "spark.engine", "partitions": 8,
-                                     "spark_conf": {"spark.master": "spark://spark:7077", "spark.driver.memory": "4g"}}
+                                     "spark_conf": {"spark.master": "spark://spark:7077", "spark.driver.memory": "4g",
+                                                    "spark.sql.shuffle.partitions": "8",
+                                                    "spark.sql.session.timeZone": "UTC",
+                                                    "spark.sql.execution.arrow.pyspark.enabled": "true",
+                                                    "spark.ui.enabled": "false"}}
+    tuned = repo_config_dict(FeaturesConfig(batch_engine="spark", spark_conf={
+        "spark.driver.memory": "12g", "spark.sql.shuffle.partitions": "64", "spark.executor.instances": "4"}), tmp_path)
+    conf = tuned["batch_engine"]["spark_conf"]  # the section's values win over the defaults, the rest stay
+    assert (conf["spark.driver.memory"], conf["spark.sql.shuffle.partitions"]) == ("12g", "64")
+    assert (conf["spark.executor.instances"], conf["spark.master"], conf["spark.sql.session.timeZone"]) == \
+        ("4", "local[*]", "UTC")
+    with pytest.raises(ValidationError, match=r"spark_conf has invalid entries \['driver.memory'\]"):
+        FeaturesConfig(spark_conf={"driver.memory": "8g"})
+    with pytest.raises(ValidationError, match=r"invalid entries \['spark.executor.memory'\]"):
+        FeaturesConfig(spark_conf={"spark.executor.memory": " "})
     from feast.infra.compute_engines.spark.compute import SparkComputeEngineConfig
 
     SparkComputeEngineConfig(**spark["batch_engine"])  # what Feast parses it into

@@ -100,6 +100,29 @@ def test_windows_match_brute_force_on_random_data() -> None:
             assert row.user_amount_zscore == 0.0
 
 
+def test_windows_stay_per_user_past_2048_users() -> None:
+    # 3000 users over 30 days: a (user, µs) key of user * 2**52 overflowed int64 past 2048 users, so windows
+    # spanned other users' rows; the counts here come from a per-user groupby, not from the udf's own key
+    rng = np.random.default_rng(4)
+    n = 9_000
+    tx = pd.DataFrame({"transaction_id": [f"T{i}" for i in range(n)],
+                       "user_id": [f"U{u:05d}" for u in rng.integers(0, 3_000, n)],
+                       "merchant_id": [f"M{m}" for m in rng.integers(0, 40, n)],
+                       "event_timestamp": T0 + pd.to_timedelta(rng.integers(0, 30 * 86_400, n), unit="s"),
+                       "amount": rng.integers(100, 10_000, n) / 100, "is_fraud": 0})
+    tx = tx.drop_duplicates(["user_id", "event_timestamp"]).reset_index(drop=True)
+    f = compute_user_features(tx).set_index(["user_id", "event_timestamp"]).sort_index()
+    assert f.index.get_level_values("user_id").nunique() > 2048
+    for width, name in ((pd.Timedelta(hours=24), "24h"), (pd.Timedelta(days=7), "7d")):
+        expected = {}
+        for user, rows in tx.groupby("user_id"):
+            stamps = rows["event_timestamp"].sort_values()
+            for stamp in stamps:
+                expected[(user, stamp)] = int(((stamps >= stamp - width) & (stamps <= stamp)).sum())
+        got = f[f"user_txn_count_{name}"].to_dict()
+        assert got == expected
+
+
 def test_merchant_risk_uses_only_days_that_have_ended() -> None:
     tx = _tx([
         ("U1", "M1", "1h", 10.0, 1),

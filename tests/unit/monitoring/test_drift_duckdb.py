@@ -177,7 +177,7 @@ def test_errors_name_the_bad_input(tmp_path: Path) -> None:
 def test_engine_config_and_memory_limit_applied(tmp_path: Path) -> None:
     assert MonitoringConfig().engine == "duckdb"
     with pytest.raises(ValidationError, match="engine"):
-        MonitoringConfig(engine="spark")
+        MonitoringConfig(engine="flink")
     with pytest.raises(ValidationError, match="duckdb_memory_limit"):
         MonitoringConfig(duckdb_memory_limit="lots")
     cfg = MonitoringConfig(duckdb_memory_limit="256MB", duckdb_threads=1, duckdb_temp_dir=str(tmp_path))

@@ -1,5 +1,6 @@
 """The platform's one config layer: typed sections and the layered loader."""
 
+from mlops_config._spark import SPARK_DEFAULTS, spark_conf
 from mlops_config.data import DataConfig
 from mlops_config.delivery import DeliveryConfig, SequentialCanaryConfig
 from mlops_config.errors import ConfigError, PlatformError
@@ -23,6 +24,7 @@ from mlops_config.training import (
 )
 
 __all__ = [
+    "SPARK_DEFAULTS",
     "CausalLMConfig",
     "CheckpointConfig",
     "ConfigError",
@@ -49,4 +51,5 @@ __all__ = [
     "config_schema",
     "find_config_dir",
     "load_config",
+    "spark_conf",
 ]

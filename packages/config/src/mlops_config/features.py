@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mlops_config._base import Section
+from mlops_config._spark import check_spark_conf
 
 
 class FeaturesConfig(Section):
@@ -73,5 +74,12 @@ class FeaturesConfig(Section):
     each partition writes in parallel."""
 
     spark_conf: dict[str, str] = Field(default_factory=dict)
-    """Further Spark settings for the engine (``spark.driver.memory``, ``spark.executor.instances``, …);
+    """Further Spark settings for the engine (``spark.driver.memory``, ``spark.executor.instances``, …), each
+    over the platform's defaults (``spark.driver.memory: 4g``, ``spark.sql.shuffle.partitions: 8``,
+    ``spark.sql.session.timeZone: UTC``, Arrow on, UI off; ``mlops_config.SPARK_DEFAULTS``);
     ``spark_master`` wins over a ``spark.master`` here."""
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+        return check_spark_conf(conf, "features.spark_conf")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlops_config._base import Section
+from mlops_config._spark import check_spark_conf
 
 
 class MonitoringConfig(Section):
@@ -92,11 +93,23 @@ class MonitoringConfig(Section):
     pushgateway_url: str | None = None
     """Prometheus Pushgateway the drift CronJob pushes its metrics to (``None``: only the file)."""
 
-    engine: Literal["pandas", "duckdb"] = "duckdb"
+    engine: Literal["pandas", "duckdb", "spark"] = "duckdb"
     """Where the drift statistics are computed: ``duckdb`` pushes binning, counts and the KS ECDF down to
     DuckDB SQL over the prediction log's parquet parts and the reference (memory bounded by
-    ``duckdb_memory_limit``, spilling to disk, not by the window); ``pandas`` loads the window into memory.
-    Both give the same statistics (to 1e-9) and verdicts."""
+    ``duckdb_memory_limit``, spilling to disk, not by the window); ``spark`` runs the same aggregates as Spark
+    SQL on ``spark_master`` (the cluster profile); ``pandas`` loads the window into memory. All give the same
+    statistics (to 1e-9) and verdicts."""
+
+    spark_master: str = Field(default="local[*]", min_length=1)
+    """``spark.master`` of the drift queries with ``engine: spark`` (``spark://host:7077``, ``k8s://https://…``)."""
+
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    """Further Spark settings of the drift queries, each over ``mlops_config.SPARK_DEFAULTS``."""
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+        return check_spark_conf(conf, "monitoring.spark_conf")
 
     duckdb_memory_limit: str = Field(default="1GB", pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B|B)$")
     """DuckDB's ``memory_limit`` for the drift queries (``512MB``, ``4GB``); beyond it DuckDB spills to disk."""

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from mlops_config import FeaturesConfig
+from mlops_config import FeaturesConfig, spark_conf
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
 
@@ -93,8 +93,9 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
 
 
 def spark_engine_config(features: FeaturesConfig) -> dict[str, Any]:
-    """Feast's ``batch_engine`` block for its Spark compute engine (``features.batch_engine: spark``)."""
-    return {"type": "spark.engine", "spark_conf": {**features.spark_conf, "spark.master": features.spark_master},
+    """Feast's ``batch_engine`` block for its Spark compute engine (``features.batch_engine: spark``):
+    ``mlops_config.SPARK_DEFAULTS``, then ``features.spark_conf``, then ``spark.master = features.spark_master``."""
+    return {"type": "spark.engine", "spark_conf": spark_conf(features.spark_conf, features.spark_master),
             "partitions": features.spark_partitions}
 
 

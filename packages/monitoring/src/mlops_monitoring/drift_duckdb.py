@@ -177,6 +177,32 @@ class DuckDBDrift:
         """Rows of a view (optionally those matching ``where``)."""
         return int(self.sql(f"SELECT count(*) FROM {name}" + (f" WHERE {where}" if where else ""))[0][0])
 
+    # The statistics' building blocks, in this engine's SQL (``drift_spark.SparkDrift`` has them in Spark SQL).
+    def numeric_counts(self, view: str, names: Sequence[str],
+                       edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
+        """Per column ``{"valid", "missing", "counts"}``: see :func:`_numeric_counts`."""
+        return _numeric_counts(self, view, names, edges)
+
+    def reference_edges(self, name: str, n_valid: int, n_bins: int) -> np.ndarray:
+        """The reference's interior quantile edges: see :func:`_reference_edges`."""
+        return _reference_edges(self, name, n_valid, n_bins)
+
+    def ks_exact(self, name: str, n1: int, n2: int) -> tuple[float, float]:
+        """KS of the two sides' values: see :func:`_ks_exact`."""
+        return _ks_exact(self, name, n1, n2)
+
+    def ks_sketch(self, name: str, ecdf: np.ndarray, n_ref: int, n2: int) -> tuple[float, float]:
+        """KS of the current values against a profile's ECDF sketch: see :func:`_ks_sketch`."""
+        return _ks_sketch(self, name, ecdf, n_ref, n2)
+
+    def category_counts(self, view: str, name: str) -> tuple[pd.Series, int]:
+        """Counts per category and the missing count: see :func:`_category_counts`."""
+        return _category_counts(self, view, name)
+
+    def sample(self, view: str, n: int, seed: int) -> pd.DataFrame:
+        """A seeded sample of ``n`` rows of a view (for the reports people read)."""
+        return self.frame(f"SELECT * FROM {view} USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)})")
+
 
 def infer_columns(types: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """Numeric and categorical columns from DuckDB types, as :func:`drift.compare` infers them from dtypes."""
@@ -300,30 +326,30 @@ def _numeric_columns(eng: DuckDBDrift, profile: Mapping[str, Any] | None, names:
     if not names:
         return {}
     if profile is None:
-        ref = _numeric_counts(eng, "ref", names, None)
+        ref = eng.numeric_counts("ref", names, None)
         for name in names:
             if ref[name]["valid"] == 0:
                 raise MonitoringError(
                     f"column {name!r} has no non-missing value in the reference data; nothing to compare")
-        edges = {n: _reference_edges(eng, n, ref[n]["valid"], monitoring.n_bins) for n in names}
-        ref = _numeric_counts(eng, "ref", names, edges)
+        edges = {n: eng.reference_edges(n, ref[n]["valid"], monitoring.n_bins) for n in names}
+        ref = eng.numeric_counts("ref", names, edges)
     else:
         cols = {n: (profile["score"] if kinds[n] == "score" and n not in profile["numeric"] else profile["numeric"][n])
                 for n in names}
         edges = {n: np.asarray(c["edges"], dtype=np.float64) for n, c in cols.items()}
         ref = {n: {"valid": int(c["count"]), "missing": int(c["missing"]), "counts": np.asarray(c["counts"])}
                for n, c in cols.items()}
-    cur = _numeric_counts(eng, "cur", names, edges)
+    cur = eng.numeric_counts("cur", names, edges)
     out: dict[str, ColumnDrift] = {}
     for name in names:
         r, c = ref[name], cur[name]
         if c["valid"] == 0:
             raise MonitoringError(f"column {name!r} has no non-missing value in the current data; nothing to compare")
         if profile is None:
-            method, (d, p) = "ks", _ks_exact(eng, name, r["valid"], c["valid"])
+            method, (d, p) = "ks", eng.ks_exact(name, r["valid"], c["valid"])
         else:
             ecdf = np.asarray(cols[name]["ecdf"], dtype=np.float64)
-            method, (d, p) = "ks_sketch", _ks_sketch(eng, name, ecdf, r["valid"], c["valid"])
+            method, (d, p) = "ks_sketch", eng.ks_sketch(name, ecdf, r["valid"], c["valid"])
         value = statistics.psi(with_missing(r["counts"], r["missing"], c["missing"], r["missing"]),
                                with_missing(c["counts"], r["missing"], c["missing"], c["missing"]),
                                monitoring.psi_floor)
@@ -353,13 +379,13 @@ def _categorical_columns(eng: DuckDBDrift, profile: Mapping[str, Any] | None, na
     out = {}
     for name in names:
         if profile is None:
-            counts, missing = _category_counts(eng, "ref", name)
+            counts, missing = eng.category_counts("ref", name)
             other, n_ref = 0, int(counts.sum())
         else:
             col = profile["categorical"][name]
             counts, missing = pd.Series(col["counts"], dtype=np.int64), int(col["missing"])
             other, n_ref = int(col["other_count"]), int(col["count"]) + int(col["other_count"])
-        out[name] = categorical_verdict(counts, missing, other, *_category_counts(eng, "cur", name), name in keys,
+        out[name] = categorical_verdict(counts, missing, other, *eng.category_counts("cur", name), name in keys,
                                         monitoring, n_ref)
     return out
 
@@ -383,8 +409,9 @@ def compare_duckdb(
         current: The current rows (e.g. a window of the prediction log's parts).
         monitoring: Thresholds, bins, key features and DuckDB's limits; defaults to ``MonitoringConfig()``.
         numeric, categorical, score, window: as for :func:`mlops_monitoring.drift.compare`.
-        engine: An open :class:`DuckDBDrift` whose views ``ref`` / ``cur`` are already over these sources
-            (the monitor reuses its connection); ``None``: one is opened and closed here.
+        engine: An open :class:`DuckDBDrift` (or ``drift_spark.SparkDrift``) whose views ``ref`` / ``cur`` are
+            already over these sources (the monitor reuses its connection); ``None``: a DuckDB one is opened and
+            closed here.
 
     Raises:
         MonitoringError: a column is missing on either side, has the wrong type, or a side is empty.

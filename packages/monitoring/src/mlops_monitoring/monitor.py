@@ -187,7 +187,7 @@ def run_monitor(
     labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
     label_rows = read_table(labels_path, "labels") if labels_path is not None else None
     want_html = monitoring.evidently_html if html is None else html
-    if monitoring.engine == "duckdb":
+    if monitoring.engine in ("duckdb", "spark"):
         frame, ref, level, reasons, report, quality, skew = _assess_duckdb(
             monitoring, serving, tracking, project, root, model, window=window, current=current, reference=reference,
             labels=label_rows, html=want_html, now=now, features=features)
@@ -223,7 +223,8 @@ def _assess_duckdb(
     root: Path, model: str, *, window: str | None, current: Path | None, reference: Path | None,
     labels: pd.DataFrame | None, html: bool, now: datetime, features: FeaturesConfig | None,
 ) -> _Assessed:
-    """``monitoring.engine: duckdb``: the window stays in parquet; only aggregates and samples come back."""
+    """``monitoring.engine: duckdb`` or ``spark``: the window stays in parquet; only aggregates and samples come
+    back."""
     from mlops_monitoring.drift_duckdb import TableSource
     from mlops_monitoring.window_duckdb import assess_window
 

@@ -1,4 +1,4 @@
-"""The monitor's verdict on a window with ``monitoring.engine: duckdb``: the window stays in parquet.
+"""The monitor's verdict on a window with ``monitoring.engine: duckdb`` (or ``spark``): the window stays in parquet.
 
 Only what is small comes back to Python: the drift aggregates (:mod:`mlops_monitoring.drift_duckdb`), the
 ``transaction_id, score`` columns when delayed labels are joined, and seeded samples for Evidently's HTML and
@@ -36,10 +36,6 @@ class WindowAssessment:
     skew_sample: pd.DataFrame | None
 
 
-def _sample(eng: DuckDBDrift, view: str, n: int, seed: int) -> pd.DataFrame:
-    return eng.frame(f"SELECT * FROM {view} USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)})")
-
-
 Reference = dict[str, Any] | TableSource
 
 
@@ -57,7 +53,13 @@ def assess_window(
     Raises:
         MonitoringError: fewer than ``monitoring.min_rows`` rows, no shared column, or unusable inputs.
     """
-    with DuckDBDrift(monitoring) as eng:
+    if monitoring.engine == "spark":
+        from mlops_monitoring.drift_spark import SparkDrift
+
+        engine: DuckDBDrift = SparkDrift(monitoring)
+    else:
+        engine = DuckDBDrift(monitoring)
+    with engine as eng:
         n = 0
         if current.paths:
             eng.view("cur", current)
@@ -93,7 +95,7 @@ def assess_window(
             ref_metrics = {"positive_rate": float(eng.sql(f"SELECT avg(CAST({LABEL} AS DOUBLE)) FROM ref")[0][0])} \
                 if LABEL in ref_types else {}
             if sample_rows:
-                reference_sample = _sample(eng, "ref", sample_rows, seed)
+                reference_sample = eng.sample("ref", sample_rows, seed)
         else:
             report = compare_duckdb(reference, current, monitoring, window=window, engine=eng)
             ref_metrics = dict(reference.get("metrics") or {})
@@ -104,9 +106,9 @@ def assess_window(
             quality = realized_quality(predictions, labels, monitoring.decision_threshold)
         return WindowAssessment(
             report=report, quality=quality, reference_metrics=ref_metrics,
-            current_sample=_sample(eng, "cur", sample_rows, seed) if sample_rows else pd.DataFrame(),
+            current_sample=eng.sample("cur", sample_rows, seed) if sample_rows else pd.DataFrame(),
             reference_sample=reference_sample,
-            skew_sample=_sample(eng, "cur_window", skew_rows, seed) if skew_rows else None,
+            skew_sample=eng.sample("cur_window", skew_rows, seed) if skew_rows else None,
         )
 
 
