@@ -52,7 +52,7 @@ def test_generate_validate_apply_materialize_get(config_dir: Path, repo_root: Pa
 
     res = run(["features", "apply", "--json"], cwd=repo)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["feature_services"] == ["fraud_v1"]
+    assert json.loads(res.stdout)["feature_services"] == ["fraud_rt_v1", "fraud_v1"]  # both declared in feature_repo/
     res = run(["features", "materialize", "--json"], cwd=repo)
     assert res.returncode == 0, res.stderr
     done = json.loads(res.stdout)

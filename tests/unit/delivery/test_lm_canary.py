@@ -18,12 +18,17 @@ from mlops_serving.lm_api import LMMetrics
 DELIVERY = DeliveryConfig(min_canary_requests=20)
 
 
-def exposition(version: str, *, n: int, ttft_s: float, rate: float, errors: int = 0) -> str:
+def exposition(version: str, *, n: int, ttft_s: float, rate: float, errors: int = 0, decode_tokens: int = 10,
+               short: int = 0) -> str:
+    """``n`` answers decoding ``decode_tokens`` tokens at ``rate`` tokens/s, then ``short`` answers whose second
+    (and last) token arrived 0.5 ms after the first (a per-request "rate" of 2,000 tokens/s)."""
     m = LMMetrics()
-    for _ in range(n):
+    for tokens, seconds in [(decode_tokens, decode_tokens / rate)] * n + [(1, 0.0005)] * short:
         m.requests.labels("llm", version, "stable", "completions").inc()
         m.ttft.labels("llm", version).observe(ttft_s)
-        m.tokens_per_s.labels("llm", version).observe(rate)
+        m.tokens_per_s.labels("llm", version).observe(tokens / seconds)
+        m.decode_tokens.labels("llm", version).inc(tokens)
+        m.decode_seconds.labels("llm", version).inc(seconds)
     for _ in range(errors):
         m.errors.labels("llm", version, "RuntimeError", "500").inc()
     m.errors.labels("llm", version, "BadRequestError", "400").inc()  # a 4xx is the client's fault: not counted
@@ -49,6 +54,19 @@ def test_healthy_canary_is_promoted_with_hand_computed_figures() -> None:
     assert result.canary.tokens_per_s_mean == pytest.approx(60.0)  # every request decoded at 60 tokens/s
     assert result.canary.requests == 40 and result.canary.error_rate == 0.0
     assert result.length_psi == pytest.approx(0.0) and result.length_ks == {"statistic": 0.0, "pvalue": 1.0}
+
+
+def test_decode_rate_is_over_all_tokens_not_ruled_by_the_shortest_answers() -> None:
+    """Stable answers 10 of its 40 requests with two tokens that arrive together: a mean of per-request rates
+    makes it (30 × 100 + 10 × 2000) / 40 = 575 tokens/s and fails an equally fast canary (100 < 575 / 1.2).
+    Over all tokens it decodes (30 × 30 + 10) / (30 × 0.3 + 10 × 0.0005) = 910 / 9.005 tokens/s."""
+    result = analyze_lm_canary(
+        DELIVERY, stable_metrics=exposition("1", n=30, ttft_s=0.03, rate=100, decode_tokens=30, short=10),
+        canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=100, decode_tokens=30), log=log(LENGTHS, LENGTHS),
+        stable_version=1, canary_version=2, model="llm")
+    assert result.stable.tokens_per_s_mean == pytest.approx(910 / 9.005)
+    assert result.canary.tokens_per_s_mean == pytest.approx(100.0)
+    assert result.decision == "promote", result.reasons
 
 
 def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> None:
@@ -104,6 +122,8 @@ def test_readiness_503s_before_the_traffic_are_not_canary_errors() -> None:
         m.requests.labels("llm", "2", "stable", "completions").inc()
         m.ttft.labels("llm", "2").observe(0.03)
         m.tokens_per_s.labels("llm", "2").observe(60)
+        m.decode_tokens.labels("llm", "2").inc(10)
+        m.decode_seconds.labels("llm", "2").inc(10 / 60)
     after = generate_latest(m.registry).decode()
     stable = exposition("1", n=40, ttft_s=0.03, rate=60)
     whole = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),

@@ -7,9 +7,11 @@ prediction log's rows of its version (``completion_tokens``):
 - **time to first token**: p99 from the TTFT histogram, at most ``max_p99_ratio`` × stable's + a slack of the
   width of the bucket stable's p99 lies in (at least ``p99_slack_ms``): a p99 read from buckets is only as exact
   as the bucket (25-50 ms wide around an LM's TTFT; a healthy canary failed a 2 ms slack at 95 vs 72.5 ms);
-- **tokens/s**: mean decode rate per request (the histogram's ``_sum / _count``: exact, where a median read
-  from its buckets moved by ±30 % between runs of the same two models inside the wide 250-500 bucket), at least
-  stable's ÷ ``max_p99_ratio``;
+- **tokens/s**: the decode rate over all the variant's tokens (``mlops_serving_lm_decode_tokens`` ÷
+  ``mlops_serving_lm_decode_seconds``: exact, where a median read from the rate histogram's buckets moved by
+  ±30 % between runs of the same two models; and not a mean of per-request rates, which the shortest answers
+  rule: two tokens that arrive together "decode" at thousands of tokens/s, so a stable version that answers
+  shorter looked 5× faster than an equally fast canary), at least stable's ÷ ``max_p99_ratio``;
 - **response length**: the distribution of completion tokens, PSI over quantile bins of stable's (the one PSI of
   :mod:`mlops_model.statistics`) at most ``max_response_length_psi``; the KS statistic and p-value are reported.
 
@@ -35,7 +37,8 @@ from mlops_delivery.metrics import counter_total, histogram_buckets, histogram_q
 from mlops_model import StatisticsError, statistics
 
 TTFT_METRIC = "mlops_serving_lm_time_to_first_token_seconds"
-RATE_METRIC = "mlops_serving_lm_tokens_per_second"
+DECODE_TOKENS_METRIC = "mlops_serving_lm_decode_tokens"
+DECODE_SECONDS_METRIC = "mlops_serving_lm_decode_seconds"
 
 
 @dataclass(frozen=True)
@@ -102,16 +105,16 @@ def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np
               - counter_total(prior, delivery.errors_metric, labels=labels, label_prefix={"status": "5"}))
     requests = answered + errors
     ttft = histogram_buckets(samples, TTFT_METRIC, labels=labels)
-    rate_sum = (counter_total(samples, f"{RATE_METRIC}_sum", labels=labels)
-                - counter_total(prior, f"{RATE_METRIC}_sum", labels=labels))
-    rate_n = (counter_total(samples, f"{RATE_METRIC}_count", labels=labels)
-              - counter_total(prior, f"{RATE_METRIC}_count", labels=labels))
+    decoded = (counter_total(samples, DECODE_TOKENS_METRIC, labels=labels)
+               - counter_total(prior, DECODE_TOKENS_METRIC, labels=labels))
+    decode_s = (counter_total(samples, DECODE_SECONDS_METRIC, labels=labels)
+                - counter_total(prior, DECODE_SECONDS_METRIC, labels=labels))
     seen = bool(ttft) and ttft[-1][1] > 0
     p99 = histogram_quantile(0.99, ttft) if seen else None
     return LMVariantEvidence(
         version=version, requests=requests, errors=errors, error_rate=errors / requests if requests else None,
         ttft_p99_s=p99, ttft_p99_bucket_s=_bucket_width(ttft, p99),
-        tokens_per_s_mean=rate_sum / rate_n if rate_n > 0 else None,
+        tokens_per_s_mean=decoded / decode_s if decode_s > 0 else None,
         responses_logged=int(lengths.size), completion_tokens_mean=float(lengths.mean()) if lengths.size else None)
 
 

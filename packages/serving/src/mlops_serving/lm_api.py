@@ -74,6 +74,13 @@ class LMMetrics(ServingMetrics):
         self.tokens_per_s = Histogram("mlops_serving_lm_tokens_per_second",
                                       "Generated tokens per second of a request (after the first token).",
                                       ["model", "version"], buckets=RATE_BUCKETS, registry=r)
+        # decode tokens and seconds summed: a variant's decode rate over all its tokens is their ratio (a mean of
+        # per-request rates is ruled by the shortest answers, whose few tokens can arrive together in microseconds)
+        self.decode_tokens = Counter("mlops_serving_lm_decode_tokens", "Tokens generated after the first one.",
+                                     ["model", "version"], registry=r)
+        self.decode_seconds = Counter("mlops_serving_lm_decode_seconds",
+                                      "Seconds from the first generated token to the last.", ["model", "version"],
+                                      registry=r)
         self.tokens_in = Counter("mlops_serving_lm_prompt_tokens", "Prompt tokens processed.",
                                  ["model", "version"], registry=r)
         self.tokens_out = Counter("mlops_serving_lm_completion_tokens", "Tokens generated.",
@@ -317,6 +324,8 @@ class LMRoutes:
             decode_s = out.latency_s - out.ttft_s
             if n_out > 1 and decode_s > 0:
                 self.metrics.tokens_per_s.labels(*labels).observe((n_out - 1) / decode_s)
+                self.metrics.decode_tokens.labels(*labels).inc(n_out - 1)
+                self.metrics.decode_seconds.labels(*labels).inc(decode_s)
         if self.log is None:
             return
         row: dict[str, Any] = {
