@@ -79,7 +79,7 @@ rehearse: setup prometheus
 # Two workers (xdist), one test file each at a time: most of the suite waits on servers and subprocesses, so the
 # 2 cores stay busy; a file's tests share their module fixtures on one worker.
 test: setup browser java prometheus checkov-setup lint
-	$(BIN)/pytest -n 2 --dist loadfile -m "not gpu" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not gpu" --durations=30 $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).
 rehearse-test: setup prometheus
