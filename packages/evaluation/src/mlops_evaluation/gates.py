@@ -136,22 +136,27 @@ def reproducibility_gate(
                       f"{'≤' if ok else '>'} tolerance {rtol}", evidence)
 
 
-def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 1.0) -> GateResult:
+def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 1.0, *, confidence: float = 0.95,
+                 seed: int = 0) -> GateResult:
     """Candidate p99 may exceed the champion's by at most ``tolerance`` plus the measured A/A noise.
 
+    The candidate fails when the lower end of the paired bootstrap CI (``confidence``) of its p99 regression
+    is above that allowance: the run shows, beyond its own sampling noise, a slowdown larger than allowed.
     When the A/A noise itself exceeds ``max_noise`` the run cannot tell models apart and the gate fails.
     """
-    s = run.summary()
+    s = run.summary(confidence=confidence, seed=seed)
     allowed = tolerance + s["aa_noise"]
-    ok = s["p99_regression"] <= allowed
+    low, high = s["p99_regression_ci"]
+    ok = low <= allowed
     if s["aa_noise"] > max_noise:
         return GateResult("latency", False,
                           f"too noisy to judge: the champion's p99 differed by {s['aa_noise']:.0%} between its own "
                           f"two interleaved series (limit {max_noise:.0%}); rerun on a quieter machine",
                           {**s, "tolerance": tolerance, "allowed_regression": allowed, "max_noise": max_noise})
     reason = (f"p99 {s['candidate']['p99']:.3f} ms vs champion {s['champion']['p99']:.3f} ms: "
-              f"{s['p99_regression']:+.1%} {'≤' if ok else '>'} allowed {allowed:+.1%} "
-              f"(tolerance {tolerance:.0%} + A/A noise {s['aa_noise']:.1%}); p50 {s['candidate']['p50']:.3f} vs "
+              f"{s['p99_regression']:+.1%} ({confidence:.0%} CI {low:+.1%} … {high:+.1%}; lower end "
+              f"{'≤' if ok else '>'} allowed {allowed:+.1%} = tolerance {tolerance:.0%} + A/A noise "
+              f"{s['aa_noise']:.1%}); p50 {s['candidate']['p50']:.3f} vs "
               f"{s['champion']['p50']:.3f} ms over {s['requests']} interleaved requests, {s['warmup']} warm-up dropped")
     return GateResult("latency", ok, reason, {**s, "tolerance": tolerance, "allowed_regression": allowed})
 

@@ -4,6 +4,11 @@ Each round calls the champion (A), the candidate (B) and the champion again (Aâ€
 an order that rotates every round, so slow drifts of the machine (another process, thermal, GC) hit all
 three alike. Warm-up rounds are discarded. The A/A pair measures how much p99 moves between two runs of
 the *same* model here and now; the candidate is allowed that noise on top of the configured tolerance.
+
+A p99 over a few hundred samples rests on its top two or three values, so one scheduler hiccup that lands on
+the candidate's series moves the point estimate by tens of percent (a CI run saw +45 % between two identical
+tails). The regression therefore comes with a paired bootstrap confidence interval: rounds are resampled
+together, keeping A, B and Aâ€² of one round side by side, and the gate judges the interval's lower end.
 """
 
 from __future__ import annotations
@@ -42,15 +47,38 @@ class LatencyRun:
     warmup: int
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def summary(self) -> dict[str, Any]:
-        """Percentiles per series, the candidate's p99 regression and the A/A noise (both as ratios)."""
+    def summary(self, *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+        """Percentiles per series, the candidate's p99 regression with its bootstrap CI, and the A/A noise.
+
+        Regression and noise are ratios (0.1 = 10 % slower). ``p99_regression_ci`` is the two-sided
+        ``confidence`` percentile interval of ``p99(B) / p99(A) - 1`` over ``resamples`` paired resamples of
+        the rounds (seeded, so a report is reproducible).
+        """
         a, b, a2 = percentiles(self.a_ms), percentiles(self.b_ms), percentiles(self.a2_ms)
         return {
             "champion": a, "candidate": b, "champion_control": a2,
             "p99_regression": b["p99"] / a["p99"] - 1.0,
+            "p99_regression_ci": p99_ratio_ci(self.a_ms, self.b_ms, confidence=confidence, resamples=resamples,
+                                              seed=seed),
+            "confidence": confidence,
             "aa_noise": abs(a2["p99"] / a["p99"] - 1.0),
             "requests": len(self.b_ms), "warmup": self.warmup, **self.extra,
         }
+
+
+def p99_ratio_ci(a_ms: Sequence[float], b_ms: Sequence[float], *, confidence: float, resamples: int,
+                 seed: int) -> list[float]:
+    """Percentile bootstrap CI of ``p99(b) / p99(a) - 1`` resampling the paired rounds ``(a[i], b[i])``."""
+    a, b = np.asarray(a_ms, dtype=np.float64), np.asarray(b_ms, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise EvaluationError(f"paired latency series must be non-empty and of equal length, got {a.size} and "
+                              f"{b.size} samples")
+    if not 0.0 < confidence < 1.0:
+        raise EvaluationError(f"confidence={confidence!r}: expected a fraction strictly between 0 and 1")
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    ratio = np.quantile(b[idx], 0.99, axis=1) / np.quantile(a[idx], 0.99, axis=1) - 1.0
+    tail = (1.0 - confidence) / 2.0
+    return [float(np.quantile(ratio, tail)), float(np.quantile(ratio, 1.0 - tail))]
 
 
 def measure_interleaved(champion: Predict, candidate: Predict, requests: Sequence[Any], *, timed: int,

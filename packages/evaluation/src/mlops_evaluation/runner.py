@@ -153,7 +153,7 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     pairs = [(ref_x[i:i + n], cand_x[i:i + n]) for i in range(0, len(frame) - n + 1, n)]
     run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs, timed=section.latency_requests,
                               warmup=section.latency_warmup, repeats=section.latency_repeats)
-    gate = latency_gate(run, section.latency_tolerance, section.latency_max_noise)
+    gate = latency_gate(run, section.latency_tolerance, section.latency_max_noise, confidence=section.confidence)
     if champion is None:
         return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                           + gate.reason, {**gate.evidence, "champion": None})
@@ -221,7 +221,8 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
             run = measure_interleaved(forward(ref.module), forward(cand.module), requests,
                                       timed=min(evaluation.latency_requests, 100), warmup=evaluation.latency_warmup,
                                       repeats=evaluation.latency_repeats)
-            result = latency_gate(run, evaluation.latency_tolerance, evaluation.latency_max_noise)
+            result = latency_gate(run, evaluation.latency_tolerance, evaluation.latency_max_noise,
+                                  confidence=evaluation.confidence, seed=seed)
             if champ is None:
                 result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                                     + result.reason, {**result.evidence, "champion": None})
