@@ -11,10 +11,9 @@ under ``packages/`` changed, and that ``fraud_v1`` still returns the 13 features
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -73,34 +72,14 @@ V1 = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amou
       "user_distinct_merchants_24h", "merchant_fraud_rate_7d", "merchant_txn_count_1d", "merchant_amount_mean_7d")
 
 
-def _copy_repo(src: Path, dst: Path) -> None:
-    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    for rel in files:
-        if (src / rel).is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            (dst / rel).write_bytes((src / rel).read_bytes())
-    (dst / ".venv").symlink_to(Path(sys.executable).resolve().parents[1] if not (src / ".venv").exists()
-                               else (src / ".venv").resolve())
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@example.invalid",
-                                                 "commit", "-qm", "snapshot"]):
-        subprocess.run(["git", "-C", str(dst), *cmd], check=True, capture_output=True)
-
-
-def _mlops(repo: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
-    return subprocess.run([sys.executable, "-m", "mlops_cli", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def added(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+def added(tmp_path_factory: pytest.TempPathFactory, copy_repo: Any, run_mlops: Any) -> tuple[Path, dict]:
     repo = tmp_path_factory.mktemp("add-a-feature") / "repo"
-    _copy_repo(repo_root, repo)
+    copy_repo(repo)
     (repo / "feature_repo" / "user_amount_max.py").write_text(NEW_VIEW)
     model = repo / "configs" / "models" / "fraud.yaml"
     model.write_text(model.read_text() + "features:\n  feature_service: fraud_v2\n")
-    res = _mlops(repo, "pipeline", "run", "--fast", "--json")
+    res = run_mlops(repo, "pipeline", "run", "--fast", "--json", timeout=1200)
     try:
         doc = json.loads(res.stdout)
     except json.JSONDecodeError:

@@ -4,43 +4,19 @@ stage from tests/hf_checkpoint.py, nothing downloaded), asserting the outcome of
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def _copy_repo(src: Path, dst: Path) -> None:
-    """The working tree's tracked and untracked-not-ignored files, committed in a fresh git repository."""
-    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    for rel in files:
-        if (src / rel).is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dst / rel)
-    (dst / ".venv").symlink_to(Path(sys.executable).resolve().parents[1] if not (src / ".venv").exists()
-                               else (src / ".venv").resolve())
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid",
-                                                 "commit", "-qm", "snapshot"]):
-        subprocess.run(["git", "-C", str(dst), *cmd], check=True, capture_output=True)
-
-
-def _mlops(repo: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
-    return subprocess.run([sys.executable, "-m", "mlops_cli", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+def loop(tmp_path_factory: pytest.TempPathFactory, copy_repo: Any, run_mlops: Any) -> tuple[Path, dict]:
     repo = tmp_path_factory.mktemp("lmloop") / "repo"
-    _copy_repo(repo_root, repo)
-    res = _mlops(repo, "pipeline", "run", "--model", "llm-sft", "--fast", "--json", timeout=1500)
+    copy_repo(repo)
+    res = run_mlops(repo, "pipeline", "run", "--model", "llm-sft", "--fast", "--json", timeout=1500)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return repo, json.loads(res.stdout)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,31 +17,11 @@ FRAUD_RATE = 0.03
 TRIVIAL_F1 = 2 * FRAUD_RATE / (1 + FRAUD_RATE)  # "everything is fraud": precision = rate, recall = 1
 
 
-def _copy_repo(src: Path, dst: Path) -> None:
-    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    for rel in files:
-        if (src / rel).is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dst / rel)
-    (dst / ".venv").symlink_to(Path(sys.executable).resolve().parents[1] if not (src / ".venv").exists()
-                               else (src / ".venv").resolve())
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid",
-                                                 "commit", "-qm", "snapshot"]):
-        subprocess.run(["git", "-C", str(dst), *cmd], check=True, capture_output=True)
-
-
-def _mlops(repo: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
-    return subprocess.run([sys.executable, "-m", "mlops_cli", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+def demo(tmp_path_factory: pytest.TempPathFactory, copy_repo: Any, run_mlops: Any) -> tuple[Path, dict]:
     repo = tmp_path_factory.mktemp("demo") / "repo"
-    _copy_repo(repo_root, repo)
-    res = _mlops(repo, "pipeline", "run", "--fast", "--json")
+    copy_repo(repo)
+    res = run_mlops(repo, "pipeline", "run", "--fast", "--json")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return repo, json.loads(res.stdout)
 
@@ -94,9 +74,9 @@ def test_gates_canary_and_rollback(demo: tuple[Path, dict]) -> None:
     assert (drift["champion_before"], drift["champion_after"]) == ("2", "1")
 
 
-def test_ledger_records_the_whole_story(demo: tuple[Path, dict]) -> None:
+def test_ledger_records_the_whole_story(demo: tuple[Path, dict], run_mlops: Any) -> None:
     repo, _ = demo
-    res = _mlops(repo, "registry", "history", "--model", "fraud", "--json", timeout=120)
+    res = run_mlops(repo, "registry", "history", "--model", "fraud", "--json", timeout=120)
     assert res.returncode == 0, res.stderr
     entries = json.loads(res.stdout)
     entries = entries.get("entries", entries) if isinstance(entries, dict) else entries

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,15 +16,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.rehearsal, pytest.m
 
 STEP_NAMES = ["platform", "ingest", "validate", "features", "tracking", "bootstrap", "train", "register", "gates",
               "staging", "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
-
-
-def _copy_repo(src: Path, dst: Path) -> None:
-    files = subprocess.run(["git", "-C", str(src), "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    for rel in files:
-        if (src / rel).is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dst / rel)
 
 
 def _processes_under(folder: Path) -> list[str]:
@@ -44,9 +35,9 @@ def _processes_under(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, dict]:
+def rehearsal(tmp_path_factory: pytest.TempPathFactory, copy_repo: Any) -> tuple[Path, dict]:
     repo = tmp_path_factory.mktemp("rehearsal") / "repo"
-    _copy_repo(repo_root, repo)
+    copy_repo(repo, commit=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS")}
     res = subprocess.run([sys.executable, "-m", "mlops_cli", "pipeline", "rehearse", "--fast", "--json"], cwd=repo,
                          env=env, capture_output=True, text=True, timeout=2400, check=False)
