@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -225,13 +225,13 @@ def _x(name: str) -> str:
     return f"CAST({_ident(name)} AS DOUBLE)"
 
 
-def _numeric_counts(eng: DuckDBDrift, view: str, names: Sequence[str],
-                    edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
-    """Per column: non-missing and missing counts (one scan for all columns), infinities refused, and with
-    ``edges`` the counts per bin ``[edges[i-1], edges[i])`` (one ``CASE`` + ``GROUP BY`` scan per column; a
-    long row of ``count(*) FILTER`` aggregates is many times slower in DuckDB)."""
-    if not names:
-        return {}
+def missing_scan(eng: DuckDBDrift, view: str, names: Sequence[str], x: Callable[[str], str],
+                 is_inf: Callable[[str], str]) -> tuple[int, dict[str, int]]:
+    """One scan of ``view``: its row count and each numeric column's valid (not NULL, not NaN) count.
+
+    A column of another type, or one holding an infinity, is refused naming it. ``x`` casts a column to
+    DOUBLE and ``is_inf`` tests one for infinity, in the engine's SQL dialect (DuckDB and Spark share the rest).
+    """
     side = "reference" if view == "ref" else "current"
     for name in names:
         kind = eng.types[view].get(name, "")
@@ -240,17 +240,30 @@ def _numeric_counts(eng: DuckDBDrift, view: str, names: Sequence[str],
                                   "(int or float)")
     select = ["count(*)"]
     for name in names:
-        x = _x(name)
-        select += [f"count({x})", f"sum(CASE WHEN isnan({x}) THEN 1 ELSE 0 END)",
-                   f"sum(CASE WHEN isinf({x}) THEN 1 ELSE 0 END)"]
+        select += [f"count({x(name)})", f"sum(CASE WHEN isnan({x(name)}) THEN 1 ELSE 0 END)",
+                   f"sum(CASE WHEN {is_inf(x(name))} THEN 1 ELSE 0 END)"]
     row = eng.sql(f"SELECT {', '.join(select)} FROM {view}")[0]
-    total, out = int(row[0]), {}
+    valid: dict[str, int] = {}
     for i, name in enumerate(names):
         non_null, nan, inf = (int(v or 0) for v in row[1 + 3 * i: 4 + 3 * i])
         if inf:
             raise MonitoringError(f"{side} data: column {name!r} holds an infinite value; expected finite numbers "
                                   "or NaN for missing")
-        valid = non_null - nan
+        valid[name] = non_null - nan
+    return int(row[0]), valid
+
+
+def _numeric_counts(eng: DuckDBDrift, view: str, names: Sequence[str],
+                    edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
+    """Per column: non-missing and missing counts (one scan for all columns, :func:`missing_scan`) and with
+    ``edges`` the counts per bin ``[edges[i-1], edges[i])`` (one ``CASE`` + ``GROUP BY`` scan per column; a
+    long row of ``count(*) FILTER`` aggregates is many times slower in DuckDB)."""
+    if not names:
+        return {}
+    total, valid_by = missing_scan(eng, view, names, _x, lambda x: f"isinf({x})")
+    out = {}
+    for name in names:
+        valid = valid_by[name]
         counts = np.zeros(0, dtype=np.int64)
         if edges is not None:
             col_edges = edges[name]

@@ -28,7 +28,7 @@ from mlops_config import MonitoringConfig, spark_conf
 from mlops_core import edge_probs, lerp_quantiles, quantile_positions
 from mlops_model import statistics
 from mlops_monitoring.drift import DriftReport
-from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb
+from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, missing_scan
 from mlops_monitoring.errors import MonitoringError
 
 log = logging.getLogger(__name__)
@@ -114,30 +114,13 @@ class SparkDrift(DuckDBDrift):
         """Non-missing and missing counts per column (one scan), infinities refused, counts per bin."""
         if not names:
             return {}
-        side = "reference" if view == "ref" else "current"
-        for name in names:
-            kind = self.types[view].get(name, "")
-            if not (kind in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "FLOAT", "DOUBLE")
-                    or kind.startswith("DECIMAL")):
-                raise MonitoringError(f"{side} data: column {name!r} has type {kind}; expected a numeric column "
-                                      "(int or float)")
-        select = ["count(*)"]
-        for name in names:
-            x = _x(name)
-            select += [f"count({x})", f"sum(CASE WHEN isnan({x}) THEN 1 ELSE 0 END)",
-                       f"sum(CASE WHEN abs({x}) = double('inf') THEN 1 ELSE 0 END)"]
-        row = self.sql(f"SELECT {', '.join(select)} FROM {view}")[0]
-        total, out = int(row[0]), {}
+        total, valid_by = missing_scan(self, view, names, _x, lambda x: f"abs({x}) = double('inf')")
+        out: dict[str, dict[str, Any]] = {}
         counts: dict[str, np.ndarray] = {}
-        for i, name in enumerate(names):
-            non_null, nan, inf = (int(v or 0) for v in row[1 + 3 * i: 4 + 3 * i])
-            if inf:
-                raise MonitoringError(f"{side} data: column {name!r} holds an infinite value; expected finite "
-                                      "numbers or NaN for missing")
-            valid = non_null - nan
+        for name in names:
             size = edges[name].shape[0] + 1 if edges is not None else 0
             counts[name] = np.zeros(size, dtype=np.int64)
-            out[name] = {"valid": valid, "missing": total - valid, "counts": counts[name]}
+            out[name] = {"valid": valid_by[name], "missing": total - valid_by[name], "counts": counts[name]}
         if edges is not None:  # every column's bins in one scan: (column, bin) pairs stacked, then one GROUP BY
             stacked, params = [], []
             for i, name in enumerate(names):
