@@ -7,12 +7,18 @@ batch, sequence length, steps, AdamW and bf16 compute over fp32 weights; full fi
 says what each side does and how Accelerate is made to shard on CPU. ``--rounds`` runs both sides that many
 times, alternating which goes first; tokens/s is the median over rounds, peak memory the largest.
 
+On a shared machine the wall time of one ~10 s timed window swings by ±10 % with other load, so a 2-round median
+cannot resolve a few per cent. Two figures say how much to trust the ratio: ``round_ratios_tokens_per_s`` (each
+round's ours / accelerate, the two sides run back to back) and ``cpu_seconds_per_step`` (CPU time of each worker
+process over the timed steps: the work each side does per step, which contention barely changes).
+
 Prints one JSON object on its last line::
 
     {"shape", "parameters", "steps", "batch", "seq_len", "rounds",
-     "ours": {"tokens_per_s", "peak_bytes_per_rank", "final_loss", "first_loss"},
+     "ours": {"tokens_per_s", "cpu_seconds_per_step", "peak_bytes_per_rank", "final_loss", "first_loss"},
      "accelerate": {same keys},
      "ratios": {"tokens_per_s": ours / accelerate, "peak_bytes_per_rank": ours / accelerate},
+     "round_ratios_tokens_per_s": [ours / accelerate per round], "cpu_seconds_per_step_ratio": ours / accelerate,
      "final_loss_abs_diff", "max_step_loss_abs_diff", "met": {"tokens_per_s", "peak_bytes_per_rank", "final_loss"}}
 
 Targets (issue #14): tokens/s ≥ 1.0× Accelerate's, peak memory ≤ 1.0×, final loss within 1e-3.
@@ -81,12 +87,19 @@ def run_side(impl: str, args: argparse.Namespace, checkpoint: Path, data: Path, 
     return [json.loads((out / f"{impl}-rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def summarize(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """tokens/s (median over rounds, the slowest rank's time), peak bytes (largest rank), losses (round 1)."""
+def round_tokens_per_s(r: list[dict[str, Any]]) -> float:
+    """One round's tokens/s: its tokens over the slowest rank's time."""
+    return float(r[0]["tokens"]) / max(d["seconds"] for d in r)
+
+
+def summarize(rounds: list[list[dict[str, Any]]], steps: int) -> dict[str, Any]:
+    """tokens/s (median over rounds, the slowest rank's time), CPU seconds per step (median over rounds, the
+    busiest rank), peak bytes (largest rank), losses (round 1)."""
     first = rounds[0]
     if first[0]["losses"] != first[1]["losses"]:
         raise RuntimeError(f"the ranks disagree on the loss: {first[0]['losses']} vs {first[1]['losses']}")
-    return {"tokens_per_s": statistics.median(r[0]["tokens"] / max(d["seconds"] for d in r) for r in rounds),
+    return {"tokens_per_s": statistics.median(round_tokens_per_s(r) for r in rounds),
+            "cpu_seconds_per_step": statistics.median(max(d["cpu_seconds"] for d in r) / steps for r in rounds),
             "peak_bytes_per_rank": max(d["peak_bytes"] for r in rounds for d in r),
             "final_loss": first[0]["losses"][-1], "first_loss": first[0]["losses"][0],
             "losses": first[0]["losses"], "parameters": first[0]["parameters"]}
@@ -109,7 +122,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for impl in IMPLS if i % 2 == 0 else IMPLS[::-1]:
                 out = tmp / f"out-{impl}-{i}"
                 runs[impl].append(run_side(impl, args, checkpoint, data, out))
-    sides = {impl: summarize(rs) for impl, rs in runs.items()}
+    sides = {impl: summarize(rs, args.steps) for impl, rs in runs.items()}
+    # Each round runs both sides back to back, under about the same load: its ratio is a paired comparison.
+    round_ratios = [round_tokens_per_s(o) / round_tokens_per_s(a)
+                    for o, a in zip(runs["ours"], runs["accelerate"], strict=True)]
     ours, acc = sides["ours"], sides["accelerate"]
     step_diff = max(abs(a - b) for a, b in zip(ours.pop("losses"), acc.pop("losses"), strict=True))
     parameters = ours.pop("parameters")
@@ -118,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loss_diff = abs(ours["final_loss"] - acc["final_loss"])
     report = {"shape": args.shape if args.checkpoint is None else str(args.checkpoint), "parameters": parameters,
               "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "rounds": args.rounds,
-              "ours": ours, "accelerate": acc, "ratios": ratios, "final_loss_abs_diff": loss_diff,
+              "ours": ours, "accelerate": acc, "ratios": ratios, "round_ratios_tokens_per_s": round_ratios,
+              "cpu_seconds_per_step_ratio": ours["cpu_seconds_per_step"] / acc["cpu_seconds_per_step"],
+              "final_loss_abs_diff": loss_diff,
               "max_step_loss_abs_diff": step_diff,
               "met": {"tokens_per_s": ratios["tokens_per_s"] >= 1.0,
                       "peak_bytes_per_rank": ratios["peak_bytes_per_rank"] <= 1.0,

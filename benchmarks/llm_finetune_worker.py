@@ -21,7 +21,9 @@ then sets the state to ``DistributedType.FSDP`` with the plugin, which is what `
 on a GPU; ``prepare`` then runs Accelerate's own ``fsdp2_prepare_model`` (``fully_shard`` over the gloo mesh).
 The worker checks that the parameters really are sharded DTensors before timing.
 
-Writes ``<out>/<impl>-rank<r>.json``: ``seconds`` (timed steps, after ``warmup`` untimed ones), ``tokens``
+Writes ``<out>/<impl>-rank<r>.json``: ``seconds`` (timed steps, after ``warmup`` untimed ones), ``cpu_seconds``
+(CPU time of the whole process, every thread, over those steps: the work done, which other load on the machine
+changes far less than the wall time), ``tokens``
 (padded tokens in the timed steps, all ranks), ``losses`` (every step's global mean completion-token loss),
 ``peak_bytes`` (the kernel's ``VmHWM`` since just before the model was built) and ``baseline_bytes`` (the
 resident set at that moment).
@@ -134,7 +136,7 @@ def main() -> None:
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
         x, y = task.batch(step, 0, rank, world, 1)
         loss = task.loss(model, x, y)
         backward(loss)
@@ -142,10 +144,10 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.detach().float())
     dist.barrier()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     stacked = torch.stack(losses)
     dist.all_reduce(stacked)  # each rank's loss is world × its token sum / global tokens: the sum / world is the mean
-    result = {"impl": args.impl, "rank": rank, "world": world, "seconds": seconds,
+    result = {"impl": args.impl, "rank": rank, "world": world, "seconds": seconds, "cpu_seconds": cpu_seconds,
               "tokens": args.batch * args.seq_len * args.steps, "losses": (stacked / world).tolist(),
               "peak_bytes": _status("VmHWM"), "baseline_bytes": baseline,
               "parameters": sum(p.numel() for p in model.parameters())}

@@ -47,9 +47,21 @@ def test_the_finetune_benchmark_compares_like_with_like(tmp_path: Path, repo_roo
     assert report["ratios"]["tokens_per_s"] == pytest.approx(
         report["ours"]["tokens_per_s"] / report["accelerate"]["tokens_per_s"])
     assert report["steps"] == 4 and report["batch"] == 8
+    # One round: its paired ratio is the ratio of the medians; CPU time per step is a positive fraction of a minute.
+    assert report["round_ratios_tokens_per_s"] == [pytest.approx(report["ratios"]["tokens_per_s"])]
+    for side in ("ours", "accelerate"):
+        assert 0 < report[side]["cpu_seconds_per_step"] < 60, report[side]
+    assert report["cpu_seconds_per_step_ratio"] == pytest.approx(
+        report["ours"]["cpu_seconds_per_step"] / report["accelerate"]["cpu_seconds_per_step"])
 
 
 def test_bad_sizes_are_refused_naming_the_flag(repo_root: Path) -> None:
     proc = subprocess.run([sys.executable, str(repo_root / "benchmarks/llm_finetune.py"), "--batch", "7"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "--batch must be even" in proc.stderr and "7" in proc.stderr
+
+
+def test_the_interleaved_diagnostic_refuses_bad_sizes_naming_the_flag(repo_root: Path) -> None:
+    proc = subprocess.run([sys.executable, str(repo_root / "benchmarks/llm_finetune_interleaved.py"), "--steps", "0"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--steps must be >= 1" in proc.stderr and "0" in proc.stderr
