@@ -31,6 +31,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device; this machine has none"))
+    _longest_files_first(items)
+
+
+_WEIGHT = {"rehearsal": 4, "e2e": 3, "chaos": 2, "slow": 1}
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Order the files by their heaviest marker (rehearsal, e2e, chaos, slow, the rest), keeping each file's tests
+    together and in place. ``-n 2 --dist loadfile`` hands files to the two workers in this order, so the long ones
+    start first and the short ones fill in at the end instead of one worker finishing a long file alone."""
+    weight: dict[str, int] = {}
+    for item in items:
+        w = max((v for k, v in _WEIGHT.items() if k in item.keywords), default=0)
+        weight[item.nodeid.split("::")[0]] = max(weight.get(item.nodeid.split("::")[0], 0), w)
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
 
 
 @pytest.fixture(scope="session")
