@@ -241,12 +241,20 @@ def run_tests(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: ArmCounts)
     for b in range(n_bands):
         specs.append((f"score_band({bounds[b]:g},{bounds[b + 1]:g}]", True, cfg.score_margin,
                       third / (2 * n_bands), canary.bands[..., b], n_c, stable.bands[..., b], n_s))
-    out = []
-    for name, shift, margin, alpha_r, x_c, t_c, x_s, t_s in specs:
-        result = proportion_test(x_c, t_c, x_s, t_s, margin=margin, tau=cfg.mixture_scale * margin,
-                                 alpha=cfg.alpha, alpha_rollback=alpha_r, shift=shift)
-        out.append(MetricTest(name, shift, margin, alpha_r, x_c, t_c, x_s, t_s, result))
-    return out
+    return [metric_test(cfg, name, shift=shift, margin=margin, alpha_rollback=alpha_r, canary_events=x_c,
+                        canary_trials=t_c, stable_events=x_s, stable_trials=t_s)
+            for name, shift, margin, alpha_r, x_c, t_c, x_s, t_s in specs]
+
+
+def metric_test(cfg: SequentialCanaryConfig, metric: str, *, shift: bool, margin: float, alpha_rollback: float,
+                canary_events: Any, canary_trials: Any, stable_events: Any, stable_trials: Any) -> MetricTest:
+    """One named test of a difference of proportions at ``cfg``'s ``alpha`` and mixture scale (any caller's metric:
+    the tabular canary's in :func:`run_tests`, the language model's in ``mlops_delivery.lm_canary``)."""
+    x_c, t_c, x_s, t_s = (np.asarray(a, dtype=float)
+                          for a in (canary_events, canary_trials, stable_events, stable_trials))
+    result = proportion_test(x_c, t_c, x_s, t_s, margin=margin, tau=cfg.mixture_scale * margin, alpha=cfg.alpha,
+                             alpha_rollback=alpha_rollback, shift=shift)
+    return MetricTest(metric, shift, margin, alpha_rollback, x_c, t_c, x_s, t_s, result)
 
 
 def verdict_codes(tests: Sequence[MetricTest], canary_requests: Any, min_requests: int) -> np.ndarray:
@@ -355,18 +363,25 @@ def sequential_verdict(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: A
         min_requests: Fewest canary requests before a promotion (``delivery.min_canary_requests``);
             a rollback needs no minimum, its guarantee holds at any sample size.
     """
-    tests = run_tests(cfg, stable, canary)
-    code = int(verdict_codes(tests, canary.requests, min_requests))
+    return verdict_from_tests(cfg, run_tests(cfg, stable, canary), canary_requests=canary.requests,
+                              stable_requests=stable.requests, min_requests=min_requests)
+
+
+def verdict_from_tests(cfg: SequentialCanaryConfig, tests: Sequence[MetricTest], *, canary_requests: Any,
+                       stable_requests: Any, min_requests: int = 1) -> SequentialVerdict:
+    """The verdict over any set of tests (scalars): rollback if one shows worse, promote if all show non-inferior
+    and the canary has ``min_requests``, else hold; one reason per test, worst first."""
+    code = int(verdict_codes(tests, canary_requests, min_requests))
     evidence = tuple(_evidence(t, cfg) for t in tests)
     reasons = [_reason(t) for t in evidence]
-    n_canary = int(canary.requests)
+    n_canary = int(canary_requests)
     if code == HOLD and n_canary < min_requests:
         reasons.insert(0, f"insufficient: only {n_canary} canary requests, need {min_requests} to promote")
     decision: Decision = "rollback" if code == ROLLBACK else "promote" if code == PROMOTE else "hold"
     order = {"WORSE": 0, "insufficient": 1, "undecided": 2, "ok": 3}
     reasons.sort(key=lambda r: order.get(r.split(":", 1)[0], 4))
     return SequentialVerdict(decision=decision, reasons=tuple(reasons), alpha=cfg.alpha, canary_requests=n_canary,
-                             stable_requests=int(stable.requests), tests=evidence)
+                             stable_requests=int(stable_requests), tests=evidence)
 
 
 def skew_guard(decision: Decision, reasons: Sequence[str], mismatch_rate: float | None,
