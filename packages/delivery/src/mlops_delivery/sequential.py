@@ -157,16 +157,18 @@ def band_counts(scores: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     return np.bincount(index, minlength=len(edges) + 1)
 
 
-def slow_count(buckets: Sequence[tuple[float, float]], slow_s: float, *, source: str = "latency histogram") -> float:
-    """Observations above ``slow_s`` from cumulative ``(le, count)`` buckets; ``slow_s`` must be a bucket bound."""
+def slow_count(buckets: Sequence[tuple[float, float]], slow_s: float, *, source: str = "latency histogram",
+               setting: str = "delivery.sequential.slow_ms", scale: float = 1000.0, unit: str = "ms") -> float:
+    """Observations above ``slow_s`` from cumulative ``(le, count)`` buckets; ``slow_s`` must be a bucket bound
+    (else the error names ``setting``, in ``unit`` = the buckets' ``le`` × ``scale``)."""
     if not buckets:
         return 0.0
     counts = dict(buckets)
     match = [le for le in counts if math.isclose(le, slow_s, rel_tol=1e-9)]
     if not match:
-        raise MetricsError(f"delivery.sequential.slow_ms = {slow_s * 1000:g} is not an upper bound of the "
-                           f"{source}'s buckets {[le * 1000 for le in sorted(counts) if math.isfinite(le)]} (ms); "
-                           f"choose one of them")
+        raise MetricsError(f"{setting} = {slow_s * scale:g} is not an upper bound of the "
+                           f"{source}'s buckets {[le * scale for le in sorted(counts) if math.isfinite(le)]} "
+                           f"({unit}); choose one of them")
     return float(max(counts.values()) - counts[match[0]])
 
 
