@@ -44,6 +44,10 @@ The verdict, per metric with margin ``m`` and the configured ``alpha``:
 
 Each test's evidence carries its statistic (log Lambda), its boundary (log 1/alpha) and the requests seen,
 plus the always-valid confidence bounds that the rules are equivalent to.
+
+:func:`run_tests` + :func:`sequential_verdict` are the tabular canary's tests; :func:`metric_test` +
+:func:`verdict_from_tests` run the same rules on any named proportions (the language model's canary:
+``mlops_delivery.lm_canary``).
 """
 
 from __future__ import annotations
