@@ -35,8 +35,9 @@ def test_lm_canary_section_shows_the_verdict_every_check_and_the_intervals(tmp_p
     delivery = DeliveryConfig(min_canary_requests=40, sequential=SequentialCanaryConfig(
         lm=LMSequentialConfig(error_margin=0.1, ttft_margin=0.1, decode_margin=0.1)))
     log = pd.DataFrame({"model_version": ["1"] * 30 + ["2"] * 19, "completion_tokens": [8] * 49})
-    analysis = analyze_lm_canary(delivery, stable_metrics=exposition("1", 30, 0), canary_metrics=exposition("2", 19, 11),
-                                 log=log, stable_version=1, canary_version=2, model="llm")
+    analysis = analyze_lm_canary(delivery, stable_metrics=exposition("1", 30, 0),
+                                 canary_metrics=exposition("2", 19, 11), log=log, stable_version=1, canary_version=2,
+                                 model="llm")
     ctx = SimpleNamespace(facts={"lm_canary": {"analysis": analysis.to_dict(), "stable": "1", "canary": "2",
                                                "traffic": {}}})
     section = lm_canary_section(ctx)  # type: ignore[arg-type]
