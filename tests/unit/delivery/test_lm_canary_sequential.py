@@ -145,6 +145,9 @@ def test_counts_are_windowed_and_a_bound_off_the_buckets_is_refused() -> None:
     assert windowed.canary.requests == 40 and windowed.decision == "promote", windowed.reasons
     whole = analyze(exposition("1", n=40), after, log(40, 40))
     assert (whole.canary.slow_first_tokens, whole.canary.first_tokens) == (10, 50)
+    # windows swapped, as after a counter reset: 10 - 50 = -40 requests
+    with pytest.raises(MetricsError, match=r"canary v2: 5xx count 0.0 must lie in \[0, -40.0\]; did the server"):
+        analyze(exposition("1", n=40), before, log(40, 40), canary_before=after)
     off = DELIVERY.model_copy(update={"sequential": DELIVERY.sequential.model_copy(update={
         "lm": DELIVERY.sequential.lm.model_copy(update={"ttft_slow_ms": 300.0})})})
     with pytest.raises(MetricsError, match=r"delivery\.sequential\.lm\.ttft_slow_ms = 300 is not an upper bound"):

@@ -243,6 +243,12 @@ def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
     if any(c is None for pair in counts for c in pair):
         raise MetricsError("the sequential verdict needs the slow first-token and decode counts: evidence read "
                            "with delivery.sequential.verdict = 'threshold' has none")
+    for side, v in (("stable", stable), ("canary", canary)):
+        for name, events, trials in (("5xx", v.errors, v.requests), ("slow first-token", v.slow_first_tokens,
+                                     v.first_tokens), ("slow decode", v.slow_decodes, v.decoded_requests)):
+            if not 0 <= events <= trials:  # type: ignore[operator]
+                raise MetricsError(f"{side} v{v.version}: {name} count {events!r} must lie in [0, {trials!r}]; did "
+                                   "the server restart after the before exposition (counters reset)?")
     lm, third = cfg.lm, cfg.alpha / 3.0
     return [
         metric_test(cfg, "error_rate", shift=False, margin=lm.error_margin, alpha_rollback=third,
