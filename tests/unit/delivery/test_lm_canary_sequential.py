@@ -42,16 +42,17 @@ def mixture_log_lr(x_c: int, n_c: int, x_s: int, n_s: int, *, null: float, direc
 
 
 def exposition(version: str, *, n: int, errors: int = 0, ttft_s: float = 0.03, rate: float = 60.0,
-               metrics: LMMetrics | None = None) -> str:
-    """``n`` answered requests (10 decode tokens at ``rate`` tokens/s, first token after ``ttft_s``), ``errors``
-    requests failed with 500."""
+               one_token: int = 0, metrics: LMMetrics | None = None) -> str:
+    """``n`` answered requests (first token after ``ttft_s``; the last ``one_token`` of them end there, the others
+    decode 10 tokens at ``rate`` tokens/s, as the LM server records them), ``errors`` requests failed with 500."""
     m = metrics or LMMetrics()
-    for _ in range(n):
+    for i in range(n):
         m.requests.labels("llm", version, "stable", "completions").inc()
         m.ttft.labels("llm", version).observe(ttft_s)
-        m.tokens_per_s.labels("llm", version).observe(rate)
-        m.decode_tokens.labels("llm", version).inc(10)
-        m.decode_seconds.labels("llm", version).inc(10 / rate)
+        if i < n - one_token:
+            m.tokens_per_s.labels("llm", version).observe(rate)
+            m.decode_tokens.labels("llm", version).inc(10)
+            m.decode_seconds.labels("llm", version).inc(10 / rate)
     for _ in range(errors):
         m.errors.labels("llm", version, "RuntimeError", "500").inc()
     return generate_latest(m.registry).decode()
@@ -122,6 +123,19 @@ def test_slow_first_tokens_and_slow_decoding_roll_back_from_the_histograms() -> 
     slow = analyze(exposition("1", n=40), exposition("2", n=40, rate=5.0), log(40, 40))
     assert (slow.canary.slow_decodes, slow.canary.decoded_requests, slow.stable.slow_decodes) == (40, 40, 0)
     assert slow.decision == "rollback" and slow.reasons[0].startswith("WORSE: slow_decode(<=10tok/s)")
+
+
+def test_one_token_answers_are_not_slow_decodes_but_count_as_trials() -> None:
+    """Short answers have no decode rate; the slow-decode share is over every answered request, so 20 one-token
+    answers of 40 leave the test 0/40 vs 0/40 (as the other two) rather than 0/20, which could not promote yet."""
+    result = analyze(exposition("1", n=40, one_token=20), exposition("2", n=40, one_token=20), log(40, 40))
+    assert (result.canary.decoded_requests, result.canary.first_tokens, result.canary.slow_decodes) == (20, 40, 0)
+    assert result.sequential is not None
+    decode = next(t for t in result.sequential.tests if t.metric.startswith("slow_decode"))
+    assert (decode.canary_events, decode.canary_seen, decode.stable_events, decode.stable_seen) == (0, 40, 0, 40)
+    assert decode.promote_statistic == pytest.approx(mixture_log_lr(0, 40, 0, 40, null=MARGIN, direction=-1),
+                                                     rel=1e-6)
+    assert result.decision == "promote", result.reasons
 
 
 def test_longer_answers_veto_a_promotion_but_do_not_roll_back() -> None:

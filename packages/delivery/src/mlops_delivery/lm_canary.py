@@ -30,9 +30,11 @@ differences of proportions, canary minus stable, with ``delivery.sequential.lm``
 - **error rate**: 5xx per request;
 - **slow first token**: the share of time-to-first-token observations above ``ttft_slow_ms`` (exact from the
   histogram's cumulative buckets; ``ttft_slow_ms`` must be a bucket bound);
-- **slow decode**: the share of requests decoding at ``slow_decode_tokens_per_s`` or fewer (from the per-request
-  tokens/s histogram, exact likewise). A share of slow requests, not the decode rate over all tokens: a ratio of
-  two sums has no simple variance; the shortest answers, which a per-request rate flatters, are rarely counted slow.
+- **slow decode**: the share of answered requests (those with a first token) that decoded at
+  ``slow_decode_tokens_per_s`` or fewer (from the per-request tokens/s histogram, exact likewise). A one-token
+  answer has no decode phase, so it is not slow: its trial still counts, or short answers would starve the test
+  (the loop's toy model answered 110 requests with 31 decode rates). A share of slow requests, not the decode
+  rate over all tokens: a ratio of two sums has no simple variance.
 
 Rollback splits ``alpha`` in thirds over them (as the tabular canary's error, slow and score tests). The response
 length stays a threshold (PSI): a distance has no martingale form, and a retrained LM legitimately answers at
@@ -88,9 +90,10 @@ class LMVariantEvidence:
     slow_first_tokens: float | None = None
     """... of which later than ``delivery.sequential.lm.ttft_slow_ms``."""
     decoded_requests: float | None = None
-    """Requests with a decode rate (two or more tokens) in the window (sequential verdict only)..."""
+    """Requests with a decode rate (two or more tokens) in the window (sequential verdict only)."""
     slow_decodes: float | None = None
-    """... of which at ``delivery.sequential.lm.slow_decode_tokens_per_s`` or fewer."""
+    """Requests decoding at ``delivery.sequential.lm.slow_decode_tokens_per_s`` or fewer (out of ``first_tokens``:
+    a one-token answer is not slow)."""
 
 
 @dataclass(frozen=True)
@@ -239,13 +242,13 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
 def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
                         canary: LMVariantEvidence) -> list[MetricTest]:
     """The LM's always-valid tests: error rate, slow first token, slow decode (``alpha`` / 3 each to roll back)."""
-    counts = [(v.slow_first_tokens, v.first_tokens, v.slow_decodes, v.decoded_requests) for v in (stable, canary)]
+    counts = [(v.slow_first_tokens, v.first_tokens, v.slow_decodes) for v in (stable, canary)]
     if any(c is None for pair in counts for c in pair):
         raise MetricsError("the sequential verdict needs the slow first-token and decode counts: evidence read "
                            "with delivery.sequential.verdict = 'threshold' has none")
     for side, v in (("stable", stable), ("canary", canary)):
         for name, events, trials in (("5xx", v.errors, v.requests), ("slow first-token", v.slow_first_tokens,
-                                     v.first_tokens), ("slow decode", v.slow_decodes, v.decoded_requests)):
+                                     v.first_tokens), ("slow decode", v.slow_decodes, v.first_tokens)):
             if not 0 <= events <= trials:  # type: ignore[operator]
                 raise MetricsError(f"{side} v{v.version}: {name} count {events!r} must lie in [0, {trials!r}]; did "
                                    "the server restart after the before exposition (counters reset)?")
@@ -259,8 +262,8 @@ def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
                     stable_events=stable.slow_first_tokens, stable_trials=stable.first_tokens),
         metric_test(cfg, f"slow_decode(<={lm.slow_decode_tokens_per_s:g}tok/s)", shift=False,
                     margin=lm.decode_margin, alpha_rollback=third, canary_events=canary.slow_decodes,
-                    canary_trials=canary.decoded_requests, stable_events=stable.slow_decodes,
-                    stable_trials=stable.decoded_requests),
+                    canary_trials=canary.first_tokens, stable_events=stable.slow_decodes,
+                    stable_trials=stable.first_tokens),
     ]
 
 
