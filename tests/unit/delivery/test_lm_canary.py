@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 from prometheus_client import generate_latest
 
-from mlops_config import DeliveryConfig
+from mlops_config import DeliveryConfig, SequentialCanaryConfig
 from mlops_delivery.errors import MetricsError
 from mlops_delivery.lm_canary import analyze_lm_canary
 from mlops_serving.lm_api import LMMetrics
 
-DELIVERY = DeliveryConfig(min_canary_requests=20)
+DELIVERY = DeliveryConfig(min_canary_requests=20, sequential=SequentialCanaryConfig(verdict="threshold"))
+"""The fixed thresholds alone (the sequential verdict's tests are in test_lm_canary_sequential.py)."""
 
 
 def exposition(version: str, *, n: int, ttft_s: float, rate: float, errors: int = 0, decode_tokens: int = 10,

@@ -2,7 +2,7 @@
 
 from mlops_config._spark import SPARK_DEFAULTS, spark_conf
 from mlops_config.data import DataConfig
-from mlops_config.delivery import DeliveryConfig, SequentialCanaryConfig
+from mlops_config.delivery import DeliveryConfig, LMSequentialConfig, SequentialCanaryConfig
 from mlops_config.errors import ConfigError, PlatformError
 from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
@@ -34,6 +34,7 @@ __all__ = [
     "FSDPConfig",
     "FeaturesConfig",
     "LLMServingConfig",
+    "LMSequentialConfig",
     "LoRAConfig",
     "LoadedConfig",
     "MixedPrecisionConfig",

@@ -9,6 +9,32 @@ from pydantic import Field, field_validator
 from mlops_config._base import Section
 
 
+class LMSequentialConfig(Section):
+    """The language model's sequential tests (``mlops_delivery.lm_canary``): its own signals and margins; ``alpha``,
+    ``mixture_scale``, ``verdict`` and ``threshold_guard`` are the enclosing section's.
+
+    Each is a difference of proportions, canary minus stable, read exactly from the LM server's histograms. An LM
+    canary sees tens to thousands of requests, not the tabular model's many thousands, so the margins are wider.
+    """
+
+    error_margin: float = Field(default=0.02, gt=0, lt=1)
+    """Non-inferiority margin on the 5xx error rate (absolute)."""
+
+    ttft_slow_ms: float = Field(default=1000.0, gt=0)
+    """A first token later than this is slow; must be an upper bound (``le``) of the time-to-first-token
+    histogram's buckets (``mlops_serving.lm_api.TTFT_BUCKETS``, in seconds there)."""
+
+    ttft_margin: float = Field(default=0.05, gt=0, lt=1)
+    """Non-inferiority margin on the share of requests with a slow first token (absolute)."""
+
+    slow_decode_tokens_per_s: float = Field(default=10.0, gt=0)
+    """A request decoding at this many tokens/s or fewer is slow; must be an upper bound (``le``) of the tokens/s
+    histogram's buckets (``mlops_serving.lm_api.RATE_BUCKETS``)."""
+
+    decode_margin: float = Field(default=0.05, gt=0, lt=1)
+    """Non-inferiority margin on the share of slowly decoding requests (absolute)."""
+
+
 class SequentialCanaryConfig(Section):
     """The sequential canary verdict: always-valid (mixture SPRT) tests, safe however often the analysis looks.
 
@@ -49,6 +75,9 @@ class SequentialCanaryConfig(Section):
 
     threshold_guard: bool = True
     """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
+
+    lm: LMSequentialConfig = LMSequentialConfig()
+    """The language-model canary's tests (error rate, slow first token, slow decode) and their margins."""
 
     max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
     """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import DeliveryConfig
+from mlops_delivery.checks import Check, decide_checks, error_rate_check, requests_check
 from mlops_delivery.errors import MetricsError
 from mlops_delivery.metrics import (
     counter_total,
@@ -111,38 +112,22 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
 def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence,
            psi: float | None) -> tuple[Decision, tuple[str, ...]]:
     """Apply the thresholds; return the decision and one reason per check (passed or not)."""
-    failed: list[str] = []
-    passed: list[str] = []
-    missing: list[str] = []
-    if canary.requests < delivery.min_canary_requests:
-        missing.append(f"only {canary.requests:.0f} canary requests, need {delivery.min_canary_requests}")
-    if stable.error_rate is None or canary.error_rate is None:
-        missing.append("no requests on one side: cannot compare error rates")
-    else:
-        delta = canary.error_rate - stable.error_rate
-        text = (f"error rate canary {canary.error_rate:.4f} vs stable {stable.error_rate:.4f} "
-                f"(+{delta:.4f}, max +{delivery.max_error_rate_increase})")
-        (failed if delta > delivery.max_error_rate_increase else passed).append(text)
+    checks = [requests_check(delivery, canary.requests),
+              error_rate_check(delivery, stable.error_rate, canary.error_rate)]
     if stable.p99_s is None or canary.p99_s is None:
-        missing.append("no latency observations on one side: cannot compare p99")
+        checks.append(Check("no latency observations on one side: cannot compare p99", None))
     else:
         ratio = canary.p99_s / stable.p99_s if stable.p99_s > 0 else float("inf")
         limit_s = stable.p99_s * delivery.max_p99_ratio + delivery.p99_slack_ms / 1000
-        text = (f"p99 latency canary {canary.p99_s * 1000:.2f} ms vs stable {stable.p99_s * 1000:.2f} ms "
-                f"(x{ratio:.2f}; limit x{delivery.max_p99_ratio} + {delivery.p99_slack_ms:g} ms "
-                f"= {limit_s * 1000:.2f} ms)")
-        (failed if canary.p99_s > limit_s else passed).append(text)
+        checks.append(Check(f"p99 latency canary {canary.p99_s * 1000:.2f} ms vs stable {stable.p99_s * 1000:.2f} ms "
+                            f"(x{ratio:.2f}; limit x{delivery.max_p99_ratio} + {delivery.p99_slack_ms:g} ms "
+                            f"= {limit_s * 1000:.2f} ms)", canary.p99_s > limit_s))
     if psi is None:
-        missing.append("no logged predictions on one side: cannot compare score distributions")
+        checks.append(Check("no logged predictions on one side: cannot compare score distributions", None))
     else:
-        text = f"prediction PSI {psi:.4f} (max {delivery.max_prediction_psi})"
-        (failed if psi > delivery.max_prediction_psi else passed).append(text)
-    if missing:
-        return "hold", tuple([*(f"insufficient: {m}" for m in missing), *(f"FAILED: {f}" for f in failed),
-                              *(f"ok: {p}" for p in passed)])
-    if failed:
-        return "rollback", tuple([*(f"FAILED: {f}" for f in failed), *(f"ok: {p}" for p in passed)])
-    return "promote", tuple(f"ok: {p}" for p in passed)
+        checks.append(Check(f"prediction PSI {psi:.4f} (max {delivery.max_prediction_psi})",
+                            psi > delivery.max_prediction_psi))
+    return decide_checks(checks)
 
 
 DecideFn = Callable[[DeliveryConfig, VariantEvidence, VariantEvidence, float | None], tuple[Decision, tuple[str, ...]]]

@@ -15,11 +15,30 @@ prediction log's rows of its version (``completion_tokens``):
 - **response length**: the distribution of completion tokens, PSI over quantile bins of stable's (the one PSI of
   :mod:`mlops_model.statistics`) at most ``max_response_length_psi``; the KS statistic and p-value are reported.
 
-Requests and errors are counted from a ``*_before`` exposition on when one is given (the window of the canary's
-traffic): a server's own readiness probes during start-up answer 503 and count as 5xx errors otherwise.
+Requests, errors, time to first token and decode figures are counted from a ``*_before`` exposition on when one
+is given (the window of the canary's traffic): a server's own readiness probes during start-up answer 503 and
+count as 5xx errors otherwise.
 
-Same answers as the tabular canary: too few canary requests or a side without observations → ``hold``; any
-check failed with enough evidence → ``rollback``; all passed → ``promote``.
+The thresholds answer as the tabular canary's (:func:`mlops_delivery.checks.decide_checks`): too few canary
+requests or a side without observations → ``hold``; any check failed with enough evidence → ``rollback``; all
+passed → ``promote``.
+
+Under ``delivery.sequential.verdict: sequential`` (the default) the decision is the sequential verdict instead
+(:mod:`mlops_delivery.sequential`'s always-valid tests, safe however often the canary is looked at), on three
+differences of proportions, canary minus stable, with ``delivery.sequential.lm``'s margins:
+
+- **error rate**: 5xx per request;
+- **slow first token**: the share of time-to-first-token observations above ``ttft_slow_ms`` (exact from the
+  histogram's cumulative buckets; ``ttft_slow_ms`` must be a bucket bound);
+- **slow decode**: the share of answered requests (those with a first token) that decoded at
+  ``slow_decode_tokens_per_s`` or fewer (from the per-request tokens/s histogram, exact likewise). A one-token
+  answer has no decode phase, so it is not slow: its trial still counts, or short answers would starve the test
+  (the loop's toy model answered 110 requests with 31 decode rates). A share of slow requests, not the decode
+  rate over all tokens: a ratio of two sums has no simple variance.
+
+Rollback splits ``alpha`` in thirds over them (as the tabular canary's error, slow and score tests). The response
+length stays a threshold (PSI): a distance has no martingale form, and a retrained LM legitimately answers at
+other lengths. The thresholds then only veto a promotion (``threshold_guard``), as in the tabular canary.
 """
 
 from __future__ import annotations
@@ -30,13 +49,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import DeliveryConfig
-from mlops_delivery.canary import Decision
+from mlops_config import DeliveryConfig, SequentialCanaryConfig
+from mlops_delivery.checks import Check, decide_checks, error_rate_check, requests_check
 from mlops_delivery.errors import MetricsError
 from mlops_delivery.metrics import counter_total, histogram_buckets, histogram_quantile, parse_samples
+from mlops_delivery.sequential import (
+    Decision,
+    MetricTest,
+    SequentialVerdict,
+    guarded_decision,
+    metric_test,
+    slow_count,
+    verdict_from_tests,
+)
 from mlops_model import StatisticsError, statistics
 
 TTFT_METRIC = "mlops_serving_lm_time_to_first_token_seconds"
+RATE_METRIC = "mlops_serving_lm_tokens_per_second"
 DECODE_TOKENS_METRIC = "mlops_serving_lm_decode_tokens"
 DECODE_SECONDS_METRIC = "mlops_serving_lm_decode_seconds"
 
@@ -56,6 +85,15 @@ class LMVariantEvidence:
     tokens_per_s_mean: float | None
     responses_logged: int
     completion_tokens_mean: float | None
+    first_tokens: float | None = None
+    """Time-to-first-token observations in the window (sequential verdict only)..."""
+    slow_first_tokens: float | None = None
+    """... of which later than ``delivery.sequential.lm.ttft_slow_ms``."""
+    decoded_requests: float | None = None
+    """Requests with a decode rate (two or more tokens) in the window (sequential verdict only)."""
+    slow_decodes: float | None = None
+    """Requests decoding at ``delivery.sequential.lm.slow_decode_tokens_per_s`` or fewer (out of ``first_tokens``:
+    a one-token answer is not slow)."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +107,16 @@ class LMCanaryAnalysis:
     length_psi: float | None
     length_ks: dict[str, float] | None
     thresholds: dict[str, float]
+    threshold_decision: Decision | None = None
+    """What the fixed thresholds alone answer (the guard), when the sequential verdict decides."""
+    sequential: SequentialVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": list(self.reasons), "stable": asdict(self.stable),
                 "canary": asdict(self.canary), "response_length_psi": self.length_psi,
-                "response_length_ks": self.length_ks, "thresholds": self.thresholds}
+                "response_length_ks": self.length_ks, "thresholds": self.thresholds,
+                "threshold_decision": self.threshold_decision,
+                "sequential": self.sequential.to_dict() if self.sequential else None}
 
 
 def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
@@ -89,8 +132,8 @@ def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
 
 def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np.ndarray, version: int, *,
                         source: str, model: str | None = None, before: str | None = None) -> LMVariantEvidence:
-    """Requests, 5xx, TTFT p99 and mean tokens/s of ``version`` from one LM server's exposition (requests and 5xx
-    counted from the ``before`` exposition on, when given)."""
+    """Requests, 5xx, TTFT p99 and mean tokens/s of ``version`` from one LM server's exposition (counted from the
+    ``before`` exposition on, when given), and the slow counts of the sequential verdict."""
     samples = parse_samples(metrics_text, source=source)
     prior = parse_samples(before, source=f"{source} (before)") if before is not None else []
     labels = {"model": model} if model else {}
@@ -104,18 +147,42 @@ def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np
     errors = (counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
               - counter_total(prior, delivery.errors_metric, labels=labels, label_prefix={"status": "5"}))
     requests = answered + errors
-    ttft = histogram_buckets(samples, TTFT_METRIC, labels=labels)
+    ttft = _windowed(samples, prior, TTFT_METRIC, labels)
     decoded = (counter_total(samples, DECODE_TOKENS_METRIC, labels=labels)
                - counter_total(prior, DECODE_TOKENS_METRIC, labels=labels))
     decode_s = (counter_total(samples, DECODE_SECONDS_METRIC, labels=labels)
                 - counter_total(prior, DECODE_SECONDS_METRIC, labels=labels))
     seen = bool(ttft) and ttft[-1][1] > 0
     p99 = histogram_quantile(0.99, ttft) if seen else None
+    slow: dict[str, float | None] = dict.fromkeys(("first_tokens", "slow_first_tokens", "decoded_requests",
+                                                   "slow_decodes"))
+    if delivery.sequential.verdict == "sequential":
+        slow = _slow_counts(delivery.sequential, ttft, _windowed(samples, prior, RATE_METRIC, labels), source)
     return LMVariantEvidence(
         version=version, requests=requests, errors=errors, error_rate=errors / requests if requests else None,
         ttft_p99_s=p99, ttft_p99_bucket_s=_bucket_width(ttft, p99),
         tokens_per_s_mean=decoded / decode_s if decode_s > 0 else None,
-        responses_logged=int(lengths.size), completion_tokens_mean=float(lengths.mean()) if lengths.size else None)
+        responses_logged=int(lengths.size), completion_tokens_mean=float(lengths.mean()) if lengths.size else None,
+        **slow)
+
+
+def _windowed(samples: list[Any], prior: list[Any], metric: str, labels: dict[str, str]) -> list[tuple[float, float]]:
+    """Cumulative ``(le, count)`` buckets of ``metric`` since the ``prior`` exposition."""
+    before = dict(histogram_buckets(prior, metric, labels=labels)) if prior else {}
+    return [(le, count - before.get(le, 0.0)) for le, count in histogram_buckets(samples, metric, labels=labels)]
+
+
+def _slow_counts(cfg: SequentialCanaryConfig, ttft: list[tuple[float, float]], rate: list[tuple[float, float]],
+                 source: str) -> dict[str, float | None]:
+    """First tokens later than ``ttft_slow_ms`` and requests decoding at ``slow_decode_tokens_per_s`` or fewer,
+    each out of its histogram's count, read exactly from the cumulative buckets."""
+    rate_total = rate[-1][1] if rate else 0.0
+    fast = slow_count(rate, cfg.lm.slow_decode_tokens_per_s, source=f"{source} {RATE_METRIC}",
+                      setting="delivery.sequential.lm.slow_decode_tokens_per_s", scale=1.0, unit="tokens/s")
+    return {"first_tokens": ttft[-1][1] if ttft else 0.0,
+            "slow_first_tokens": slow_count(ttft, cfg.lm.ttft_slow_ms / 1000, source=f"{source} {TTFT_METRIC}",
+                                            setting="delivery.sequential.lm.ttft_slow_ms"),
+            "decoded_requests": rate_total, "slow_decodes": rate_total - fast}
 
 
 def _bucket_width(buckets: list[tuple[float, float]], value: float | None) -> float | None:
@@ -146,44 +213,58 @@ def length_shift(stable: np.ndarray, canary: np.ndarray, delivery: DeliveryConfi
 def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence,
               psi: float | None) -> tuple[Decision, tuple[str, ...]]:
     """Apply the thresholds; one reason per check, passed or not."""
-    failed: list[str] = []
-    passed: list[str] = []
-    missing: list[str] = []
-    if canary.requests < delivery.min_canary_requests:
-        missing.append(f"only {canary.requests:.0f} canary requests, need {delivery.min_canary_requests}")
-    if stable.error_rate is None or canary.error_rate is None:
-        missing.append("no requests on one side: cannot compare error rates")
-    else:
-        delta = canary.error_rate - stable.error_rate
-        text = (f"error rate canary {canary.error_rate:.4f} vs stable {stable.error_rate:.4f} "
-                f"({delta:+.4f}, max +{delivery.max_error_rate_increase})")
-        (failed if delta > delivery.max_error_rate_increase else passed).append(text)
+    checks = [requests_check(delivery, canary.requests),
+              error_rate_check(delivery, stable.error_rate, canary.error_rate)]
     if stable.ttft_p99_s is None or canary.ttft_p99_s is None:
-        missing.append("no time-to-first-token observations on one side")
+        checks.append(Check("no time-to-first-token observations on one side", None))
     else:
         slack = max(delivery.p99_slack_ms / 1000, stable.ttft_p99_bucket_s or 0.0)
         limit = stable.ttft_p99_s * delivery.max_p99_ratio + slack
-        text = (f"TTFT p99 canary {canary.ttft_p99_s * 1000:.1f} ms vs stable {stable.ttft_p99_s * 1000:.1f} ms "
-                f"(limit x{delivery.max_p99_ratio} + {slack * 1000:g} ms, the bucket's width = {limit * 1000:.1f} ms)")
-        (failed if canary.ttft_p99_s > limit else passed).append(text)
+        checks.append(Check(
+            f"TTFT p99 canary {canary.ttft_p99_s * 1000:.1f} ms vs stable {stable.ttft_p99_s * 1000:.1f} ms "
+            f"(limit x{delivery.max_p99_ratio} + {slack * 1000:g} ms, the bucket's width = {limit * 1000:.1f} ms)",
+            canary.ttft_p99_s > limit))
     if stable.tokens_per_s_mean is None or canary.tokens_per_s_mean is None:
-        missing.append("no tokens/s observations on one side")
+        checks.append(Check("no tokens/s observations on one side", None))
     else:
         floor = stable.tokens_per_s_mean / delivery.max_p99_ratio
-        text = (f"tokens/s mean canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f} "
-                f"(min stable / {delivery.max_p99_ratio} = {floor:.1f})")
-        (failed if canary.tokens_per_s_mean < floor else passed).append(text)
+        checks.append(Check(
+            f"tokens/s mean canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f} "
+            f"(min stable / {delivery.max_p99_ratio} = {floor:.1f})", canary.tokens_per_s_mean < floor))
     if psi is None:
-        missing.append("no logged responses on one side: cannot compare response lengths")
+        checks.append(Check("no logged responses on one side: cannot compare response lengths", None))
     else:
-        text = f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})"
-        (failed if psi > delivery.max_response_length_psi else passed).append(text)
-    if missing:
-        return "hold", tuple([*(f"insufficient: {m}" for m in missing), *(f"FAILED: {f}" for f in failed),
-                              *(f"ok: {p}" for p in passed)])
-    if failed:
-        return "rollback", tuple([*(f"FAILED: {f}" for f in failed), *(f"ok: {p}" for p in passed)])
-    return "promote", tuple(f"ok: {p}" for p in passed)
+        checks.append(Check(f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})",
+                            psi > delivery.max_response_length_psi))
+    return decide_checks(checks)
+
+
+def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
+                        canary: LMVariantEvidence) -> list[MetricTest]:
+    """The LM's always-valid tests: error rate, slow first token, slow decode (``alpha`` / 3 each to roll back)."""
+    counts = [(v.slow_first_tokens, v.first_tokens, v.slow_decodes) for v in (stable, canary)]
+    if any(c is None for pair in counts for c in pair):
+        raise MetricsError("the sequential verdict needs the slow first-token and decode counts: evidence read "
+                           "with delivery.sequential.verdict = 'threshold' has none")
+    for side, v in (("stable", stable), ("canary", canary)):
+        for name, events, trials in (("5xx", v.errors, v.requests), ("slow first-token", v.slow_first_tokens,
+                                     v.first_tokens), ("slow decode", v.slow_decodes, v.first_tokens)):
+            if not 0 <= events <= trials:  # type: ignore[operator]
+                raise MetricsError(f"{side} v{v.version}: {name} count {events!r} must lie in [0, {trials!r}]; did "
+                                   "the server restart after the before exposition (counters reset)?")
+    lm, third = cfg.lm, cfg.alpha / 3.0
+    return [
+        metric_test(cfg, "error_rate", shift=False, margin=lm.error_margin, alpha_rollback=third,
+                    canary_events=canary.errors, canary_trials=canary.requests, stable_events=stable.errors,
+                    stable_trials=stable.requests),
+        metric_test(cfg, f"slow_first_token(>{lm.ttft_slow_ms:g}ms)", shift=False, margin=lm.ttft_margin,
+                    alpha_rollback=third, canary_events=canary.slow_first_tokens, canary_trials=canary.first_tokens,
+                    stable_events=stable.slow_first_tokens, stable_trials=stable.first_tokens),
+        metric_test(cfg, f"slow_decode(<={lm.slow_decode_tokens_per_s:g}tok/s)", shift=False,
+                    margin=lm.decode_margin, alpha_rollback=third, canary_events=canary.slow_decodes,
+                    canary_trials=canary.first_tokens, stable_events=stable.slow_decodes,
+                    stable_trials=stable.first_tokens),
+    ]
 
 
 def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_metrics: str, log: pd.DataFrame,
@@ -199,7 +280,14 @@ def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_m
                                  before=canary_before)
     psi, ks = length_shift(s_len, c_len, delivery)
     decision, reasons = decide_lm(delivery, stable, canary, psi)
+    threshold_decision, verdict = None, None
+    seq = delivery.sequential
+    if seq.verdict == "sequential":
+        verdict = verdict_from_tests(seq, lm_sequential_tests(seq, stable, canary), canary_requests=canary.requests,
+                                     stable_requests=stable.requests, min_requests=delivery.min_canary_requests)
+        threshold_decision = decision
+        decision, reasons = guarded_decision(verdict, decision, reasons, guard=seq.threshold_guard)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms, "max_response_length_psi": delivery.max_response_length_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
-    return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds)
+    return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds, threshold_decision, verdict)

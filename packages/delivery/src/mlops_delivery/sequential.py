@@ -44,6 +44,10 @@ The verdict, per metric with margin ``m`` and the configured ``alpha``:
 
 Each test's evidence carries its statistic (log Lambda), its boundary (log 1/alpha) and the requests seen,
 plus the always-valid confidence bounds that the rules are equivalent to.
+
+:func:`run_tests` + :func:`sequential_verdict` are the tabular canary's tests; :func:`metric_test` +
+:func:`verdict_from_tests` run the same rules on any named proportions (the language model's canary:
+``mlops_delivery.lm_canary``).
 """
 
 from __future__ import annotations
@@ -157,16 +161,18 @@ def band_counts(scores: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     return np.bincount(index, minlength=len(edges) + 1)
 
 
-def slow_count(buckets: Sequence[tuple[float, float]], slow_s: float, *, source: str = "latency histogram") -> float:
-    """Observations above ``slow_s`` from cumulative ``(le, count)`` buckets; ``slow_s`` must be a bucket bound."""
+def slow_count(buckets: Sequence[tuple[float, float]], slow_s: float, *, source: str = "latency histogram",
+               setting: str = "delivery.sequential.slow_ms", scale: float = 1000.0, unit: str = "ms") -> float:
+    """Observations above ``slow_s`` from cumulative ``(le, count)`` buckets; ``slow_s`` must be a bucket bound
+    (else the error names ``setting``, in ``unit`` = the buckets' ``le`` × ``scale``)."""
     if not buckets:
         return 0.0
     counts = dict(buckets)
     match = [le for le in counts if math.isclose(le, slow_s, rel_tol=1e-9)]
     if not match:
-        raise MetricsError(f"delivery.sequential.slow_ms = {slow_s * 1000:g} is not an upper bound of the "
-                           f"{source}'s buckets {[le * 1000 for le in sorted(counts) if math.isfinite(le)]} (ms); "
-                           f"choose one of them")
+        raise MetricsError(f"{setting} = {slow_s * scale:g} is not an upper bound of the "
+                           f"{source}'s buckets {[le * scale for le in sorted(counts) if math.isfinite(le)]} "
+                           f"({unit}); choose one of them")
     return float(max(counts.values()) - counts[match[0]])
 
 
@@ -241,12 +247,20 @@ def run_tests(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: ArmCounts)
     for b in range(n_bands):
         specs.append((f"score_band({bounds[b]:g},{bounds[b + 1]:g}]", True, cfg.score_margin,
                       third / (2 * n_bands), canary.bands[..., b], n_c, stable.bands[..., b], n_s))
-    out = []
-    for name, shift, margin, alpha_r, x_c, t_c, x_s, t_s in specs:
-        result = proportion_test(x_c, t_c, x_s, t_s, margin=margin, tau=cfg.mixture_scale * margin,
-                                 alpha=cfg.alpha, alpha_rollback=alpha_r, shift=shift)
-        out.append(MetricTest(name, shift, margin, alpha_r, x_c, t_c, x_s, t_s, result))
-    return out
+    return [metric_test(cfg, name, shift=shift, margin=margin, alpha_rollback=alpha_r, canary_events=x_c,
+                        canary_trials=t_c, stable_events=x_s, stable_trials=t_s)
+            for name, shift, margin, alpha_r, x_c, t_c, x_s, t_s in specs]
+
+
+def metric_test(cfg: SequentialCanaryConfig, metric: str, *, shift: bool, margin: float, alpha_rollback: float,
+                canary_events: Any, canary_trials: Any, stable_events: Any, stable_trials: Any) -> MetricTest:
+    """One named test of a difference of proportions at ``cfg``'s ``alpha`` and mixture scale (any caller's metric:
+    the tabular canary's in :func:`run_tests`, the language model's in ``mlops_delivery.lm_canary``)."""
+    x_c, t_c, x_s, t_s = (np.asarray(a, dtype=float)
+                          for a in (canary_events, canary_trials, stable_events, stable_trials))
+    result = proportion_test(x_c, t_c, x_s, t_s, margin=margin, tau=cfg.mixture_scale * margin, alpha=cfg.alpha,
+                             alpha_rollback=alpha_rollback, shift=shift)
+    return MetricTest(metric, shift, margin, alpha_rollback, x_c, t_c, x_s, t_s, result)
 
 
 def verdict_codes(tests: Sequence[MetricTest], canary_requests: Any, min_requests: int) -> np.ndarray:
@@ -355,18 +369,25 @@ def sequential_verdict(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: A
         min_requests: Fewest canary requests before a promotion (``delivery.min_canary_requests``);
             a rollback needs no minimum, its guarantee holds at any sample size.
     """
-    tests = run_tests(cfg, stable, canary)
-    code = int(verdict_codes(tests, canary.requests, min_requests))
+    return verdict_from_tests(cfg, run_tests(cfg, stable, canary), canary_requests=canary.requests,
+                              stable_requests=stable.requests, min_requests=min_requests)
+
+
+def verdict_from_tests(cfg: SequentialCanaryConfig, tests: Sequence[MetricTest], *, canary_requests: Any,
+                       stable_requests: Any, min_requests: int = 1) -> SequentialVerdict:
+    """The verdict over any set of tests (scalars): rollback if one shows worse, promote if all show non-inferior
+    and the canary has ``min_requests``, else hold; one reason per test, worst first."""
+    code = int(verdict_codes(tests, canary_requests, min_requests))
     evidence = tuple(_evidence(t, cfg) for t in tests)
     reasons = [_reason(t) for t in evidence]
-    n_canary = int(canary.requests)
+    n_canary = int(canary_requests)
     if code == HOLD and n_canary < min_requests:
         reasons.insert(0, f"insufficient: only {n_canary} canary requests, need {min_requests} to promote")
     decision: Decision = "rollback" if code == ROLLBACK else "promote" if code == PROMOTE else "hold"
     order = {"WORSE": 0, "insufficient": 1, "undecided": 2, "ok": 3}
     reasons.sort(key=lambda r: order.get(r.split(":", 1)[0], 4))
     return SequentialVerdict(decision=decision, reasons=tuple(reasons), alpha=cfg.alpha, canary_requests=n_canary,
-                             stable_requests=int(stable.requests), tests=evidence)
+                             stable_requests=int(stable_requests), tests=evidence)
 
 
 def skew_guard(decision: Decision, reasons: Sequence[str], mismatch_rate: float | None,

@@ -108,6 +108,37 @@ def canary_section(ctx: PipelineContext) -> Section | None:
                                                    xlabel="score")])
 
 
+def lm_canary_section(ctx: PipelineContext) -> Section | None:
+    """The LM loop's canary (``mlops_delivery.analyze_lm_canary``): the decision, each check, the two variants'
+    figures and, under the sequential verdict, each test's always-valid interval against its margin."""
+    run = ctx.facts.get("lm_canary")
+    if not run:
+        return None
+    a = run["analysis"]
+    sides = ("stable", "canary")
+    groups = {"requests": {v: a[v]["requests"] for v in sides},
+              "error rate": {v: a[v]["error_rate"] or 0.0 for v in sides},
+              "TTFT p99 ms": {v: (a[v]["ttft_p99_s"] or 0.0) * 1000 for v in sides},
+              "tokens/s": {v: a[v]["tokens_per_s_mean"] or 0.0 for v in sides}}
+    figures = [plots.grouped_bar_chart("lm-canary-compare", groups, title="stable vs canary LM")]
+    seq = a.get("sequential")
+    if seq:
+        text = (f"; sequential verdict (always-valid, alpha {seq['alpha']}) said {seq['decision']} after "
+                f"{seq['canary_requests']} canary requests; the thresholds alone said {a['threshold_decision']}")
+        rows = [(f"{t['metric']} (margin {t['margin']:g})", t["estimate"], *t["promote_interval"])
+                for t in seq["tests"] if t["promote_interval"] is not None]
+        if rows:
+            figures.append(plots.interval_chart(
+                "lm-canary-sequential", rows, title="canary - stable share, always-valid interval (promote needs it "
+                "below the margin)", xlabel="difference of proportions"))
+    else:
+        text = "; fixed thresholds decided"
+    return Section("lm-canary", f"LM canary: {a['decision']}",
+                   text=f"stable v{run['stable']} vs canary v{run['canary']}, the same prompt stream split 50/50; "
+                   f"response-length PSI {_fmt(a['response_length_psi'])}" + text,
+                   table={"header": ["check"], "rows": [[r] for r in a["reasons"]]}, plots=figures)
+
+
 def drift_section(ctx: PipelineContext) -> Section | None:
     drift = ctx.facts.get("drift")
     if not drift:
@@ -167,8 +198,8 @@ def _fmt(value: Any) -> str:
 def build_sections(ctx: PipelineContext) -> list[Section]:
     """Every section whose step ran; a section that cannot be built is logged and left out."""
     out = []
-    for build in (training_section, gates_section, shadow_section, canary_section, drift_section, ledger_section,
-                  provenance_section):
+    for build in (training_section, gates_section, shadow_section, canary_section, lm_canary_section, drift_section,
+                  ledger_section, provenance_section):
         try:
             section = build(ctx)
         except Exception:  # the report must still be written when one section's inputs are odd
