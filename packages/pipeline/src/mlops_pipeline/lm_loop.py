@@ -151,19 +151,31 @@ def _serve_args(folder: Path, version: str, log_dir: Path, *extra: str) -> list[
             "--set", "serving.prediction_log_flush_s=0.2", *extra]
 
 
-def send_prompts(server: RunningServer, prompts: list[str], *, concurrency: int = 2) -> dict[str, Any]:
-    """POST each prompt to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``); tallies of statuses."""
-    statuses: dict[int, int] = {}
+def send_prompts(servers: dict[str, RunningServer], prompts: list[str], *, concurrency: int = 2
+                 ) -> dict[str, dict[str, Any]]:
+    """POST prompts to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``) of each arm in turn; statuses per arm.
+
+    With several arms the requests alternate between them (prompt ``i`` to arm ``i mod k``, the order within each
+    round rotating) from one pool of ``concurrency`` clients, so the arms share the machine alike: two arms each
+    fed by its own pool on one 2-core machine decoded at 437 vs 607 tokens/s with identical weights.
+    """
+    arms = list(servers)
+    tasks = []
+    for i in range(0, len(prompts), len(arms)):
+        order = arms[(i // len(arms)) % len(arms):] + arms[:(i // len(arms)) % len(arms)]
+        tasks += list(zip(order, prompts[i:i + len(arms)], strict=False))
+    statuses: dict[str, dict[int, int]] = {arm: {} for arm in arms}
     with httpx.Client(timeout=60) as client:
 
-        def one(prompt: str) -> int:
-            body = {"model": server.model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-            return client.post(f"{server.url}/openai/v1/completions", json=body).status_code
+        def one(task: tuple[str, str]) -> tuple[str, int]:
+            server = servers[task[0]]
+            body = {"model": server.model, "prompt": task[1], "max_tokens": MAX_TOKENS, "temperature": 0}
+            return task[0], client.post(f"{server.url}/openai/v1/completions", json=body).status_code
 
         with ThreadPoolExecutor(concurrency) as pool:
-            for status in pool.map(one, prompts):
-                statuses[status] = statuses.get(status, 0) + 1
-    return {"requests": len(prompts), "statuses": statuses}
+            for arm, status in pool.map(one, tasks):
+                statuses[arm][status] = statuses[arm].get(status, 0) + 1
+    return {arm: {"requests": sum(statuses[arm].values()), "statuses": statuses[arm]} for arm in arms}
 
 
 def _prompts(ctx: PipelineContext, n: int, seed: int) -> list[str]:
@@ -194,10 +206,7 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
             run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-canary.log",
                        _serve_args(version_folder(ctx, version), version, logs[version])) as c_srv:
         before = {"stable": s_srv.metrics_text(), "canary": c_srv.metrics_text()}  # readiness 503s stay out
-        with ThreadPoolExecutor(2) as pool:  # both arms under the same load at the same time
-            s_fut, c_fut = pool.submit(send_prompts, s_srv, prompts[0::2]), pool.submit(send_prompts, c_srv,
-                                                                                         prompts[1::2])
-            traffic = {"stable": s_fut.result(), "canary": c_fut.result()}
+        traffic = send_prompts({"stable": s_srv, "canary": c_srv}, prompts)  # interleaved: the same load on both
         s_metrics, c_metrics = s_srv.metrics_text(), c_srv.metrics_text()
     time.sleep(0.6)
     served = pd.concat([_read_log(p, ctx.model) for p in logs.values()], ignore_index=True)
@@ -248,7 +257,7 @@ def step_lm_drift(ctx: PipelineContext) -> dict[str, Any]:
     prompts = drifted_prompts(60, cfg.project.seed + 1)
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-drift.log",
                     _serve_args(folder, champion, log_dir, "--set", "serving.llm.log_text=true")) as server:
-        traffic = send_prompts(server, prompts)
+        traffic = send_prompts({"champion": server}, prompts)["champion"]
     time.sleep(0.6)
     served = _read_log(log_dir, ctx.model)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
