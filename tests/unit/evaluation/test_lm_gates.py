@@ -76,6 +76,25 @@ def test_reproducibility_and_latency_gates_on_hand_built_numbers() -> None:
     assert not noisy.passed and noisy.reason.startswith("too noisy")
 
 
+def test_latency_gate_pairs_the_rounds_so_load_drift_is_not_a_regression() -> None:
+    """A loop run saw the reference's own TTFT medians at 83 and 185 ms: load moved between the series' samples."""
+    def timing(ttft_ms: float) -> GenerationTiming:
+        return GenerationTiming(ttft_ms / 1000, ttft_ms / 1000 + 0.5, 16)  # 15 tokens in 0.5 s: 30 tokens/s
+
+    a = [timing(80.0 if i < 13 else 185.0) for i in range(24)]  # 13 quiet rounds: median 80 ms
+    a2 = [timing(80.0 if i < 11 else 185.0) for i in range(24)]  # 11 quiet rounds: median 185 ms
+    same = latency_gate(a, a, a2, tolerance=0.1, max_noise=1.0, reference="base checkpoint", warmup=0)
+    assert a2[12].ttft_s / a[12].ttft_s == pytest.approx(185 / 80)  # only rounds 11 and 12 differ, A′ vs A
+    assert same.evidence["ttft_aa_noise"] == pytest.approx(0.0)  # median of 22 ones and two 2.31s
+    assert same.evidence["ttft_p50_regression"] == pytest.approx(0.0)
+    assert same.passed, same.reason
+    slower = [timing(t.ttft_s * 1000 * 1.5) for t in a]
+    worse = latency_gate(a, slower, a2, tolerance=0.1, max_noise=1.0, reference="base checkpoint", warmup=0)
+    assert worse.evidence["ttft_p50_regression"] == pytest.approx(0.5) and not worse.passed
+    with pytest.raises(EvaluationError, match="paired"):
+        latency_gate(a, a[:-1], a2, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
+
+
 # --- a tiny checkpoint, a fine-tune of it and a damaged copy -------------------------------------------------
 
 

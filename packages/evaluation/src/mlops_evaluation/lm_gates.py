@@ -22,6 +22,7 @@ import numpy as np
 
 from mlops_config import EvaluationConfig
 from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
+from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GateResult
 from mlops_evaluation.latency import percentiles
 
@@ -99,35 +100,52 @@ def _series(timings: Sequence[GenerationTiming]) -> dict[str, Any]:
     return {"ttft_ms": ttft, "tokens_per_s": tps}
 
 
+def _paired_median(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median over rounds of ``num[i] / den[i]`` (rounds where ``den`` is 0 left out; 1.0 when none is left)."""
+    ratios = [n / d for n, d in zip(num, den, strict=True) if d > 0]
+    return float(np.median(ratios)) if ratios else 1.0
+
+
 def latency_gate(champion: Sequence[GenerationTiming], candidate: Sequence[GenerationTiming],
                  control: Sequence[GenerationTiming], *, tolerance: float, max_noise: float, reference: str,
                  warmup: int) -> GateResult:
-    """The median TTFT may rise and the median tokens/s may fall by at most ``tolerance`` plus the A/A noise of each.
+    """The TTFT may rise and the tokens/s may fall by at most ``tolerance`` plus the A/A noise of each.
 
-    Medians, not p99: a run of tens of generations has no p99 but its slowest one (a run here had the same
-    architecture's TTFT "p99" 30 % apart from one scheduler hiccup); p99 is reported. A/A noise: how much the
-    same figure differs between the reference's two interleaved series. When either
-    exceeds ``max_noise`` the run cannot tell models apart and the gate fails as too noisy.
+    The three series are interleaved round by round (reference A, candidate B, reference A′), and the figures are
+    paired: the regression is the median over rounds of ``B_i / A_i`` and the A/A noise the median of
+    ``A′_i / A_i``. Medians, not p99: a run of tens of generations has no p99 but its slowest one. Paired, not a
+    ratio of the series' medians: on a loaded machine a generation's time follows the load of its moment, and
+    the load drifts over a run; in one run the reference's own two series had TTFT medians of 83 and 185 ms
+    (124 % apart) while within each round the three calls saw the same machine. Percentiles per series are
+    reported. When either A/A noise exceeds ``max_noise`` the run cannot tell models apart and the gate fails
+    as too noisy.
     """
+    if not len(champion) == len(candidate) == len(control) or not candidate:
+        raise EvaluationError(f"the latency series must be paired and non-empty, got {len(champion)}, "
+                              f"{len(candidate)} and {len(control)} generations")
     a, b, a2 = _series(champion), _series(candidate), _series(control)
-    ttft_reg = b["ttft_ms"]["p50"] / a["ttft_ms"]["p50"] - 1.0
-    ttft_noise = abs(a2["ttft_ms"]["p50"] / a["ttft_ms"]["p50"] - 1.0)
-    tps_a, tps_b, tps_a2 = a["tokens_per_s"]["p50"], b["tokens_per_s"]["p50"], a2["tokens_per_s"]["p50"]
-    tps_drop = 1.0 - tps_b / tps_a if tps_a > 0 else 0.0
-    tps_noise = abs(tps_a2 / tps_a - 1.0) if tps_a > 0 else 0.0
+    ttft = [t.ttft_s for t in champion], [t.ttft_s for t in candidate], [t.ttft_s for t in control]
+    rate = ([t.tokens_per_s for t in champion], [t.tokens_per_s for t in candidate],
+            [t.tokens_per_s for t in control])
+    ttft_reg = _paired_median(ttft[1], ttft[0]) - 1.0
+    ttft_noise = abs(_paired_median(ttft[2], ttft[0]) - 1.0)
+    tps_a, tps_b = a["tokens_per_s"]["p50"], b["tokens_per_s"]["p50"]
+    tps_drop = 1.0 - _paired_median(rate[1], rate[0])
+    tps_noise = abs(_paired_median(rate[2], rate[0]) - 1.0)
     allowed_ttft, allowed_tps = tolerance + ttft_noise, tolerance + tps_noise
     evidence = {"reference": reference, "champion": a, "candidate": b, "champion_control": a2,
                 "ttft_p50_regression": ttft_reg, "ttft_aa_noise": ttft_noise, "tokens_per_s_drop": tps_drop,
-                "tokens_per_s_aa_noise": tps_noise, "tolerance": tolerance, "max_noise": max_noise,
-                "requests": len(candidate), "warmup": warmup}
+                "tokens_per_s_aa_noise": tps_noise, "paired": "median over rounds of B/A and A'/A",
+                "tolerance": tolerance, "max_noise": max_noise, "requests": len(candidate), "warmup": warmup}
     if max(ttft_noise, tps_noise) > max_noise:
         return GateResult("latency", False,
                           f"too noisy to judge: the {reference}'s own two interleaved series differed by "
-                          f"{ttft_noise:.0%} (TTFT p50) and {tps_noise:.0%} (tokens/s p50), limit {max_noise:.0%}; "
-                          "rerun on a quieter machine", evidence)
+                          f"{ttft_noise:.0%} (TTFT, paired median) and {tps_noise:.0%} (tokens/s), limit "
+                          f"{max_noise:.0%}; rerun on a quieter machine", evidence)
     ttft_ok, tps_ok = ttft_reg <= allowed_ttft, tps_drop <= allowed_tps
-    reason = (f"TTFT p50 {b['ttft_ms']['p50']:.2f} ms vs {reference} {a['ttft_ms']['p50']:.2f} ms: {ttft_reg:+.1%} "
-              f"{'≤' if ttft_ok else '>'} allowed {allowed_ttft:+.1%}; tokens/s p50 {tps_b:.1f} vs {tps_a:.1f}: drop "
+    reason = (f"TTFT p50 {b['ttft_ms']['p50']:.2f} ms vs {reference} {a['ttft_ms']['p50']:.2f} ms, paired "
+              f"{ttft_reg:+.1%} {'≤' if ttft_ok else '>'} allowed {allowed_ttft:+.1%}; tokens/s p50 {tps_b:.1f} vs "
+              f"{tps_a:.1f}: paired drop "
               f"{tps_drop:+.1%} {'≤' if tps_ok else '>'} allowed {allowed_tps:+.1%} (tolerance {tolerance:.0%} + A/A "
               f"noise); TTFT p99 {b['ttft_ms']['p99']:.2f} vs {a['ttft_ms']['p99']:.2f} ms (reported); "
               f"{len(candidate)} interleaved generations each, {warmup} warm-up dropped")
