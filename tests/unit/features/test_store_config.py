@@ -160,8 +160,8 @@ def test_spark_source_is_the_file_sources_parquet(tmp_path: Path) -> None:
                       timestamp_field="event_timestamp", created_timestamp_column="created",
                       field_mapping={"amt": "amount"})
     got = spark_source(file, repo)
-    assert (got.name, got.path, got.file_format) == ("transactions", str(tmp_path / "data/features/transactions.parquet"),
-                                                     "parquet")
+    assert (got.name, got.path, got.file_format) == \
+        ("transactions", str(tmp_path / "data/features/transactions.parquet"), "parquet")
     assert (got.timestamp_field, got.created_timestamp_column, got.field_mapping) == \
         ("event_timestamp", "created", {"amt": "amount"})
     s3 = spark_source(FileSource(name="t", path="s3://bucket/tx.parquet", timestamp_field="ts"), repo)

@@ -23,8 +23,7 @@ from typing import Any, Literal
 
 from feast.infra.offline_stores.contrib.spark_offline_store.spark import SparkOfflineStore, SparkOfflineStoreConfig
 from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
-from feast.infra.offline_stores.file_source import FileSource
-from feast.infra.offline_stores.file_source import ParquetFormat
+from feast.infra.offline_stores.file_source import FileSource, ParquetFormat
 
 from mlops_features.errors import FeatureStoreError
 from mlops_features.offline_duckdb import UdfDuckDBOfflineStore, UdfDuckDBOfflineStoreConfig
@@ -60,7 +59,8 @@ def spark_source(source: Any, repo_path: Path | str | None) -> SparkSource:
     elif uri.startswith("s3://"):
         uri = "s3a://" + uri.removeprefix("s3://")  # Hadoop's S3 connector
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The spark data source API is an experimental", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="The spark data source API is an experimental",
+                                category=RuntimeWarning)
         return SparkSource(name=source.name, path=uri, file_format="parquet", timestamp_field=source.timestamp_field,
                            created_timestamp_column=source.created_timestamp_column,
                            field_mapping=dict(source.field_mapping), date_partition_column=source.date_partition_column)
