@@ -5,7 +5,8 @@ pandas udfs compute the windows from the ``transactions`` source) materialize a 
 written by DuckDB (no pandas) at ``--sizes`` rows over 30 days (one user per 20 rows, one merchant per 1000).
 Each measurement runs in a fresh subprocess: ``feast apply`` + a full ``materialize`` into the real Redis
 under a project of its own (deleted after), with ``features.batch_engine`` = ``local`` or ``spark``
-(``spark_master`` = ``local[*]``, the platform's Spark defaults: 4 GB driver, 8 shuffle partitions).
+(``spark_master`` = ``local[*]``, the platform's Spark defaults: 4 GB driver, 8 shuffle partitions; Spark's
+executors read the parquet source, see ``mlops_features.offline_spark``).
 
 Reported per size and engine: ``rows_per_s`` (source rows / materialize seconds), ``seconds``,
 ``online_sample_found`` (of 200 source entities per view, how many the online store has), ``peak_rss_mb`` of
@@ -140,6 +141,7 @@ def main() -> None:
     if "spark" in args.engines and shutil.which("java") is None:
         raise SystemExit("java is not installed; Spark needs a JVM: `make java`")
     sizes = [int(s) for s in args.sizes.split(",")]
+    load_start = [round(x, 2) for x in os.getloadavg()]  # 1/5/15-min load: the machine may be shared
     engines = args.engines.split(",")
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="materialize-scale-") as tmp:
@@ -164,8 +166,12 @@ def main() -> None:
                     row[engine] = measure(root, engine, n, args.max_run_s * 1.5)
             print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
             out.append(row)
+    from mlops_config import SPARK_DEFAULTS
+
     print(json.dumps({"benchmark": "materialize_scale", "sizes": out, "cpus": os.cpu_count(),
-                      "spark_master": "local[*]", "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+                      "spark_master": "local[*]", "spark_driver_memory": SPARK_DEFAULTS["spark.driver.memory"],
+                      "load_average": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
+                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import apply_repo, materialize, open_store, prepare_local_data
+from mlops_features.repo import in_repo
 
 pytestmark = pytest.mark.integration
 
@@ -66,6 +67,42 @@ def test_spark_engine_writes_the_same_online_values_as_local(engines: tuple) -> 
         latest = source.sort_values("event_timestamp").groupby(key).tail(1).set_index(key)
         col = feature_cols[0]
         assert got.set_index(key)[col].to_dict() == pytest.approx(latest[col].to_dict())
+
+
+def test_spark_engine_reads_the_source_on_the_executors_with_the_duckdb_stores_rows(engines: tuple) -> None:
+    """The Spark engine's source pull is a Spark plan over the parquet (executors scan it; no arrow table built on
+    the driver and handed to ``createDataFrame``) and returns the DuckDB store's rows for the same window, both
+    bounds inclusive."""
+    from datetime import timedelta
+
+    from feast.infra.offline_stores.contrib.spark_offline_store.spark import SparkRetrievalJob
+
+    root, local, spark = engines
+    spark_store, local_store = open_store(spark, root), open_store(local, root)
+    offline, duck = spark_store._get_provider().offline_store, local_store._get_provider().offline_store
+    assert (type(offline).__name__, type(duck).__name__) == ("SparkReadOfflineStore", "UdfDuckDBOfflineStore")
+    source = spark_store.get_feature_view("user_transactions").batch_source
+    tx = pd.read_parquet(root / local.source_dir / "transactions.parquet")
+    stamps = pd.to_datetime(tx["event_timestamp"], utc=True).sort_values()
+    start, end = stamps.iloc[100].to_pydatetime(), stamps.iloc[-100].to_pydatetime()  # rows sit on both bounds
+    args = (["user_id"], [], "event_timestamp", "created", start, end)
+    job = offline.pull_all_from_table_or_query(spark_store.config, source, *args)
+    assert isinstance(job, SparkRetrievalJob)
+    plan = job.to_spark_df()._jdf.queryExecution().optimizedPlan().toString()
+    assert "parquet" in plan.lower() and "LocalRelation" not in plan and "LogicalRDD" not in plan, plan
+    got = job.to_spark_df().toPandas().sort_values("transaction_id").reset_index(drop=True)
+    with in_repo(local, root):  # the DuckDB store reads a relative path from the working directory, as in materialize
+        expected = duck.pull_all_from_table_or_query(local_store.config, source, *args).to_df()
+    expected = expected.sort_values("transaction_id").reset_index(drop=True)
+    inside = ((stamps >= start) & (stamps <= end)).sum()
+    assert len(got) == len(expected) == inside > 1000
+    assert sorted(got.columns) == sorted(expected.columns) == sorted(tx.columns)
+    for col in ("transaction_id", "user_id", "merchant_id", "amount", "is_fraud"):
+        assert got[col].tolist() == expected[col].tolist(), col
+    for col in ("event_timestamp", "created"):
+        assert (pd.to_datetime(got[col]).dt.tz_localize("UTC") == pd.to_datetime(expected[col], utc=True)).all(), col
+    assert got["event_timestamp"].min() == start.replace(tzinfo=None) and \
+        got["event_timestamp"].max() == end.replace(tzinfo=None) and start + timedelta(hours=1) < end
 
 
 def test_spark_udfs_run_per_entity_group_on_the_workers_not_the_driver(engines: tuple) -> None:

@@ -126,3 +126,47 @@ def test_batch_engine_spark_renders_feasts_spark_compute_engine(tmp_path: Path) 
     SparkComputeEngineConfig(**spark["batch_engine"])  # what Feast parses it into
     with pytest.raises(ValidationError, match="batch_engine"):
         FeaturesConfig(batch_engine="flink")
+
+
+def test_batch_engine_spark_renders_the_store_whose_source_reads_run_on_spark(tmp_path: Path) -> None:
+    """With the Spark engine the offline store is the DuckDB store whose source pulls are Spark's (executors read
+    the parquet, nothing is collected on the driver); the local engine keeps the plain DuckDB store."""
+    from feast import RepoConfig
+    from pydantic import ValidationError
+
+    from mlops_features.offline_duckdb import UdfDuckDBOfflineStoreConfig
+    from mlops_features.offline_spark import SparkReadOfflineStoreConfig
+
+    local = repo_config_dict(FeaturesConfig(), tmp_path)
+    assert local["offline_store"] == {"type": "mlops_features.offline_duckdb.UdfDuckDBOfflineStore"}
+    spark = repo_config_dict(FeaturesConfig(batch_engine="spark"), tmp_path)
+    assert spark["offline_store"] == {"type": "mlops_features.offline_spark.SparkReadOfflineStore"}
+    parsed = RepoConfig(repo_path=tmp_path, **spark).offline_store  # Feast finds <class>Config beside the store
+    assert type(parsed) is SparkReadOfflineStoreConfig and isinstance(parsed, UdfDuckDBOfflineStoreConfig)
+    with pytest.raises(ValidationError, match=r"batch_engine 'spark' needs offline_store 'duckdb', got offline_store "
+                                              r"'file'"):
+        FeaturesConfig(batch_engine="spark", offline_store="file")
+
+
+def test_spark_source_is_the_file_sources_parquet(tmp_path: Path) -> None:
+    from feast import FileSource
+    from feast.data_format import DeltaFormat
+    from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
+
+    from mlops_features.offline_spark import spark_source
+
+    repo = tmp_path / "feature_repo"
+    file = FileSource(name="transactions", path="../data/features/transactions.parquet",
+                      timestamp_field="event_timestamp", created_timestamp_column="created",
+                      field_mapping={"amt": "amount"})
+    got = spark_source(file, repo)
+    assert (got.name, got.path, got.file_format) == \
+        ("transactions", str(tmp_path / "data/features/transactions.parquet"), "parquet")
+    assert (got.timestamp_field, got.created_timestamp_column, got.field_mapping) == \
+        ("event_timestamp", "created", {"amt": "amount"})
+    s3 = spark_source(FileSource(name="t", path="s3://bucket/tx.parquet", timestamp_field="ts"), repo)
+    assert s3.path == "s3a://bucket/tx.parquet"  # Hadoop's connector
+    declared = SparkSource(name="t", path="/data/tx", file_format="parquet", timestamp_field="ts")
+    assert spark_source(declared, repo) is declared
+    with pytest.raises(FeatureStoreError, match=r"source 'delta' \(DeltaFormat\) cannot be read by Spark's executors"):
+        spark_source(FileSource(name="delta", path="/data/tx", file_format=DeltaFormat(), timestamp_field="ts"), repo)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlops_config._base import Section
 from mlops_config._spark import check_spark_conf
@@ -64,7 +64,9 @@ class FeaturesConfig(Section):
     batch_engine: Literal["local", "spark"] = "local"
     """Feast's materialization engine: ``local`` (in this process) or ``spark`` (Feast's Spark compute engine
     on ``spark_master``: ``local[*]`` on one machine, ``spark://host:7077`` or ``k8s://https://…`` for a
-    cluster). Both write the same online values; Spark needs a JVM (``make java``) and ``pyspark``."""
+    cluster; Spark's executors read the parquet sources, training sets stay on DuckDB, so it needs
+    ``offline_store: duckdb``). Both write the same online values; Spark needs a JVM (``make java``) and
+    ``pyspark``."""
 
     spark_master: str = Field(default="local[*]", min_length=1)
     """``spark.master`` of the Spark engine (``batch_engine: spark``)."""
@@ -78,6 +80,14 @@ class FeaturesConfig(Section):
     over the platform's defaults (``spark.driver.memory: 4g``, ``spark.sql.shuffle.partitions: 8``,
     ``spark.sql.session.timeZone: UTC``, Arrow on, UI off; ``mlops_config.SPARK_DEFAULTS``);
     ``spark_master`` wins over a ``spark.master`` here."""
+
+    @model_validator(mode="after")
+    def _spark_reads_beside_duckdb(self) -> FeaturesConfig:
+        if self.batch_engine == "spark" and self.offline_store != "duckdb":
+            raise ValueError(
+                f"batch_engine 'spark' needs offline_store 'duckdb', got offline_store {self.offline_store!r}: the "
+                "Spark engine's executors read the sources and the training sets are joined by the DuckDB store")
+        return self
 
     @field_validator("spark_conf")
     @classmethod

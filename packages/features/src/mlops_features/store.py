@@ -44,6 +44,12 @@ OFFLINE_STORE_TYPES = {"duckdb": "mlops_features.offline_duckdb.UdfDuckDBOffline
 (see :mod:`mlops_features.offline_duckdb`)."""
 
 
+SPARK_OFFLINE_STORE_TYPE = "mlops_features.offline_spark.SparkReadOfflineStore"
+"""Feast offline store type with ``features.batch_engine: spark``: the DuckDB store, except that the sources the
+Spark engine materializes from are read by Spark's executors, not collected on the driver
+(see :mod:`mlops_features.offline_spark`)."""
+
+
 def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to: Path | None = None,
                      environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The ``feature_store.yaml`` content for this section; paths absolute, or relative to ``relative_to``.
@@ -89,6 +95,7 @@ def repo_config_dict(features: FeaturesConfig, root: str | Path, *, relative_to:
     }
     if features.batch_engine == "spark":
         config["batch_engine"] = spark_engine_config(features)
+        config["offline_store"] = {"type": SPARK_OFFLINE_STORE_TYPE}
     return config
 
 
