@@ -26,6 +26,15 @@ class UdfDuckDBOfflineStoreConfig(DuckDBOfflineStoreConfig):
     """Offline store type selector (this class's path)."""
 
 
+def every_column(config: Any, data_source: Any, feature_name_columns: list[str], named: set[str | None]
+                 ) -> list[str]:
+    """``feature_name_columns``, or when it is empty every column of ``data_source`` but the ``named`` ones (the
+    keys and timestamps): what a udf's input needs from a full pull."""
+    if feature_name_columns:
+        return feature_name_columns
+    return [c for c, _ in data_source.get_table_column_names_and_types(config) if c not in named]
+
+
 class UdfDuckDBOfflineStore(DuckDBOfflineStore):
     """:class:`DuckDBOfflineStore` whose full pull returns every column when no feature column is named."""
 
@@ -40,10 +49,8 @@ class UdfDuckDBOfflineStore(DuckDBOfflineStore):
         start_date: datetime | None = None,
         end_date: datetime | None = None,
     ) -> Any:
-        if not feature_name_columns:
-            named = {*join_key_columns, timestamp_field, created_timestamp_column}
-            feature_name_columns = [c for c, _ in data_source.get_table_column_names_and_types(config)
-                                    if c not in named]
+        feature_name_columns = every_column(config, data_source, feature_name_columns,
+                                            {*join_key_columns, timestamp_field, created_timestamp_column})
         return DuckDBOfflineStore.pull_all_from_table_or_query(
             config, data_source, join_key_columns, feature_name_columns, timestamp_field,
             created_timestamp_column, start_date, end_date)

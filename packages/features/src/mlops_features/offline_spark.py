@@ -26,7 +26,7 @@ from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import 
 from feast.infra.offline_stores.file_source import FileSource, ParquetFormat
 
 from mlops_features.errors import FeatureStoreError
-from mlops_features.offline_duckdb import UdfDuckDBOfflineStore, UdfDuckDBOfflineStoreConfig
+from mlops_features.offline_duckdb import UdfDuckDBOfflineStore, UdfDuckDBOfflineStoreConfig, every_column
 
 STORE_TYPE = "mlops_features.offline_spark.SparkReadOfflineStore"
 
@@ -88,11 +88,9 @@ class SparkReadOfflineStore(UdfDuckDBOfflineStore):
         start_date: datetime | None = None,
         end_date: datetime | None = None,
     ) -> Any:
-        source = spark_source(data_source, config.repo_path)
-        if not feature_name_columns:  # every source column (a udf's input), named as the DuckDB store names them
-            named = {*join_key_columns, timestamp_field, created_timestamp_column}
-            feature_name_columns = [c for c, _ in data_source.get_table_column_names_and_types(config)
-                                    if c not in named]
+        source = spark_source(data_source, config.repo_path)  # every source column (a udf's input) if none named
+        feature_name_columns = every_column(config, data_source, feature_name_columns,
+                                            {*join_key_columns, timestamp_field, created_timestamp_column})
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The spark offline store is an experimental",
                                     category=RuntimeWarning)

@@ -164,7 +164,13 @@ class DuckDBDrift:
             f"read_parquet({files}, union_by_name=true, hive_partitioning=false)"
         self.sql(f"CREATE OR REPLACE TEMP VIEW {name}_all AS SELECT * FROM {reader}")
         types = {str(r[0]): str(r[1]) for r in self.sql(f"DESCRIBE {name}_all")}
-        where = [f"ts {op} {_literal(bound.isoformat())}::TIMESTAMPTZ"
+        return self.window_views(name, source, types, lambda t: f"{_literal(t)}::TIMESTAMPTZ")
+
+    def window_views(self, name: str, source: TableSource, types: dict[str, str],
+                     timestamp: Callable[[str], str]) -> dict[str, str]:
+        """Over ``<name>_all``: ``<name>_window`` (the source's time bounds on ``ts``) and ``name`` (without the
+        degraded rows when the source drops them); ``timestamp`` writes an ISO time as the dialect's literal."""
+        where = [f"ts {op} {timestamp(bound.isoformat())}"
                  for bound, op in ((source.since, ">="), (source.until, "<=")) if bound is not None and "ts" in types]
         self.sql(f"CREATE OR REPLACE TEMP VIEW {name}_window AS SELECT * FROM {name}_all"
                  + (" WHERE " + " AND ".join(where) if where else ""))

@@ -100,14 +100,7 @@ class SparkDrift(DuckDBDrift):
         frame.createOrReplaceTempView(f"{name}_all")
         types = {f.name: _TYPES.get(f.dataType.simpleString(), f.dataType.simpleString().upper())
                  for f in frame.schema.fields}
-        where = [f"ts {op} CAST('{bound.isoformat()}' AS TIMESTAMP)"
-                 for bound, op in ((source.since, ">="), (source.until, "<=")) if bound is not None and "ts" in types]
-        self.sql(f"CREATE OR REPLACE TEMP VIEW {name}_window AS SELECT * FROM {name}_all"
-                 + (" WHERE " + " AND ".join(where) if where else ""))
-        degraded = " WHERE NOT coalesce(degraded, false)" if source.drop_degraded and "degraded" in types else ""
-        self.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {name}_window{degraded}")
-        self.types[name] = types
-        return types
+        return self.window_views(name, source, types, lambda t: f"CAST('{t}' AS TIMESTAMP)")
 
     def numeric_counts(self, view: str, names: Sequence[str],
                        edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
