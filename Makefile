@@ -77,9 +77,11 @@ rehearse: setup prometheus
 	$(BIN)/mlops pipeline rehearse
 
 # Two workers (xdist), one test file each at a time: most of the suite waits on servers and subprocesses, so the
-# 2 cores stay busy; a file's tests share their module fixtures on one worker.
+# 2 cores stay busy; a file's tests share their module fixtures on one worker. Files go out in the order
+# tests/conftest.py gives them (heaviest markers first) instead of xdist's "most tests first", which handed out
+# the few-test, many-minute end-to-end files last.
 test: setup browser java prometheus checkov-setup lint
-	$(BIN)/pytest -n 2 --dist loadfile -m "not gpu" --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not gpu" --durations=30 $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).
 rehearse-test: setup prometheus
