@@ -39,8 +39,9 @@ _WEIGHT = {"rehearsal": 4, "e2e": 3, "chaos": 2, "slow": 1}
 
 def _longest_files_first(items: list[pytest.Item]) -> None:
     """Order the files by their heaviest marker (rehearsal, e2e, chaos, slow, the rest), keeping each file's tests
-    together and in place. ``-n 2 --dist loadfile`` hands files to the two workers in this order, so the long ones
-    start first and the short ones fill in at the end instead of one worker finishing a long file alone."""
+    together and in place. ``-n 2 --dist loadfile --no-loadscope-reorder`` (make test) hands files out in this
+    order: the long ones start first and the short ones fill in at the end instead of one worker finishing a long
+    file alone."""
     weight: dict[str, int] = {}
     for item in items:
         w = max((v for k, v in _WEIGHT.items() if k in item.keywords), default=0)
