@@ -133,16 +133,17 @@ def greedy(hf: HFModel, prompts: Sequence[str], max_new_tokens: int) -> list[lis
 
 
 class _FirstToken:
-    """A ``transformers`` streamer that notes when the first new token arrives (the first ``put`` is the prompt)."""
+    """A ``transformers`` streamer that notes when the first new token arrives (the first ``put`` is the prompt):
+    CPU time of this process and wall-clock."""
 
     def __init__(self) -> None:
         self.puts = 0
-        self.first: float | None = None
+        self.first: tuple[float, float] | None = None
 
     def put(self, value: Any) -> None:
         self.puts += 1
         if self.puts == 2:
-            self.first = time.perf_counter()
+            self.first = (time.process_time(), time.perf_counter())
 
     def end(self) -> None:
         pass
@@ -151,22 +152,31 @@ class _FirstToken:
 def timed_generation(hf: HFModel, prompt: str, new_tokens: int) -> GenerationTiming:
     """Generate exactly ``new_tokens`` greedily; time to the first one and to the end."""
     streamer = _FirstToken()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = _generate(hf, prompt, new_tokens, streamer, exact=True)
-    total = time.perf_counter() - t0
-    return GenerationTiming((streamer.first or t0 + total) - t0, total, len(out))
+    c1, t1 = time.process_time(), time.perf_counter()
+    first_c, first_t = streamer.first or (c1, t1)
+    return GenerationTiming(first_c - c0, c1 - c0, len(out), wall_ttft_s=first_t - t0, wall_total_s=t1 - t0)
 
 
 def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], *, timed: int, warmup: int,
                 new_tokens: int) -> tuple[list[GenerationTiming], list[GenerationTiming], list[GenerationTiming]]:
-    """Reference (A), candidate (B), reference again (A′) per round, in the latency gate's rotating orders."""
+    """Reference (A), candidate (B), reference again (A′) per round, in the latency gate's rotating orders, on
+    one torch thread (so the process's CPU time is the generation's own, with no idle worker threads spinning)."""
+    import torch
+
     models = (reference, candidate, reference)
     series: tuple[list[GenerationTiming], ...] = ([], [], [])
-    for i in range(warmup + timed):
-        for k in ORDERS[i % len(ORDERS)]:
-            t = timed_generation(models[k], prompts[i % len(prompts)], new_tokens)
-            if i >= warmup:
-                series[k].append(t)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for i in range(warmup + timed):
+            for k in ORDERS[i % len(ORDERS)]:
+                t = timed_generation(models[k], prompts[i % len(prompts)], new_tokens)
+                if i >= warmup:
+                    series[k].append(t)
+    finally:
+        torch.set_num_threads(threads)
     return series[0], series[1], series[2]
 
 
@@ -194,7 +204,7 @@ def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFMo
                                    warmup=evaluation.hf_latency_warmup, new_tokens=evaluation.hf_max_new_tokens)
             results.append(latency_gate(a, b, a2, tolerance=evaluation.latency_tolerance,
                                         max_noise=evaluation.latency_max_noise, reference=ref_name,
-                                        warmup=evaluation.hf_latency_warmup))
+                                        warmup=evaluation.hf_latency_warmup, clock="cpu"))
         else:
             results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
                                          contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,
