@@ -174,3 +174,18 @@ def test_defaults_alone_validate() -> None:
     cfg = PlatformConfig()
     assert cfg.training.fsdp.sharding_strategy == "FULL_SHARD"
     assert cfg.monitoring.psi_warning < cfg.monitoring.psi_critical
+
+
+def test_spark_settings_take_numbers_from_yaml_and_env(config_dir: Path) -> None:
+    # Spark reads every setting as a string; YAML's 4 and an env override's "2" are numbers to the config layer
+    (config_dir / "profiles" / "sparky.yaml").write_text(
+        "features:\n  batch_engine: spark\n  spark_conf:\n    spark.executor.cores: 4\n"
+        "    spark.dynamicAllocation.enabled: true\nmonitoring:\n  spark_conf:\n    spark.memory.fraction: 0.5\n")
+    env = {"MLOPS__FEATURES__SPARK_CONF__SPARK.EXECUTOR.INSTANCES": "2"}
+    cfg = load_config(profile="sparky", config_dir=config_dir, environ=env).config
+    assert cfg.features.spark_conf == {"spark.executor.cores": "4", "spark.dynamicAllocation.enabled": "true",
+                                       "spark.executor.instances": "2"}
+    assert cfg.monitoring.spark_conf == {"spark.memory.fraction": "0.5"}
+    with pytest.raises(ConfigError, match=r"spark_conf\.spark\.executor\.cores.*valid string"):
+        load_config(profile="sparky", config_dir=config_dir,
+                    environ={"MLOPS__FEATURES__SPARK_CONF__SPARK.EXECUTOR.CORES": "[1, 2]"})

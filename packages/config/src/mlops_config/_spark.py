@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 SPARK_DEFAULTS: dict[str, str] = {
     # Spark's own 1 GB driver heap ran out at 5 M source rows: a non-Spark source is read through the driver.
@@ -17,12 +18,20 @@ SPARK_DEFAULTS: dict[str, str] = {
 """The platform's Spark settings; a section's ``spark_conf`` overrides each of them."""
 
 
-def check_spark_conf(conf: dict[str, str], key: str) -> dict[str, str]:
-    """``conf`` if every key starts with ``spark.`` and every value is non-blank; else a ``ValueError``."""
-    bad = sorted(k for k in conf if not k.startswith("spark.") or not conf[k].strip())
+def check_spark_conf(conf: Any, key: str) -> Any:
+    """``conf`` with number and boolean values as Spark's strings (``4`` → ``"4"``, ``true`` → ``"true"``: Spark
+    reads every setting as a string, and YAML or an ``MLOPS__…`` env override gives numbers), if every key starts
+    with ``spark.`` and no value is blank; else a ``ValueError``. Run before the field's own validation, so a
+    value of another type (a list, a mapping) is still refused there, by its key."""
+    if not isinstance(conf, Mapping):
+        return conf
+    conf = {k: (str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v)
+            for k, v in conf.items()}
+    bad = sorted(str(k) for k, v in conf.items()
+                 if not str(k).startswith("spark.") or (isinstance(v, str) and not v.strip()))
     if bad:
         raise ValueError(f"{key} has invalid entries {bad}: expected keys starting with 'spark.' and non-empty "
-                         "string values (e.g. spark.driver.memory: 8g)")
+                         "values (e.g. spark.driver.memory: 8g)")
     return conf
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -89,7 +89,7 @@ class FeaturesConfig(Section):
                 "Spark engine's executors read the sources and the training sets are joined by the DuckDB store")
         return self
 
-    @field_validator("spark_conf")
+    @field_validator("spark_conf", mode="before")
     @classmethod
-    def _spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+    def _spark_keys(cls, conf: Any) -> Any:
         return check_spark_conf(conf, "features.spark_conf")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -106,9 +106,9 @@ class MonitoringConfig(Section):
     spark_conf: dict[str, str] = Field(default_factory=dict)
     """Further Spark settings of the drift queries, each over ``mlops_config.SPARK_DEFAULTS``."""
 
-    @field_validator("spark_conf")
+    @field_validator("spark_conf", mode="before")
     @classmethod
-    def _spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:
+    def _spark_keys(cls, conf: Any) -> Any:
         return check_spark_conf(conf, "monitoring.spark_conf")
 
     duckdb_memory_limit: str = Field(default="1GB", pattern=r"^\d+(\.\d+)?\s*([KMGT]i?B|B)$")
