@@ -69,6 +69,23 @@ def test_spark_engine_writes_the_same_online_values_as_local(engines: tuple) -> 
         assert got.set_index(key)[col].to_dict() == pytest.approx(latest[col].to_dict())
 
 
+def test_the_engine_ran_on_the_configured_master_with_the_platforms_settings(engines: tuple) -> None:
+    """Feast's engine hands its whole batch_engine block to SparkConf (its keys are not Spark's), so on its own
+    it ran on Spark's default local[*] with a 1 GB driver whatever the config said: the session it used must
+    carry features.spark_master and SPARK_DEFAULTS under features.spark_conf."""
+    from pyspark.sql import SparkSession
+
+    _, _, spark_cfg = engines
+    session = SparkSession.getActiveSession()
+    assert session is not None
+    conf = session.sparkContext.getConf()
+    assert conf.get("spark.master") == "local[2]"  # the section's, not Spark's default local[*]
+    assert conf.get("spark.driver.memory") == "4g"  # mlops_config.SPARK_DEFAULTS
+    assert conf.get("spark.sql.session.timeZone") == "UTC"
+    assert session.conf.get("spark.sql.shuffle.partitions") == "8"
+    assert conf.get("spark.app.name") == f"mlops-materialize-{spark_cfg.feast_project}"
+
+
 def test_spark_engine_reads_the_source_on_the_executors_with_the_duckdb_stores_rows(engines: tuple) -> None:
     """The Spark engine's source pull is a Spark plan over the parquet (executors scan it; no arrow table built on
     the driver and handed to ``createDataFrame``) and returns the DuckDB store's rows for the same window, both

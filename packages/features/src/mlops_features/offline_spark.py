@@ -16,6 +16,7 @@ Used as ``type: mlops_features.offline_spark.SparkReadOfflineStore`` (rendered w
 
 from __future__ import annotations
 
+import logging
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -25,10 +26,35 @@ from feast.infra.offline_stores.contrib.spark_offline_store.spark import SparkOf
 from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
 from feast.infra.offline_stores.file_source import FileSource, ParquetFormat
 
+from mlops_config import FeaturesConfig, spark_conf
 from mlops_features.errors import FeatureStoreError
 from mlops_features.offline_duckdb import UdfDuckDBOfflineStore, UdfDuckDBOfflineStoreConfig, every_column
 
 STORE_TYPE = "mlops_features.offline_spark.SparkReadOfflineStore"
+log = logging.getLogger(__name__)
+
+
+def start_spark_session(features: FeaturesConfig) -> Any:
+    """The Spark session Feast's Spark engine will use, started with the section's settings.
+
+    Feast 0.67's engine hands its whole ``batch_engine`` block (``type``, ``spark_conf``, ``partitions``) to
+    ``SparkConf`` as if it were Spark's settings ("Ignoring non-Spark config property: spark_conf"), so none of
+    them applied: ``spark_master`` fell back to ``local[*]`` and the driver to Spark's 1 GB. It takes an active
+    session as it is, so this starts that session first, with ``mlops_config.SPARK_DEFAULTS``, then
+    ``features.spark_conf``, then ``spark.master = features.spark_master``. An active session on another master
+    is stopped first: a materialization configured for a cluster never runs somewhere else.
+    """
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    conf = spark_conf(features.spark_conf, features.spark_master)
+    active = SparkSession.getActiveSession()
+    if active is not None and active.conf.get("spark.master") != conf["spark.master"]:
+        log.info("stopping the Spark session on %s: this materialization runs on %s",
+                 active.conf.get("spark.master"), conf["spark.master"])
+        active.stop()
+    builder = SparkSession.builder.appName(f"mlops-materialize-{features.feast_project}")
+    return builder.config(conf=SparkConf().setAll(list(conf.items()))).getOrCreate()
 
 
 class SparkReadOfflineStoreConfig(UdfDuckDBOfflineStoreConfig):

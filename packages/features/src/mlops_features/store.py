@@ -226,6 +226,10 @@ def materialize(
     """
     end = end or datetime.now(UTC)
     store = open_store(features, root)
+    if features.batch_engine == "spark":
+        from mlops_features.offline_spark import start_spark_session
+
+        start_spark_session(features)
     views = store.list_feature_views()
     if not views:
         raise FeatureStoreError(f"no feature views in project {features.feast_project!r}: run `mlops features apply`")
