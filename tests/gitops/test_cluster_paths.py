@@ -105,6 +105,61 @@ def test_online_store_freshness_is_scheduled_with_the_platforms_materialize(
         assert job["spec"]["concurrencyPolicy"] == "Forbid"
 
 
+def test_the_spark_engine_runs_on_the_environments_spark_cluster(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The cluster profiles' `batch_engine: spark` names the master Service of the rendered Spark cluster; master
+    and workers run the platform's spark-class commands (mlops_core.spark_cluster, what the rehearsal starts) in
+    the image of the materialization job (its driver), and the executors read the sources where the job lays them
+    down: one ReadWriteMany claim at the same path on both sides."""
+    from urllib.parse import urlsplit
+
+    from mlops_core import spark_master_args, spark_worker_args
+
+    def deployment(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+        return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+    for env in ("staging", "production"):
+        docs, features = rendered[env], _profile(env).features
+        assert features.batch_engine == "spark"
+        master_url = urlsplit(features.spark_master)
+        service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == master_url.hostname)
+        port = next(p for p in service["spec"]["ports"] if p["port"] == master_url.port)
+        master = deployment(docs, "fraud-spark-master")
+        assert service["spec"]["selector"].items() <= master["spec"]["template"]["metadata"]["labels"].items()
+        m = master["spec"]["template"]["spec"]["containers"][0]
+        assert m["command"][0].endswith("/site-packages/pyspark/bin/spark-class")
+        container_ports = {p["name"]: p["containerPort"] for p in m["ports"]}
+        assert m["args"] == spark_master_args(host="$(POD_IP)", port=container_ports[port["targetPort"]],
+                                              webui_port=container_ports["ui"])
+        worker = deployment(docs, "fraud-spark-worker")
+        pod = worker["spec"]["template"]["spec"]
+        w = pod["containers"][0]
+        args = w["args"]
+        cores, memory = int(args[args.index("--cores") + 1]), args[args.index("--memory") + 1]
+        assert args == spark_worker_args(features.spark_master, cores=cores, memory=memory, work_dir="/tmp/spark-work",
+                                         host="$(POD_IP)", webui_port=8081)
+        # one executor per worker fits what the worker offers
+        assert int(features.spark_conf["spark.executor.cores"]) <= cores
+        assert int(features.spark_conf["spark.executor.memory"].removesuffix("g")) < int(memory.removesuffix("g"))
+        cron = next(d for d in docs if d["kind"] == "CronJob" and d["metadata"]["name"] == "fraud-materialize")
+        job_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        driver = job_pod["containers"][0]
+        assert w["image"] == m["image"] == driver["image"]
+        assert {e["name"]: e.get("valueFrom") for e in driver["env"]}["SPARK_LOCAL_IP"] == \
+            {"fieldRef": {"fieldPath": "status.podIP"}}
+        # the executors write the online store: its password reaches them by the name the profile gives, from the
+        # Secret the driver's env comes from
+        secret = next(e["secretRef"]["name"] for e in driver["envFrom"] if "secretRef" in e)
+        worker_env = {e["name"]: e.get("valueFrom", {}) for e in w["env"]}
+        assert worker_env[features.redis_password_env]["secretKeyRef"] == \
+            {"name": secret, "key": features.redis_password_env}
+        sources = str(Path("/app") / _profile(env).features.source_dir)  # the job's WORKDIR is /app
+        mount = next(v["mountPath"] for v in driver["volumeMounts"] if sources.startswith(v["mountPath"] + "/"))
+        claim = _volume_of(job_pod, driver, mount)["persistentVolumeClaim"]["claimName"]
+        assert _volume_of(pod, w, mount)["persistentVolumeClaim"]["claimName"] == claim
+        pvc = next(d for d in docs if d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == claim)
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
 def test_the_stream_updater_runs_the_platforms_commands_with_the_cronjobs_image_and_env(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     """The stream Deployment: every `mlops` step of its command is an existing command with those options, the

@@ -32,6 +32,7 @@ from mlops_core.lifecycle import (
 from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
 from mlops_core.logs import setup_logging
 from mlops_core.seed import seed_everything
+from mlops_core.spark_cluster import spark_class, spark_master_args, spark_worker_args
 from mlops_core.tracking import (
     ensure_experiment,
     flatten,
@@ -116,6 +117,9 @@ __all__ = [
     "seed_everything",
     "setup_logging",
     "sorted_finite",
+    "spark_class",
+    "spark_master_args",
+    "spark_worker_args",
     "start_run",
     "tracking_scope",
     "tracking_uris",

@@ -53,6 +53,7 @@ def step_platform(ctx: RehearsalContext) -> dict[str, Any]:
     platform.secrets[topology.FEAST_REGISTRY_PASSWORD_ENV] = secrets.token_urlsafe(12)
     mlflow = topology.launch_mlflow(ctx.harness, platform, urls["mlflow"], urls["mlflow_auth"])
     topology.start_redis(ctx.harness, platform)
+    ctx.facts["spark_worker"] = topology.launch_spark(ctx.harness, platform)  # awaited in step_features
     topology.start_alertmanager(ctx.harness, platform)
     drift_port = topology.start_node_exporter(ctx.harness, platform, ctx.run_dir / "drift-metrics")
     topology.start_prometheus(ctx.harness, platform, ctx.repo_root, drift_port)
@@ -134,15 +135,41 @@ def step_features(ctx: RehearsalContext) -> dict[str, Any]:
     Redis online store."""
     from mlops_features import build_features, data_version, pull_accepted
 
+    assert ctx.harness is not None and ctx.platform is not None
     ctx.move_root(datapath.checkout(ctx.repo_root, ctx.runner))
     md5 = pull_accepted(ctx.cfg.data, ctx.root, ctx.facts["data_md5"])
     got = data_version(ctx.cfg.data, ctx.root)
     if got != ctx.facts["data_version"]:
         raise PipelineError(f"dvc pull gave data {got[:12]}, the ingestion pushed {ctx.facts['data_version'][:12]}")
-    built = build_features(ctx.cfg.features, ctx.cfg.data, ctx.root)
+    features = ctx.cfg.features
+    if features.batch_engine == "spark":
+        ctx.harness.wait_ready(ctx.facts["spark_worker"])
+    try:
+        built = build_features(features, ctx.cfg.data, ctx.root)
+    finally:
+        _stop_spark_driver()
+    apps = topology.spark_applications(ctx.platform) if features.batch_engine == "spark" else []
+    if features.batch_engine == "spark" and not any(a["cores"] for a in apps):
+        raise PipelineError(f"batch_engine is spark on {features.spark_master}, yet its master ran no application "
+                            f"with executors: {apps}")
     return {"data_md5": md5, "data_version": got, "ingested_rows": built["ingested_rows"],
-            "registry": "sql", "online_store": ctx.cfg.features.online_store,
+            "registry": "sql", "online_store": features.online_store, "batch_engine": features.batch_engine,
+            "spark_master": features.spark_master, "spark_applications": apps,
             "seconds": {k: round(v, 1) for k, v in built["seconds"].items()}}
+
+
+def _stop_spark_driver() -> None:
+    """End this process's Spark application, as the materialization pod's exit does: the executors go back to the
+    workers (a driver left idle would hold the cluster's cores for the rest of the loop)."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
 
 
 # --- training and registry ----------------------------------------------------------------------------------

@@ -16,13 +16,15 @@ import logging
 import secrets
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
-from mlops_core import write_auth_config
+from mlops_core import spark_class, spark_master_args, spark_worker_args, write_auth_config
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 
@@ -46,6 +48,8 @@ class Platform:
     databases: list[str] = field(default_factory=list)
     mlflow_url: str = ""
     redis_url: str = ""
+    spark_master_url: str = ""
+    spark_ui_url: str = ""
     feast_registry_url: str = ""
     alertmanager_url: str = ""
     prometheus_url: str = ""
@@ -149,6 +153,53 @@ def start_redis(harness: ProcessHarness, platform: Platform) -> None:
                              ready=tcp_ready(port), ready_timeout_s=30))
     platform.redis_url = f"redis://127.0.0.1:{port}/0"
     platform.secrets[REDIS_PASSWORD_ENV] = password
+
+
+def launch_spark(harness: ProcessHarness, platform: Platform, *, cores: int = 2, memory: str = "2g") -> str:
+    """The Spark standalone cluster of ``infra/base/features/spark-cluster.yaml``: a master and one worker, the
+    same ``spark-class`` commands (``mlops_core.spark_cluster``) on loopback ports, the JVMs bound to 127.0.0.1.
+
+    Needs the online store's password (:func:`start_redis` first). Returns the worker's name for
+    :meth:`ProcessHarness.wait_ready` (ready once the master lists it alive): two
+    JVMs take a while on a busy 2-core machine, so the other servers start meanwhile.
+    """
+    port, ui = free_port(), free_port()
+    folder = platform.run_dir / "spark"
+    folder.mkdir(parents=True, exist_ok=True)
+    # the JVMs bind and advertise loopback (a pod advertises its IP); executors run this interpreter
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(folder / "logs"), "PYSPARK_PYTHON": sys.executable}
+    # the executors write the online store: the worker gets its password as the Deployment does (secretKeyRef)
+    worker_env = {**env, REDIS_PASSWORD_ENV: platform.secrets[REDIS_PASSWORD_ENV]}
+    harness.launch(ServerSpec(
+        "spark-master", [spark_class(), *spark_master_args(host="127.0.0.1", port=port, webui_port=ui)],
+        ready=tcp_ready(port), env=env, ready_timeout_s=180,
+    ))
+    platform.spark_master_url = f"spark://127.0.0.1:{port}"
+    platform.spark_ui_url = f"http://127.0.0.1:{ui}"
+    harness.launch(ServerSpec(
+        "spark-worker",
+        [spark_class(), *spark_worker_args(platform.spark_master_url, cores=cores, memory=memory,
+                                     work_dir=str(folder / "work"), host="127.0.0.1", webui_port=free_port())],
+        ready=_spark_workers_alive(platform.spark_ui_url), env=worker_env, ready_timeout_s=240,
+    ))
+    return "spark-worker"
+
+
+def _spark_workers_alive(ui_url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return int(httpx.get(f"{ui_url}/json/", timeout=2).json().get("aliveworkers", 0)) >= 1
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    return check
+
+
+def spark_applications(platform: Platform) -> list[dict[str, Any]]:
+    """The applications the master ran and runs (name, state, cores), from its status page."""
+    status = httpx.get(f"{platform.spark_ui_url}/json/", timeout=10).json()
+    return [{"name": a["name"], "state": a["state"], "cores": a.get("cores")}
+            for a in [*status.get("completedapps", []), *status.get("activeapps", [])]]
 
 
 def start_node_exporter(harness: ProcessHarness, platform: Platform, textfile_dir: Path) -> int:
