@@ -72,6 +72,18 @@ def test_platform_is_real_and_mlflow_refuses_anonymous_requests(rehearsal: tuple
     assert (register["anonymous_status"], register["wrong_password_status"]) == (401, 401)
 
 
+def test_features_were_materialized_on_the_spark_cluster_the_profile_names(rehearsal: tuple[Path, dict]) -> None:
+    """The staging profile's batch_engine: spark ran on the rehearsal's standalone master (the run's loopback
+    port standing in for spark://fraud-spark-master:7077), as an application that got executors."""
+    _, doc = rehearsal
+    assert {"spark-master", "spark-worker"} <= set(_detail(doc, "platform")["servers"])
+    features = _detail(doc, "features")
+    assert features["batch_engine"] == "spark" and features["spark_master"].startswith("spark://127.0.0.1:")
+    apps = features["spark_applications"]
+    assert [a["name"] for a in apps] == ["mlops-materialize-fraud_detection"], apps
+    assert apps[0]["state"] == "FINISHED" and apps[0]["cores"] == 2
+
+
 def test_training_used_the_data_version_the_ingestion_pushed(rehearsal: tuple[Path, dict]) -> None:
     _, doc = rehearsal
     pushed = _detail(doc, "validate")

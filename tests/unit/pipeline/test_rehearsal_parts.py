@@ -20,6 +20,7 @@ def _platform(tmp_path: Path) -> Platform:
                     mlflow_url="http://127.0.0.1:5001", redis_url="redis://127.0.0.1:6400/0",
                     feast_registry_url="postgresql+psycopg2://postgres@127.0.0.1:5432/r_feast",
                     alertmanager_url="http://127.0.0.1:9093", prometheus_url="http://127.0.0.1:9090",
+                    spark_master_url="spark://127.0.0.1:7177",
                     secrets={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p",
                              "REDIS_PASSWORD": "r", "FEAST_REGISTRY_PASSWORD": "f"})
 
@@ -33,6 +34,9 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
     assert (cfg.tracking.username_env, cfg.tracking.password_env) == ("MLFLOW_TRACKING_USERNAME",
                                                                       "MLFLOW_TRACKING_PASSWORD")
     assert cfg.tracking.uri == "http://127.0.0.1:5001"
+    # the profile's Spark engine, on this run's master, executors sized to its one 2-core worker
+    assert (cfg.features.batch_engine, cfg.features.spark_master) == ("spark", "spark://127.0.0.1:7177")
+    assert cfg.features.spark_conf["spark.executor.cores"] == "2"
     assert cfg.monitoring.webhook_url == "http://127.0.0.1:9093/api/v2/alerts"
     # the canary analysis asks this run's Prometheus; the drift job's rollback commits to this run's GitOps remote
     assert cfg.delivery.prometheus_url == "http://127.0.0.1:9090"

@@ -39,10 +39,11 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         "MLOPS__FEATURES__REDIS_URL": platform.redis_url,
         "MLOPS__FEATURES__REGISTRY": platform.feast_registry_url,
         # the environment's Spark cluster (spark://fraud-spark-master:7077) is this run's master, and its one worker
-        # offers 2 cores and 2g: executors sized to fit it
+        # offers 2 cores and 2g: executors sized to fit it, one shuffle partition per core
         "MLOPS__FEATURES__SPARK_MASTER": platform.spark_master_url,
         "MLOPS__FEATURES__SPARK_CONF__SPARK.EXECUTOR.CORES": "2",
         "MLOPS__FEATURES__SPARK_CONF__SPARK.EXECUTOR.MEMORY": "1g",
+        "MLOPS__FEATURES__SPARK_CONF__SPARK.SQL.SHUFFLE.PARTITIONS": "2",
         # no GPU here: the same FSDP code on gloo with 2 CPU processes, float32
         "MLOPS__TRAINING__BACKEND": "auto",
         "MLOPS__TRAINING__NPROC": "2",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,8 +162,6 @@ def step_features(ctx: RehearsalContext) -> dict[str, Any]:
 def _stop_spark_driver() -> None:
     """End this process's Spark application, as the materialization pod's exit does: the executors go back to the
     workers (a driver left idle would hold the cluster's cores for the rest of the loop)."""
-    import sys
-
     if "pyspark" not in sys.modules:
         return
     from pyspark.sql import SparkSession
