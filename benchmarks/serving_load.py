@@ -12,7 +12,10 @@ the same noise, and the pair with the median p50 ratio is the one reported (ever
 
 Fair by construction: both servers log the same way (uvicorn's access log off, KServe's per-request latency
 trace off; ``--logging on`` turns both on for both), and only 200 answers count in req/s and latency; any
-other status or a broken connection is reported apart, as ``errors``.
+other status or a broken connection is reported apart, as ``errors``, by kind in ``error_kinds`` (whose side:
+``http_<status>`` the server's, ``client_pool_full`` the generator's own connection cap); the open loop adds the
+server's own 503 count by reason (``shed_by_server``, warm-up included) and how late the generator itself sent
+(``send_lag_p99_ms``), so a generator falling behind is told apart from a server shedding.
 
 Two load shapes on ours: closed loop (``--concurrency`` connections, each sends its next request when the last
 answer arrives; the baseline runs the same) and open loop (requests arrive at a fixed ``--rate`` whatever the
@@ -155,8 +158,8 @@ def run_baseline(port: int, folder: Path, logging_on: bool) -> None:
     rest.run()
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> bool:
-    """Send one request, read its whole answer; True when it was a 200."""
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
+    """Send one request, read its whole answer; its HTTP status (0: no status line)."""
     writer.write(request)
     status_line = await reader.readline()
     length = 0
@@ -167,7 +170,8 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         if line[:15].lower() == b"content-length:":
             length = int(line[15:])
     await reader.readexactly(length)
-    return status_line.startswith(b"HTTP/1.1 200")
+    parts = status_line.split(b" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
 def _raw_requests(path: str, bodies: list[bytes]) -> list[bytes]:
@@ -175,15 +179,17 @@ def _raw_requests(path: str, bodies: list[bytes]) -> list[bytes]:
              f"Content-Length: {len(b)}\r\n\r\n").encode() + b for b in bodies]
 
 
-def _summary(latencies: list[float], errors: int, elapsed: float) -> dict[str, Any]:
-    """req/s and percentiles over the 200 answers only; everything else is counted in ``errors``."""
+def _summary(latencies: list[float], errors: int, elapsed: float, kinds: dict[str, int]) -> dict[str, Any]:
+    """req/s and percentiles over the 200 answers only; everything else is counted in ``errors``, and by kind
+    in ``error_kinds``: ``http_<status>`` (the server answered), ``connection`` (reset or closed by the server),
+    ``client_pool_full`` (the open loop's own connection cap: the generator, not the server)."""
     lat = sorted(latencies)
 
     def pct(p: float) -> float:
         return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000.0, 3) if lat else float("nan")
 
     return {"rps": round(len(lat) / elapsed, 1) if elapsed > 0 else 0.0, "p50_ms": pct(0.50), "p95_ms": pct(0.95),
-            "p99_ms": pct(0.99), "errors": errors, "requests": len(lat)}
+            "p99_ms": pct(0.99), "errors": errors, "requests": len(lat), "error_kinds": dict(sorted(kinds.items()))}
 
 
 async def _load(port: int, path: str, bodies: list[bytes], concurrency: int, duration: float,
@@ -192,6 +198,7 @@ async def _load(port: int, path: str, bodies: list[bytes], concurrency: int, dur
     requests = _raw_requests(path, bodies)
     latencies: list[float] = []
     errors = 0
+    kinds: dict[str, int] = {}
     measured = 0
     start = time.perf_counter()
     measure_from = start + warmup
@@ -204,21 +211,25 @@ async def _load(port: int, path: str, bodies: list[bytes], concurrency: int, dur
         try:
             while time.perf_counter() < stop_at and measured < max_requests:
                 t0 = time.perf_counter()
-                ok = await _exchange(reader, writer, requests[i % len(requests)])
+                status = await _exchange(reader, writer, requests[i % len(requests)])
                 t1 = time.perf_counter()
                 i += concurrency
                 if t0 >= measure_from:
                     measured += 1
-                    if ok:
+                    if status == 200:
                         latencies.append(t1 - t0)
                     else:
                         errors += 1
+                        kinds[f"http_{status}"] = kinds.get(f"http_{status}", 0) + 1
         finally:
             writer.close()
 
     results = await asyncio.gather(*(worker(k) for k in range(concurrency)), return_exceptions=True)
-    errors += sum(1 for r in results if isinstance(r, BaseException))
-    return _summary(latencies, errors, min(time.perf_counter(), stop_at) - measure_from)
+    broken = sum(1 for r in results if isinstance(r, BaseException))
+    if broken:
+        errors += broken
+        kinds["connection"] = broken
+    return _summary(latencies, errors, min(time.perf_counter(), stop_at) - measure_from, kinds)
 
 
 async def _open_loop(port: int, path: str, bodies: list[bytes], rate: float, duration: float,
@@ -232,37 +243,44 @@ async def _open_loop(port: int, path: str, bodies: list[bytes], rate: float, dur
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     latencies: list[float] = []
     errors = 0
+    kinds: dict[str, int] = {}
+    lags: list[float] = []
     opened = 0
     tasks: list[asyncio.Task[None]] = []
     start = time.perf_counter()
     measure_from = start + warmup
     total = int((warmup + duration) * rate)
 
+    def fail(due: float, kind: str) -> None:
+        nonlocal errors
+        if due >= measure_from:
+            errors += 1
+            kinds[kind] = kinds.get(kind, 0) + 1
+
     async def one(i: int, due: float) -> None:
-        nonlocal errors, opened
+        nonlocal opened
+        if due >= measure_from:
+            lags.append(time.perf_counter() - due)  # how late the generator itself sends
         if idle:
             conn = idle.pop()
         elif opened < max_connections:
             opened += 1
             conn = await asyncio.open_connection("127.0.0.1", port)
         else:
-            if due >= measure_from:
-                errors += 1  # more requests in flight than any client pool would hold: count it, never wait
+            fail(due, "client_pool_full")  # more requests in flight than any client pool would hold: never wait
             return
         try:
-            ok = await _exchange(*conn, requests[i % len(requests)])
+            status = await _exchange(*conn, requests[i % len(requests)])
         except (OSError, asyncio.IncompleteReadError):
             opened -= 1
-            if due >= measure_from:
-                errors += 1
+            fail(due, "connection")
             return
         done = time.perf_counter()
         idle.append(conn)
-        if due >= measure_from:
-            if ok:
-                latencies.append(done - due)
-            else:
-                errors += 1
+        if status != 200:
+            fail(due, f"http_{status}")
+        elif due >= measure_from:
+            latencies.append(done - due)
 
     for i in range(total):
         due = start + i / rate
@@ -273,8 +291,10 @@ async def _open_loop(port: int, path: str, bodies: list[bytes], rate: float, dur
     await asyncio.gather(*tasks)
     for _, writer in idle:
         writer.close()
-    summary = _summary(latencies, errors, duration)
-    return {"rate": rate, **summary, "connections": opened}
+    summary = _summary(latencies, errors, duration, kinds)
+    lags.sort()
+    lag_p99 = round(lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000.0, 3) if lags else 0.0
+    return {"rate": rate, **summary, "connections": opened, "send_lag_p99_ms": lag_p99}
 
 
 def wait_ready(port: int, path: str, timeout: float = 120.0) -> None:
@@ -335,12 +355,27 @@ def compare(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
             for _ in range(args.repeats):
                 pairs_b.append(run_load(baseline_port, tmp / "baseline.json", args, closed))
                 pairs_o.append(run_load(ours_port, tmp / "ours.json", args, closed))
+            shed_before = shed_counts(ours_port)
             open_loop = run_load(ours_port, tmp / "ours.json", args, ["--rate", str(args.rate)])
+            shed_after = shed_counts(ours_port)
+            open_loop["shed_by_server"] = {k: shed_after[k] - shed_before.get(k, 0) for k in shed_after}
         finally:
             stop_server(ours)
     finally:
         stop_server(baseline)
     return pairs_b, pairs_o, open_loop
+
+
+def shed_counts(port: int) -> dict[str, float]:
+    """Our server's own count of the predict requests it refused with 503, by reason (inflight | deadline)."""
+    import httpx
+
+    counts: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line.startswith("mlops_serving_shed_requests_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            counts[reason] = float(line.rsplit(" ", 1)[1])
+    return counts
 
 
 def _median_pair(pairs_b: list[dict[str, Any]], pairs_o: list[dict[str, Any]]) -> tuple[int, list[float | None]]:
@@ -415,7 +450,9 @@ def main() -> None:
            "p50_vs_baseline": ratio is not None and ratio <= 1.3,
            "open_loop_p99": open_loop["p99_ms"] <= 20.0 and open_loop["errors"] == 0}
     print(json.dumps({"ours": ours, "baseline": baseline,
-                      "open_loop": {k: open_loop[k] for k in ("rate", "rps", "p50_ms", "p99_ms", "errors")},
+                      "open_loop": {k: open_loop[k] for k in ("rate", "rps", "p50_ms", "p99_ms", "errors",
+                                                              "error_kinds", "shed_by_server", "connections",
+                                                              "send_lag_p99_ms")},
                       "p50_ratio": ratio, "p50_ratios": ratios, "repeats": args.repeats,
                       "ours_p50s": [o["p50_ms"] for o in pairs_o], "baseline_p50s": [b["p50_ms"] for b in pairs_b],
                       "targets": targets, "met": met, "concurrency": args.concurrency,
