@@ -25,7 +25,7 @@ def spark_master_args(*, host: str, port: int = MASTER_PORT, webui_port: int = M
 
 
 def spark_worker_args(master_url: str, *, cores: int, memory: str, work_dir: str, host: str | None = None,
-                webui_port: int | None = None) -> list[str]:
+                      webui_port: int | None = None) -> list[str]:
     """``spark-class`` arguments of a worker: the master it joins, what it offers executors, where they run.
 
     Raises:
