@@ -33,9 +33,16 @@ def test_feast_parses_each_yaml(repo_root: Path, profile: str, monkeypatch: pyte
     monkeypatch.setenv("FEAST_REGISTRY_PASSWORD", SPECIAL)
     cfg = load_repo_config(repo_root / "feature_repo", repo_root / "feature_repo" / PROFILES[profile])
     assert cfg.project == "fraud_detection"
-    # Feast's DuckDB store, handing a BatchFeatureView's udf every source column (see offline_duckdb)
-    assert cfg.offline_store.type == "mlops_features.offline_duckdb.UdfDuckDBOfflineStore"
-    assert cfg.batch_engine_config == {"type": "local", "backend": "pandas"}
+    if profile == "local":
+        # Feast's DuckDB store, handing a BatchFeatureView's udf every source column (see offline_duckdb)
+        assert cfg.offline_store.type == "mlops_features.offline_duckdb.UdfDuckDBOfflineStore"
+        assert cfg.batch_engine_config == {"type": "local", "backend": "pandas"}
+    else:
+        # the cluster profiles: Feast's Spark engine on the environment's standalone cluster, the sources read
+        # by its executors (offline_spark), training sets still joined by the DuckDB store
+        assert cfg.offline_store.type == "mlops_features.offline_spark.SparkReadOfflineStore"
+        assert cfg.batch_engine_config["type"] == "spark.engine"
+        assert cfg.batch_engine_config["spark_conf"]["spark.master"] == "spark://fraud-spark-master:7077"
     if profile == "local":
         assert cfg.online_store.type == "sqlite"
         assert Path(cfg.online_store.path) == Path("../.mlops/feast/online.db")
