@@ -6,8 +6,6 @@ Documented policy (mlops_serving.lookup): ``degraded`` answers 200 with default 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,49 +16,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support import RedisServer
+
 pytestmark = pytest.mark.integration
 
 V1 = "/v1/models/fraud:predict"
 
 
-class OwnRedis:
-    """A redis-server on a free loopback port that the test may stop and start (never the shared one)."""
-
-    def __init__(self, port: int, workdir: Path) -> None:
-        self.port, self.workdir = port, workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
-
-
 @pytest.fixture
-def own_redis(tmp_path: Path, kit: Any) -> Iterator[OwnRedis]:
-    server = OwnRedis(kit.free_port(), tmp_path)
+def own_redis(tmp_path: Path, kit: Any) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path, kit.free_port())
     server.start()
     yield server
     server.stop()
@@ -82,7 +47,7 @@ def default_score(kit: Any, folder: Path, row: dict[str, Any]) -> float:
     return float(kit.numpy_score(folder, kit.small_encode(pd.DataFrame([merged]), enc))[0])
 
 
-def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis: OwnRedis) -> None:
+def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis: RedisServer) -> None:
     source = kit.RedisHashFeatures(own_redis.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source), tmp_path / "predlog")
@@ -134,7 +99,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
     assert (~frame["degraded"]).sum() == 3
 
 
-def test_redis_outage_unavailable_policy_503_then_recovers(tmp_path: Path, kit: Any, own_redis: OwnRedis) -> None:
+def test_redis_outage_unavailable_policy_503_then_recovers(tmp_path: Path, kit: Any, own_redis: RedisServer) -> None:
     source = kit.RedisHashFeatures(own_redis.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source, redis_outage="unavailable"), tmp_path / "predlog")
@@ -166,7 +131,7 @@ def test_not_ready_until_the_store_is_reachable(tmp_path: Path, kit: Any) -> Non
         assert r.status_code == 503
         assert "feature store not reachable" in r.json()["reason"]
         assert httpx.get(f"{srv.url}/v2/health/live").status_code == 200
-        late = OwnRedis(port, tmp_path)
+        late = RedisServer(tmp_path, port)
         late.start()
         try:
             assert until(lambda: httpx.get(f"{srv.url}/v2/health/ready").status_code == 200)
