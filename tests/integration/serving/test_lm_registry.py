@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import free_port
+from tests.support import free_port, start_mlflow_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,32 +33,8 @@ NEW_TOKENS = 8
 @pytest.fixture(scope="module")
 def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-         f"sqlite:///{tmp / 'mlflow.db'}", "--default-artifact-root", (tmp / "artifacts").as_uri(),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp / "server.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
-            time.sleep(0.5)
+    with start_mlflow_server(f"sqlite:///{tmp / 'mlflow.db'}", tmp) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 def _greedy(folder: Path) -> str:
