@@ -8,6 +8,7 @@ adds one line at the top of the report that a reader of a CI log can act on with
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def timeout_message(item: pytest.Item, when: str) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     if report.failed and call.excinfo is not None and TIMEOUT_MARK in str(call.excinfo.value):
