@@ -11,7 +11,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,36 +52,29 @@ def redis_url_class() -> str:
     return url
 
 
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, which the test may stop and start again on the same port."""
-    with RedisServer(tmp_path) as server:
-        yield server
-
-
 def _copy_repo(root: Path) -> None:
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
-    own_redis: RedisServer, tmp_path: Path
+    own_redis_server: RedisServer, tmp_path: Path
 ) -> None:
     _copy_repo(tmp_path)
-    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis.port}/0")
+    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0")
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
     online = OnlineFeatures(features, tmp_path)
     row = {"user_id": "U000001", "merchant_id": "M00001"}
     before = online.get([row])[0]
     assert not before["unknown_user"]
 
-    own_redis.stop()
+    own_redis_server.stop()
     t0 = time.perf_counter()
     with pytest.raises(FeatureStoreUnavailableError, match="online store unreachable"):
         online.get([row])
     assert time.perf_counter() - t0 < 1.0  # features.redis_timeout_s, no retry back-off
     assert online.ping() is False
 
-    own_redis.start()  # back, but empty (no persistence): lookups work again, with defaults
+    own_redis_server.start()  # back, but empty (no persistence): lookups work again, with defaults
     assert online.ping() is True
     assert online.get([row])[0]["unknown_user"] is True
     materialize(features, tmp_path)

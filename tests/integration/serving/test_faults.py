@@ -7,7 +7,7 @@ Documented policy (mlops_serving.lookup): ``degraded`` answers 200 with default 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,6 @@ from tests.support import RedisServer
 pytestmark = pytest.mark.integration
 
 V1 = "/v1/models/fraud:predict"
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path, kit: Any) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, kit.free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 def until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -47,8 +39,8 @@ def default_score(kit: Any, folder: Path, row: dict[str, Any]) -> float:
     return float(kit.numpy_score(folder, kit.small_encode(pd.DataFrame([merged]), enc))[0])
 
 
-def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis: RedisServer) -> None:
-    source = kit.RedisHashFeatures(own_redis.url, "f:")
+def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis_server: RedisServer) -> None:
+    source = kit.RedisHashFeatures(own_redis_server.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source), tmp_path / "predlog")
     try:
@@ -57,7 +49,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
             normal = client.post(V1, json={"instances": [row]}).json()
             assert normal["degraded"] is False
 
-            own_redis.stop()
+            own_redis_server.stop()
             started = time.perf_counter()
             r = client.post(V1, json={"instances": [row]})
             assert r.status_code == 200, r.text
@@ -78,7 +70,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
                 in metrics
             assert 'mlops_serving_feature_store_up{model="fraud"} 0.0' in metrics
 
-            own_redis.start()
+            own_redis_server.start()
             source.write()  # the restarted Redis is empty (no persistence): re-materialise
             flags: list[bool] = []
 
@@ -99,21 +91,22 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
     assert (~frame["degraded"]).sum() == 3
 
 
-def test_redis_outage_unavailable_policy_503_then_recovers(tmp_path: Path, kit: Any, own_redis: RedisServer) -> None:
-    source = kit.RedisHashFeatures(own_redis.url, "f:")
+def test_redis_outage_unavailable_policy_503_then_recovers(
+        tmp_path: Path, kit: Any, own_redis_server: RedisServer) -> None:
+    source = kit.RedisHashFeatures(own_redis_server.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source, redis_outage="unavailable"), tmp_path / "predlog")
     try:
         with httpx.Client(base_url=srv.url, timeout=10) as client:
             assert client.post(V1, json={"instances": [kit.instance(1)]}).status_code == 200
-            own_redis.stop()
+            own_redis_server.stop()
             r = client.post(V1, json={"instances": [kit.instance(1)]})
             assert r.status_code == 503
             assert r.headers["retry-after"] == "1"
             assert "unreachable" in r.json()["error"]
             assert until(lambda: client.get("/v2/health/ready").status_code == 503)
             assert client.get("/v2/health/live").status_code == 200
-            own_redis.start()
+            own_redis_server.start()
             source.write()
             assert until(lambda: client.post(V1, json={"instances": [kit.instance(1)]}).status_code == 200)
             assert until(lambda: client.get("/v2/health/ready").status_code == 200)
