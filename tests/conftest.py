@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The servers tests start (redis-server, mlflow server, databases, free ports) and the fixtures over them.
+pytest_plugins = ["tests.support.fixtures", "tests.support.timeouts"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("MLOPS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

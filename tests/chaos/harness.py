@@ -17,7 +17,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.support import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_TTL_S = 2.0  # the registry lock's TTL in these scenarios (60 s by default): a dead holder's lock expires fast
@@ -43,12 +44,6 @@ def kill_point(scenario: str, seed: int, points: int) -> int:
     order = list(range(1, points + 1))
     random.Random(scenario).shuffle(order)
     return order[(seed - 1) % points]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------------------- registry
@@ -383,37 +378,6 @@ def _serving_kit() -> Any:
     return sys.modules["chaos_serving_kit"]
 
 
-class OwnRedis:
-    """A redis-server of this scenario's own on a free port (never the shared one on 6379)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port, self.workdir, self.proc = free_port(), workdir, None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
-
-
 def redis_fault(seed: int, workdir: Path) -> dict[str, Any]:
     """SIGKILL the online store (a redis-server of our own) under a steady request load, restart it after a
     random outage, re-materialise, keep the load on.
@@ -430,7 +394,7 @@ def redis_fault(seed: int, workdir: Path) -> dict[str, Any]:
     rng = random.Random(seed)
     root = workdir / f"redis-{seed}"
     root.mkdir(parents=True)
-    own = OwnRedis(root)
+    own = RedisServer(root)
     own.start()
     source = kit.RedisHashFeatures(own.url, "f:")
     source.write()
@@ -581,7 +545,7 @@ def overload_fault(seed: int, workdir: Path, *, seconds: float = 20.0, clients: 
     objective_ms = ServingConfig().request_deadline_ms
     root = workdir / f"overload-{seed}"
     root.mkdir(parents=True)
-    own = OwnRedis(root)
+    own = RedisServer(root)
     own.start()
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", OVERLOAD_SERVER, str(REPO / "tests/integration/serving/conftest.py"),

@@ -7,7 +7,6 @@ test's tmp_path, and stopped (SIGTERM, then SIGKILL) when the test ends.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,14 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import free_port
+
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -9,11 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
-import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ import redis
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, materialize, open_store, prepare_local_data
+from tests.support import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -54,66 +52,29 @@ def redis_url_class() -> str:
     return url
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port, socket_connect_timeout=0.2)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"redis-server on port {port} did not start")
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """A redis-server of this test's own, which the test may stop and start again on the same port."""
-    port = _free_port()
-    state: dict[str, Any] = {"port": port, "proc": _start_redis(port, tmp_path)}
-    state["start"] = lambda: state.update(proc=_start_redis(port, tmp_path))
-    yield state
-    proc = state["proc"]
-    if proc.poll() is None:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def _copy_repo(root: Path) -> None:
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
-    own_redis: dict[str, Any], tmp_path: Path
+    own_redis_server: RedisServer, tmp_path: Path
 ) -> None:
     _copy_repo(tmp_path)
-    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis['port']}/0")
+    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0")
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
     online = OnlineFeatures(features, tmp_path)
     row = {"user_id": "U000001", "merchant_id": "M00001"}
     before = online.get([row])[0]
     assert not before["unknown_user"]
 
-    own_redis["proc"].terminate()
-    own_redis["proc"].wait(timeout=10)
+    own_redis_server.stop()
     t0 = time.perf_counter()
     with pytest.raises(FeatureStoreUnavailableError, match="online store unreachable"):
         online.get([row])
     assert time.perf_counter() - t0 < 1.0  # features.redis_timeout_s, no retry back-off
     assert online.ping() is False
 
-    own_redis["start"]()  # back, but empty (no persistence): lookups work again, with defaults
+    own_redis_server.start()  # back, but empty (no persistence): lookups work again, with defaults
     assert online.ping() is True
     assert online.get([row])[0]["unknown_user"] is True
     materialize(features, tmp_path)

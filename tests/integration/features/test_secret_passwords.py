@@ -9,7 +9,6 @@ trusts every local connection and would accept any password): a changed or trunc
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -20,6 +19,7 @@ import pytest
 
 from mlops_config import FeaturesConfig
 from mlops_features.store import open_store, render_feature_store_yaml
+from tests.support import RedisServer, free_port, wait_port
 
 pytestmark = pytest.mark.integration
 
@@ -27,37 +27,10 @@ PASSWORD = "p@ss:w/rd#,%{}"
 REDIS_VAR, PG_VAR = "MLOPS_TEST_REDIS_SECRET", "MLOPS_TEST_REGISTRY_SECRET"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, f"{what} exited with {proc.returncode}"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, f"{what} did not listen on {port}"
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def secret_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    tmp_path = tmp_path_factory.mktemp("redis")
-    port = free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
-                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port, proc, "redis-server")
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with RedisServer(tmp_path_factory.mktemp("redis"), password=PASSWORD) as server:
+        yield server.port
 
 
 def _pg_bin() -> Path:

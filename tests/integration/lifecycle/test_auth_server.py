@@ -23,8 +23,7 @@ from mlops_config import TrackingConfig
 from mlops_core import lifecycle
 from mlops_core.errors import TrackingError
 from mlops_core.tracking_server import server_command, server_env, write_auth_config
-
-from .conftest import _free_port
+from tests.support import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,7 +63,7 @@ def auth_server(postgres_url: str, tmp_path: Path) -> Iterator[str]:
     base = postgres_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1)
     # As in the cluster: the file names the users' database, the admin comes from env (a Secret there).
     config = write_auth_config(tmp_path / "basic_auth.ini", database_uri=f"{base}/{stem}_auth")
-    port = _free_port()
+    port = free_port()
     cmd = server_command(backend_store_uri=f"{base}/{stem}", artifacts_destination=(tmp_path / "bucket").as_uri(),
                          host="127.0.0.1", port=port)
     log = (tmp_path / "mlflow-server.log").open("w")

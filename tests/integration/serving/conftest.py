@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -13,6 +12,8 @@ from typing import Any, ClassVar
 import httpx
 import numpy as np
 import pytest
+
+from tests.support import free_port
 
 STORE_FEATURES = ("user_txn_count_1h", "user_amount_zscore", "merchant_risk")
 VOCAB = {
@@ -113,12 +114,6 @@ class RedisHashFeatures:
 
     def ping(self) -> bool:
         return bool(self.client.ping())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support import RedisServer
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,36 +40,6 @@ def until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
     return False
 
 
-class Redis:
-    """redis-server on a free port with an append-only file, so a restart keeps the materialised features."""
-
-    def __init__(self, port: int, workdir: Path) -> None:
-        self.port, self.workdir, self.proc = port, workdir, None
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(  # type: ignore[assignment]
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--dir", str(self.workdir)], stdout=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        assert until(lambda: bool(client.ping()) if self._up() else False, 10)
-
-    def _up(self) -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
-        except redis.ConnectionError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
-
-
 @pytest.fixture
 def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     """Prepared features on Redis, an exported model registered as fraud@champion, config overrides."""
@@ -80,7 +52,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     from mlops_model import EncoderSpec, build_tabular_mlp, model_signer, save_exported
 
     root = config_dir.parent
-    redis = Redis(kit.free_port(), root)
+    redis = RedisServer(root, kit.free_port(), appendonly=True)
     redis.start()
     shutil.copytree(REPO / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))

@@ -6,10 +6,8 @@ Documented policy (mlops_serving.lookup): ``degraded`` answers 200 with default 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,52 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support import RedisServer
+
 pytestmark = pytest.mark.integration
 
 V1 = "/v1/models/fraud:predict"
-
-
-class OwnRedis:
-    """A redis-server on a free loopback port that the test may stop and start (never the shared one)."""
-
-    def __init__(self, port: int, workdir: Path) -> None:
-        self.port, self.workdir = port, workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path, kit: Any) -> Iterator[OwnRedis]:
-    server = OwnRedis(kit.free_port(), tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -82,8 +39,8 @@ def default_score(kit: Any, folder: Path, row: dict[str, Any]) -> float:
     return float(kit.numpy_score(folder, kit.small_encode(pd.DataFrame([merged]), enc))[0])
 
 
-def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis: OwnRedis) -> None:
-    source = kit.RedisHashFeatures(own_redis.url, "f:")
+def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis_server: RedisServer) -> None:
+    source = kit.RedisHashFeatures(own_redis_server.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source), tmp_path / "predlog")
     try:
@@ -92,7 +49,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
             normal = client.post(V1, json={"instances": [row]}).json()
             assert normal["degraded"] is False
 
-            own_redis.stop()
+            own_redis_server.stop()
             started = time.perf_counter()
             r = client.post(V1, json={"instances": [row]})
             assert r.status_code == 200, r.text
@@ -113,7 +70,7 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
                 in metrics
             assert 'mlops_serving_feature_store_up{model="fraud"} 0.0' in metrics
 
-            own_redis.start()
+            own_redis_server.start()
             source.write()  # the restarted Redis is empty (no persistence): re-materialise
             flags: list[bool] = []
 
@@ -134,21 +91,22 @@ def test_redis_outage_degrades_then_recovers(tmp_path: Path, kit: Any, own_redis
     assert (~frame["degraded"]).sum() == 3
 
 
-def test_redis_outage_unavailable_policy_503_then_recovers(tmp_path: Path, kit: Any, own_redis: OwnRedis) -> None:
-    source = kit.RedisHashFeatures(own_redis.url, "f:")
+def test_redis_outage_unavailable_policy_503_then_recovers(
+        tmp_path: Path, kit: Any, own_redis_server: RedisServer) -> None:
+    source = kit.RedisHashFeatures(own_redis_server.url, "f:")
     source.write()
     srv = kit.start_server(kit.make_app(tmp_path, source, redis_outage="unavailable"), tmp_path / "predlog")
     try:
         with httpx.Client(base_url=srv.url, timeout=10) as client:
             assert client.post(V1, json={"instances": [kit.instance(1)]}).status_code == 200
-            own_redis.stop()
+            own_redis_server.stop()
             r = client.post(V1, json={"instances": [kit.instance(1)]})
             assert r.status_code == 503
             assert r.headers["retry-after"] == "1"
             assert "unreachable" in r.json()["error"]
             assert until(lambda: client.get("/v2/health/ready").status_code == 503)
             assert client.get("/v2/health/live").status_code == 200
-            own_redis.start()
+            own_redis_server.start()
             source.write()
             assert until(lambda: client.post(V1, json={"instances": [kit.instance(1)]}).status_code == 200)
             assert until(lambda: client.get("/v2/health/ready").status_code == 200)
@@ -166,7 +124,7 @@ def test_not_ready_until_the_store_is_reachable(tmp_path: Path, kit: Any) -> Non
         assert r.status_code == 503
         assert "feature store not reachable" in r.json()["reason"]
         assert httpx.get(f"{srv.url}/v2/health/live").status_code == 200
-        late = OwnRedis(port, tmp_path)
+        late = RedisServer(tmp_path, port)
         late.start()
         try:
             assert until(lambda: httpx.get(f"{srv.url}/v2/health/ready").status_code == 200)

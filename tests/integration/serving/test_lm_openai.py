@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.support import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -42,12 +43,6 @@ class LMServer:
         return f"{self.url}/openai/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def sign(folder: Path, keys: Path) -> Path:
     """Sign ``folder`` as training signs an export (``mlops_model.model_signer``) with the key pair in ``keys``."""
     from mlops_config import ProvenanceConfig
@@ -64,7 +59,7 @@ def keys_of(folder: Path) -> Path:
 
 def start_lm_server(folder: Path, log_dir: Path, *sets: str, keys: Path | None = None,
                     wait_ready: bool = True) -> LMServer:
-    port = _free_port()
+    port = free_port()
     # what services/predictor/entrypoint.sh runs in the InferenceService (infra/base/serving-llm)
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL,
            "--model-dir", str(folder), "--model-version", "7", "--port", str(port),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import free_port, start_mlflow_server
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,41 +30,11 @@ PROMPT = "Reverse the words: stone lamp\nAnswer:"
 NEW_TOKENS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-         f"sqlite:///{tmp / 'mlflow.db'}", "--default-artifact-root", (tmp / "artifacts").as_uri(),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp / "server.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 120 s"
-            time.sleep(0.5)
+    with start_mlflow_server(f"sqlite:///{tmp / 'mlflow.db'}", tmp) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 def _greedy(folder: Path) -> str:
@@ -119,7 +90,7 @@ def registered(mlflow_url: str, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 def _serve(mlflow_url: str, state: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL, "--port", str(port),
            "--set", f"tracking.uri={mlflow_url}", "--set", f"project.state_dir={state}",
            "--set", f"serving.prediction_log_uri={state / 'log'}", *args]

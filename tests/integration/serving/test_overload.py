@@ -163,7 +163,8 @@ def test_a_slow_lookup_is_abandoned_at_the_deadline_without_marking_the_store_do
             took = time.monotonic() - t0
             assert r.status_code == 200, r.text
             assert r.json()["degraded"] is True  # the degraded policy answered in place of the late lookup
-            assert took < 2.0, took  # not the 3 s the store took
+            # answered before the store did (its 3 s), with the slack of a loaded machine, not at the 300 ms
+            assert took < source.delay, took
             assert metric(client.get("/metrics").text, "mlops_serving_feature_lookups_abandoned_total") == 1
             source.delay = 0.0
             time.sleep(3.2)  # the abandoned call ends; one late lookup is no outage
@@ -184,7 +185,8 @@ def test_the_config_deadline_caps_the_clients_and_bad_headers_are_refused(
             t0 = time.monotonic()
             r = client.post(V1, json={"instances": [kit.instance(1)]}, headers={"X-Request-Deadline-Ms": "60000"})
             assert r.status_code == 200 and r.json()["degraded"] is True
-            assert time.monotonic() - t0 < 2.0  # the server's 300 ms, not the client's 60 s
+            # the server's 300 ms, not the client's 60 s: answered before the store's 3 s were up
+            assert time.monotonic() - t0 < source.delay
             for bad in ("soon", "-5", "0", "nan", "inf"):
                 r = client.post(V1, json={"instances": [kit.instance(1)]}, headers={"X-Request-Deadline-Ms": bad})
                 assert r.status_code == 400, (bad, r.status_code)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from pathlib import Path
 
@@ -10,19 +9,14 @@ import pytest
 
 from mlops_training import TrainResult, launch
 from mlops_training.launcher import default_run_name
+from tests.support import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_nodes_rendezvous_and_train_like_one_node_with_two_processes(tiny_lm, root: Path) -> None:
     sets = ("training.max_steps=4", "training.nproc=1", "training.nnodes=2",
-            f"training.rdzv_endpoint=127.0.0.1:{_free_port()}")
+            f"training.rdzv_endpoint=127.0.0.1:{free_port()}")
     config = tiny_lm(*sets)
     from mlops_training.zoo import llama_config
 

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -20,16 +19,11 @@ import pytest
 from mlops_config import PlatformConfig
 from mlops_training import launch
 from mlops_training.launcher import default_run_name, torchrun_command
+from tests.support import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STEPS = ("training.max_steps=60", "training.checkpoint.every_steps=5", "training.checkpoint.keep_last=3")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _node(config: PlatformConfig, private: Path, name: str, log: Path) -> subprocess.Popen[bytes]:
@@ -72,7 +66,7 @@ def _kill_node(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _two_nodes(tiny_lm: Callable[..., PlatformConfig], shared: Path) -> PlatformConfig:
-    return tiny_lm(*STEPS, "training.nproc=1", "training.nnodes=2", f"training.rdzv_endpoint=127.0.0.1:{_free_port()}",
+    return tiny_lm(*STEPS, "training.nproc=1", "training.nnodes=2", f"training.rdzv_endpoint=127.0.0.1:{free_port()}",
                    f"training.checkpoint.dir={shared}")
 
 

@@ -65,7 +65,8 @@ def test_full_queue_counts_drops_and_never_blocks(tmp_path: Path) -> None:
     writer = PredictionLogWriter(tmp_path, "fraud", flush_s=60, max_queue=5, on_dropped=dropped.append)
     started = time.perf_counter()
     writer.append(_rows(8, time.time()))
-    assert time.perf_counter() - started < 0.5
+    # blocking would mean waiting for the 60 s flush to make room; 10 s leaves a loaded machine its hiccups
+    assert time.perf_counter() - started < 10
     assert dropped == [3]
     assert writer.flush() == 5
 

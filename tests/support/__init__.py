@@ -1,0 +1,10 @@
+"""What tests share to start real servers: free loopback ports, a redis-server of a test's own, a PostgreSQL
+database of a test's own and an ``mlflow server`` on it. The fixtures over these live in ``fixtures.py``
+(registered by tests/conftest.py); a test that needs the objects themselves imports them from here."""
+
+from .mlflow_server import start_mlflow_server
+from .ports import free_port, wait_port
+from .postgres import own_database
+from .redis_server import RedisServer
+
+__all__ = ["RedisServer", "free_port", "own_database", "start_mlflow_server", "wait_port"]
