@@ -121,9 +121,13 @@ def child(side: str, mode: str, data: Path) -> None:
     ref = pd.read_parquet(data / "ref.parquet")
     cur = pd.read_parquet(data / "cur.parquet")
     fn = run_ours if side == "ours" else run_evidently
-    if side == "evidently":  # import outside the measure, like ours (already imported with pandas)
+    # Imports outside the measure on both sides: Evidently's brings scipy.stats with it, so ours imports it too
+    # (the drift check imports it lazily, on its first test; a CronJob pays that once per process either way).
+    if side == "evidently":
         import evidently.presets  # noqa: F401
     else:
+        import scipy.stats  # noqa: F401
+
         import mlops_monitoring.drift  # noqa: F401
     result: dict[str, Any] = {}
     if mode == "time":

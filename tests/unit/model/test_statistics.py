@@ -10,7 +10,18 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from mlops_model.statistics import binary_metrics, chi2, ks, ks_from_sketch, psi, quantile_bin_counts, roc_auc
+from mlops_core import bin_counts, quantile_edges
+from mlops_model.errors import StatisticsError
+from mlops_model.statistics import (
+    binary_metrics,
+    chi2,
+    ks,
+    ks_from_sketch,
+    ks_sorted,
+    psi,
+    quantile_bin_counts,
+    roc_auc,
+)
 
 
 def test_psi_by_hand() -> None:
@@ -46,6 +57,33 @@ def test_ks_equals_scipy(n1: int, n2: int, kind: str) -> None:
     d, p = ks(a, b)
     assert d == pytest.approx(float(expected.statistic), abs=1e-12)
     assert p == pytest.approx(float(expected.pvalue), rel=1e-9, abs=1e-300)
+
+
+def _ks_case(rng: np.random.Generator, case: str, n1: int, n2: int) -> tuple[np.ndarray, np.ndarray]:
+    if case == "ties":
+        return rng.integers(0, 9, n1).astype(float), rng.integers(2, 12, n2).astype(float)
+    if case == "disjoint":  # every reference value below every current one: D = 1
+        return rng.normal(0, 1, n1), rng.normal(0, 1, n2) + 100
+    if case == "interleaved":  # the same few values on both sides, one shifted by half a step
+        return rng.integers(0, 4, n1) * 1.0, rng.integers(0, 4, n2) * 1.0 + rng.choice([0.0, 0.5], n2)
+    return rng.lognormal(0, 1, n1), rng.lognormal(0.02, 1, n2)
+
+
+@pytest.mark.parametrize("case", ["continuous", "ties", "disjoint", "interleaved"])
+def test_ks_sorted_is_scipy_to_the_bit_for_either_larger_side(case: str) -> None:
+    """D and the p-value equal ks_2samp's exactly, whichever sample is the smaller one (the fast path walks the
+    smaller sample's distinct values) and on both sides of the exact/asymptotic switch (10,000)."""
+    rng = np.random.default_rng(7)
+    for n1, n2 in [(200_000, 11_000), (11_000, 200_000), (10_001, 10_001), (12_000, 9_000), (9_000, 3)]:
+        a, b = _ks_case(rng, case, n1, n2)
+        expected = stats.ks_2samp(a, b)
+        d, p = ks_sorted(np.sort(a), np.sort(b))
+        assert (d, p) == (float(expected.statistic), float(expected.pvalue)), (case, n1, n2)
+
+
+def test_ks_sorted_refuses_an_empty_side() -> None:
+    with pytest.raises(StatisticsError, match="KS needs values on both sides, got 0 and 3"):
+        ks_sorted(np.array([]), np.array([1.0, 2.0, 3.0]))
 
 
 def test_ks_sketch_is_within_a_thousandth() -> None:
@@ -98,3 +136,24 @@ def test_binary_metrics_by_hand() -> None:
     u = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)
     assert roc_auc(y, s) == pytest.approx(u / 9)
     assert math.isnan(roc_auc(np.zeros(3), np.arange(3.0)))
+
+
+def test_quantile_bins_are_the_reference_profiles_bins() -> None:
+    """One bin definition: the canary's and the LM drift's quantile bins are a profile's edges and counts.
+
+    By hand: 0…9 at k/5 (numpy's linear quantiles) gives edges 1.8, 3.6, 5.4, 7.2; a value on an edge belongs
+    to the bin above it."""
+    ref, cur = np.arange(10.0), np.array([0.0, 2.0, 2.0, 9.0, 100.0])
+    assert np.quantile(ref, [0.2, 0.4, 0.6, 0.8]) == pytest.approx([1.8, 3.6, 5.4, 7.2], abs=1e-12)
+    got_ref, got_cur = quantile_bin_counts(ref, cur, 5)
+    assert got_ref.tolist() == [2, 2, 2, 2, 2]
+    assert got_cur.tolist() == [1, 2, 0, 0, 2]
+    ties_ref, ties_cur = quantile_bin_counts([1, 1, 1, 1, 2, 2, 3, 3, 3, 3], [2, 2], 2)
+    assert (ties_ref.tolist(), ties_cur.tolist()) == ([4, 6], [0, 2])
+    rng = np.random.default_rng(3)
+    sample = rng.lognormal(0, 1, 5000)
+    ordered = np.sort(sample)
+    profile_counts = bin_counts(ordered, quantile_edges(ordered, 10))
+    assert quantile_bin_counts(sample, sample[:10], 10)[0].tolist() == profile_counts.tolist()
+    with pytest.raises(StatisticsError, match="n_bins=1"):
+        quantile_bin_counts(sample, sample, 1)
