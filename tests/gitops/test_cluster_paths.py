@@ -146,12 +146,16 @@ def test_the_spark_engine_runs_on_the_environments_spark_cluster(rendered: dict[
         assert w["image"] == m["image"] == driver["image"]
         assert {e["name"]: e.get("valueFrom") for e in driver["env"]}["SPARK_LOCAL_IP"] == \
             {"fieldRef": {"fieldPath": "status.podIP"}}
-        # the executors write the online store: its password reaches them by the name the profile gives, from the
-        # Secret the driver's env comes from
-        secret = next(e["secretRef"]["name"] for e in driver["envFrom"] if "secretRef" in e)
+        # the executors write the online store: its password reaches them by the name the profile gives, the same
+        # key as the driver's (each workload reads it from its own Secret: tests/gitops/test_secret_access.py)
         worker_env = {e["name"]: e.get("valueFrom", {}) for e in w["env"]}
-        assert worker_env[features.redis_password_env]["secretKeyRef"] == \
-            {"name": secret, "key": features.redis_password_env}
+        driver_env = {e["name"]: e.get("valueFrom", {}) for e in driver["env"]}
+        assert worker_env[features.redis_password_env]["secretKeyRef"]["key"] == \
+            driver_env[features.redis_password_env]["secretKeyRef"]["key"] == features.redis_password_env
+        # spark.authenticate: the master, the workers and the driver hold the cluster's secret
+        for env_of in ({e["name"]: e.get("valueFrom", {}) for e in m["env"]}, worker_env):
+            assert env_of["_SPARK_AUTH_SECRET"]["secretKeyRef"]["key"] == "spark-auth-secret"
+        assert driver_env["SPARK_AUTH_SECRET"]["secretKeyRef"]["key"] == "spark-auth-secret"
         sources = str(Path("/app") / _profile(env).features.source_dir)  # the job's WORKDIR is /app
         mount = next(v["mountPath"] for v in driver["volumeMounts"] if sources.startswith(v["mountPath"] + "/"))
         claim = _volume_of(job_pod, driver, mount)["persistentVolumeClaim"]["claimName"]
