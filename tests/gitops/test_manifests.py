@@ -26,6 +26,8 @@ CUSTOM = {
     ("argoproj.io/v1alpha1", "Application"): ("schema", "argoproj.io_v1alpha1_application.json"),
     ("argoproj.io/v1alpha1", "AppProject"): ("schema", "argoproj.io_v1alpha1_appproject.json"),
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("schema", "trainer.kubeflow.org_v1alpha1_trainjob.json"),
+    ("security.istio.io/v1", "RequestAuthentication"): ("schema", "security.istio.io_v1_requestauthentication.json"),
+    ("security.istio.io/v1", "AuthorizationPolicy"): ("schema", "security.istio.io_v1_authorizationpolicy.json"),
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"):
         ("schema", "trainer.kubeflow.org_v1alpha1_clustertrainingruntime.json"),
 }
