@@ -150,6 +150,22 @@ def test_training_secrets_are_step_scoped() -> None:
     assert step["env"]["TMPDIR"] == "${{ runner.temp }}"
 
 
+def test_a_rollout_starts_only_from_main() -> None:
+    """promote.yml can be dispatched from any branch: its first job refuses every ref but main, and every other
+    job depends on it (directly or through the chain), so nothing of another branch's workflow touches production."""
+    jobs = load(REPO / ".github/workflows/promote.yml")["jobs"]
+    roots = [n for n, j in jobs.items() if not j.get("needs")]
+    assert roots == ["shadow"], roots
+    assert jobs["shadow"]["if"] == "github.ref == 'refs/heads/main'"
+
+    def reaches_root(name: str) -> bool:
+        needs = jobs[name].get("needs") or []
+        needs = [needs] if isinstance(needs, str) else needs
+        return name in roots or any(reaches_root(n) for n in needs)
+
+    assert all(reaches_root(n) for n in jobs)
+
+
 def test_promotion_jobs_never_run_two_at_once() -> None:
     promote = load(REPO / ".github/workflows/promote.yml")
     assert promote["concurrency"] == {"group": "promote-production", "cancel-in-progress": False}
