@@ -23,7 +23,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 outer.got.append({"path": self.path, "auth": self.headers.get("Authorization"),
                                   "body": json.loads(body)})
