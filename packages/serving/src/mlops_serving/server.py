@@ -211,10 +211,12 @@ class RequestGuard:
             await send(message)
 
         path: str = scope.get("path", "")
-        if scope.get("method") == "POST" and (path.endswith((":predict", "/infer", "/generate"))
-                                              or path.startswith("/openai/")):
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            # the size limit holds on every route with a body (KServe's :explain, the repository routes, ...), not
+            # only on the ones we parse: one unbounded body is enough to exhaust a replica's memory
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            refusal = self._refuse(headers)
+            inference = path.endswith((":predict", "/infer", "/generate")) or path.startswith("/openai/")
+            refusal = self._refuse(headers, check_type=inference)
             if refusal is not None:
                 await self.errors.send(send, refusal)
                 return
@@ -227,13 +229,15 @@ class RequestGuard:
             if not started:
                 await self.errors.send(send, exc)
 
-    def _refuse(self, headers: dict[str, str]) -> ServingError | None:
+    def _refuse(self, headers: dict[str, str], *, check_type: bool) -> ServingError | None:
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
                 return BadRequestError(f"Content-Length {length!r:.40} is not a number")
             if int(length) > self.max_bytes:
                 return PayloadTooLargeError(f"the body has {length} bytes; the limit is {self.max_bytes}")
+        if not check_type:
+            return None
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         binary_v2 = "inference-header-content-length" in headers
         if ctype in JSON_TYPES or (binary_v2 and ctype in ("", "application/octet-stream")):
@@ -367,7 +371,9 @@ def build_app(
     routes = Routes(model, metrics, dataplane, export_meta)
     errors = ErrorReplies(model, metrics)
 
-    app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None,
+    # no OpenAPI document: the routes are fixed by the V1/V2 protocols, and the schema is a map for whoever
+    # probes the server (issue 31); docs and redoc are off for the same reason
+    app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lambda _: _lifespan(model, prediction_log, load_in_background))
     app.state.model = model
     app.state.dataplane = dataplane

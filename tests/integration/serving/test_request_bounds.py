@@ -1,0 +1,65 @@
+"""Every request path is bounded, on a real server: a 20 MiB body to any POST route (ours, KServe's :explain
+and its repository routes) is refused with 413 before it is read whole, the server stays ready after, and no
+OpenAPI document maps the routes for whoever probes them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MAX_BYTES = 65536
+BIG = 20 * 1024 * 1024
+POST_ROUTES = ["/v1/models/fraud:predict", "/v1/models/fraud:explain", "/v2/models/fraud/infer",
+               "/v2/models/fraud/generate", "/v2/repository/models/fraud/load", "/v2/repository/index",
+               "/status", "/not-a-route"]
+
+
+@pytest.fixture
+def server(tmp_path: Path, kit: Any, redis_features: Any) -> Iterator[Any]:
+    from mlops_serving.service import create_app, folder_loader
+
+    folder = kit.export_model(tmp_path / "models" / "1", seed=1)
+    cfg = kit.serving_config(max_payload_bytes=MAX_BYTES)
+    app = create_app(cfg, model_name="fraud", loader=folder_loader("fraud", folder), source=redis_features,
+                     log_dir=tmp_path / "predlog")
+    srv = kit.start_server(app, tmp_path / "predlog")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_twenty_mib_to_every_post_route_is_refused_and_the_server_stays_ready(server: Any, chunked: bool) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(BIG // 65536):
+            yield b"x" * 65536
+
+    got = {}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for route in POST_ROUTES:
+            body: Any = chunks() if chunked else b"x" * BIG
+            try:
+                r = client.post(route, content=body, headers={"content-type": "application/json"})
+                got[route] = r.status_code
+                assert "Traceback" not in r.text
+            except httpx.RemoteProtocolError:  # the server answered and closed while we were still sending
+                got[route] = "closed"
+        assert client.get("/v2/health/ready").status_code == 200
+    # 413 on every route with a Content-Length. A chunked body is cut at the limit where a route reads it (413, or
+    # the connection closed once the answer went out); a route that does not exist or take POST answers 404/405
+    # without reading it. Never read whole, never a 500.
+    reads = {"/v1/models/fraud:predict", "/v1/models/fraud:explain", "/v2/models/fraud/infer"}
+    allowed = {r: ({413} if not chunked else {413, "closed"} if r in reads else {413, "closed", 404, 405})
+               for r in POST_ROUTES}
+    bad = {r: s for r, s in got.items() if s not in allowed[r]}
+    assert not bad, f"not refused as too large: {bad}"
+
+
+def test_no_openapi_document_or_docs(server: Any) -> None:
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert httpx.get(f"{server.url}{path}", timeout=10).status_code == 404, path
