@@ -63,3 +63,15 @@ def test_twenty_mib_to_every_post_route_is_refused_and_the_server_stays_ready(se
 def test_no_openapi_document_or_docs(server: Any) -> None:
     for path in ("/openapi.json", "/docs", "/redoc"):
         assert httpx.get(f"{server.url}{path}", timeout=10).status_code == 404, path
+
+
+@pytest.mark.parametrize("rid", [b"x" * 129, b"a b", "id\u00e9".encode(), b"a,b", b""])
+def test_a_request_id_that_is_not_a_bounded_token_is_refused(server: Any, rid: bytes) -> None:
+    body = {"instances": [{"user_id": "u1", "merchant_id": "m1", "amount": 10.0, "currency": "EUR",
+                           "category": "grocery", "country": "DE", "device": "ios", "channel": "online"}]}
+    r = httpx.post(f"{server.url}/v1/models/fraud:predict", json=body,
+                   headers=[(b"x-request-id", rid)], timeout=10)
+    assert r.status_code == 400 and "X-Request-Id" in r.json()["error"], r.text
+    ok = httpx.post(f"{server.url}/v1/models/fraud:predict", json=body,
+                    headers={"x-request-id": "3f2a9c1e-7b4d-4e0a-9f1e-2c3d4e5f6a7b"}, timeout=10)
+    assert ok.status_code == 200, ok.text

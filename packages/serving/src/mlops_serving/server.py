@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -57,6 +58,8 @@ META_ROUTE = "/mlops/models/{model_name}/meta"
 """A predictor's model.json (version, encoder, FeatureService): what its transformer encodes for."""
 READY_CACHE_S = 1.0
 MODEL_REPOSITORY_PREFIX = "/v2/repository"
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""What a caller's ``X-Request-Id`` may be (a UUID, a ULID, a trace id); anything else is refused with 400."""
 
 
 class HostedModel(Protocol):
@@ -238,6 +241,11 @@ class RequestGuard:
                 return PayloadTooLargeError(f"the body has {length} bytes; the limit is {self.max_bytes}")
         if not check_type:
             return None
+        rid = headers.get("x-request-id")
+        if rid is not None and not REQUEST_ID.fullmatch(rid):
+            # the id joins the prediction log, the shadow rows and the labels: bounded, printable, no separators
+            return BadRequestError(f"X-Request-Id {rid!r:.60} is invalid: expected 1-128 characters of "
+                                   "letters, digits and . _ : -")
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         binary_v2 = "inference-header-content-length" in headers
         if ctype in JSON_TYPES or (binary_v2 and ctype in ("", "application/octet-stream")):
