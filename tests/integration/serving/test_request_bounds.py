@@ -75,3 +75,22 @@ def test_a_request_id_that_is_not_a_bounded_token_is_refused(server: Any, rid: b
     ok = httpx.post(f"{server.url}/v1/models/fraud:predict", json=body,
                     headers={"x-request-id": "3f2a9c1e-7b4d-4e0a-9f1e-2c3d4e5f6a7b"}, timeout=10)
     assert ok.status_code == 200, ok.text
+
+
+def test_status_in_the_cluster_profiles_tells_nothing_internal(tmp_path: Path, kit: Any, redis_features: Any) -> None:
+    from mlops_config import load_config
+    from mlops_serving.service import create_app, folder_loader
+
+    for profile in ("staging", "production"):
+        cfg = load_config(profile=profile, config_dir=Path(__file__).resolve().parents[3] / "configs",
+                          check_secrets=False).config
+        assert cfg.serving.status_detail is False, profile
+    folder = kit.export_model(tmp_path / "models" / "1", seed=1)
+    app = create_app(kit.serving_config(status_detail=False), model_name="fraud",
+                     loader=folder_loader("fraud", folder), source=redis_features, log_dir=tmp_path / "predlog")
+    srv = kit.start_server(app, tmp_path / "predlog")
+    try:
+        body = httpx.get(f"{srv.url}/status", timeout=10).json()
+    finally:
+        srv.stop()
+    assert body == {"ready": True, "model": "fraud", "version": body["version"]}, body

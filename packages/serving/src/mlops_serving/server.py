@@ -284,6 +284,7 @@ class Routes:
         self.metrics = metrics
         self.dataplane = dataplane
         self._export_meta = export_meta
+        self.status_detail = True
 
     async def live(self) -> dict[str, str]:
         return {"status": "alive"}
@@ -294,6 +295,8 @@ class Routes:
 
     async def status(self) -> dict[str, Any]:
         ok, reason = self.dataplane.readiness()
+        if not self.status_detail:  # no error text, URL or model internals: ready or not, and the version
+            return {"ready": ok, "model": self.model.name, "version": self.model.stable_version}
         return {"ready": ok, "reason": reason or None, "model": self.model.describe(),
                 **self.dataplane.readiness.status()}
 
@@ -369,6 +372,7 @@ def build_app(
     export_meta: Callable[[], dict[str, Any]] | None = None,
     admission: AdmissionLimits | None = None,
     mount: Callable[[FastAPI], None] | None = None,
+    status_detail: bool = True,
 ) -> FastAPI:
     """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`;
     ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`);
@@ -377,6 +381,7 @@ def build_app(
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
     routes = Routes(model, metrics, dataplane, export_meta)
+    routes.status_detail = status_detail
     errors = ErrorReplies(model, metrics)
 
     # no OpenAPI document: the routes are fixed by the V1/V2 protocols, and the schema is a map for whoever
