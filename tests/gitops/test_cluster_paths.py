@@ -30,12 +30,15 @@ def test_mlflow_server_requires_authentication(rendered: dict[str, list[dict[str
     pod = deploy["spec"]["template"]["spec"]
     c = pod["containers"][0]
     # The same flags as mlops_core.tracking_server (what the rehearsal starts), with the cluster's values.
-    wanted = server_args(backend_store_uri="X", artifacts_destination="s3://mlops-artifacts", host="0.0.0.0",
-                         port=5000, workers=2)
+    wanted = server_args(artifacts_destination="s3://mlops-artifacts", host="0.0.0.0", port=5000, workers=2)
     flags = {a.split("=", 1)[0] for a in c["args"][1:]}
     assert flags == {a.split("=", 1)[0] for a in wanted}
     assert "--app-name=basic-auth" in c["args"] and "--serve-artifacts" in c["args"]
     env = {e["name"]: e for e in c["env"]}
+    # the store's URI (with the database password, URL-encoded where the Secret is made) from the env, not argv
+    assert not [a for a in c["args"] if "postgres" in a], c["args"]
+    assert env["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db",
+                                                                           "key": "backend-store-uri"}
     path = env["MLFLOW_AUTH_CONFIG_PATH"]["value"]
     volume = _volume_of(pod, c, str(Path(path).parent))
     assert volume["secret"]["secretName"] == "mlflow-auth"  # admin credentials + auth DB URI: a Secret

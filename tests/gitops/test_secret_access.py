@@ -63,7 +63,8 @@ EXPECTED = {
     "platform": {
         "Deployment/mlflow:mlflow": keys("mlflow-auth", {"admin-password", "admin-username", "basic_auth.ini",
                                                          "flask-secret-key"})
-        | keys("mlflow-db", {"password"}) | keys("mlflow-s3", {"access-key-id", "endpoint-url", "secret-access-key"}),
+        | keys("mlflow-db", {"backend-store-uri"})
+        | keys("mlflow-s3", {"access-key-id", "endpoint-url", "secret-access-key"}),
         "StatefulSet/postgres:postgres": keys("mlflow-db", {"password"}),
         "StatefulSet/redis:redis": keys("redis-auth", {"password"}),
     },
