@@ -109,20 +109,20 @@ class OwnMlflow:
         self.url = f"http://127.0.0.1:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         store = pg.create_database(db)
-        self.cmd = server_command(backend_store_uri=store, artifacts_destination=(workdir / "artifacts").as_uri(),
-                                  host="127.0.0.1", port=self.port)
+        self.cmd = server_command(artifacts_destination=(workdir / "artifacts").as_uri(), host="127.0.0.1",
+                                  port=self.port)
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
         if admin is None:
             self.cmd.remove("--app-name=basic-auth")
-            self.env = {**env, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            self.env = {**env, "MLFLOW_BACKEND_STORE_URI": store, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         else:
             # As in the cluster: the file names the users' database (its URI holds the role's password) and the
             # first admin; the env repeats the admin (from a Secret there).
             config = write_auth_config(workdir / "basic_auth.ini", database_uri=pg.create_database(f"{db}_auth"),
                                        admin_username=admin[0], admin_password=admin[1])
-            self.env = {**env, **server_env(config, "chaos-secret-key-0123456789", admin_username=admin[0],
-                                            admin_password=admin[1])}
+            self.env = {**env, **server_env(config, "chaos-secret-key-0123456789", backend_store_uri=store,
+                                            admin_username=admin[0], admin_password=admin[1])}
 
     def start(self, timeout_s: float = 420) -> None:
         """Start and wait for ``/health`` (~15 s idle; minutes when the 2 cores are shared by many jobs)."""

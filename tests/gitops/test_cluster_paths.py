@@ -30,12 +30,15 @@ def test_mlflow_server_requires_authentication(rendered: dict[str, list[dict[str
     pod = deploy["spec"]["template"]["spec"]
     c = pod["containers"][0]
     # The same flags as mlops_core.tracking_server (what the rehearsal starts), with the cluster's values.
-    wanted = server_args(backend_store_uri="X", artifacts_destination="s3://mlops-artifacts", host="0.0.0.0",
-                         port=5000, workers=2)
+    wanted = server_args(artifacts_destination="s3://mlops-artifacts", host="0.0.0.0", port=5000, workers=2)
     flags = {a.split("=", 1)[0] for a in c["args"][1:]}
     assert flags == {a.split("=", 1)[0] for a in wanted}
     assert "--app-name=basic-auth" in c["args"] and "--serve-artifacts" in c["args"]
     env = {e["name"]: e for e in c["env"]}
+    # the store's URI (with the database password, URL-encoded where the Secret is made) from the env, not argv
+    assert not [a for a in c["args"] if "postgres" in a], c["args"]
+    assert env["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db",
+                                                                           "key": "backend-store-uri"}
     path = env["MLFLOW_AUTH_CONFIG_PATH"]["value"]
     volume = _volume_of(pod, c, str(Path(path).parent))
     assert volume["secret"]["secretName"] == "mlflow-auth"  # admin credentials + auth DB URI: a Secret
@@ -146,12 +149,16 @@ def test_the_spark_engine_runs_on_the_environments_spark_cluster(rendered: dict[
         assert w["image"] == m["image"] == driver["image"]
         assert {e["name"]: e.get("valueFrom") for e in driver["env"]}["SPARK_LOCAL_IP"] == \
             {"fieldRef": {"fieldPath": "status.podIP"}}
-        # the executors write the online store: its password reaches them by the name the profile gives, from the
-        # Secret the driver's env comes from
-        secret = next(e["secretRef"]["name"] for e in driver["envFrom"] if "secretRef" in e)
+        # the executors write the online store: its password reaches them by the name the profile gives, the same
+        # key as the driver's (each workload reads it from its own Secret: tests/gitops/test_secret_access.py)
         worker_env = {e["name"]: e.get("valueFrom", {}) for e in w["env"]}
-        assert worker_env[features.redis_password_env]["secretKeyRef"] == \
-            {"name": secret, "key": features.redis_password_env}
+        driver_env = {e["name"]: e.get("valueFrom", {}) for e in driver["env"]}
+        assert worker_env[features.redis_password_env]["secretKeyRef"]["key"] == \
+            driver_env[features.redis_password_env]["secretKeyRef"]["key"] == features.redis_password_env
+        # spark.authenticate: the master, the workers and the driver hold the cluster's secret
+        for env_of in ({e["name"]: e.get("valueFrom", {}) for e in m["env"]}, worker_env):
+            assert env_of["_SPARK_AUTH_SECRET"]["secretKeyRef"]["key"] == "spark-auth-secret"
+        assert driver_env["SPARK_AUTH_SECRET"]["secretKeyRef"]["key"] == "spark-auth-secret"
         sources = str(Path("/app") / _profile(env).features.source_dir)  # the job's WORKDIR is /app
         mount = next(v["mountPath"] for v in driver["volumeMounts"] if sources.startswith(v["mountPath"] + "/"))
         claim = _volume_of(job_pod, driver, mount)["persistentVolumeClaim"]["claimName"]

@@ -21,7 +21,8 @@ def docs(kit: Any) -> dict[str, dict[str, Any]]:
 
 def test_llm_manifests_validate_against_kubernetes_and_kserve(kit: Any, model_validator: Any) -> None:
     rendered = docs(kit)
-    assert set(rendered) == {"ServiceAccount", "ServingRuntime", "InferenceService"}
+    assert set(rendered) == {"ServiceAccount", "ServingRuntime", "InferenceService", "NetworkPolicy",
+                             "RequestAuthentication", "AuthorizationPolicy"}
     for kind, model in MODELS.items():
         assert list(model_validator.errors(rendered[kind], model, kind)) == []
     kubernetes_validate.validate(rendered["ServiceAccount"], kubernetes_validate.latest_version(), strict=True)

@@ -26,6 +26,8 @@ CUSTOM = {
     ("argoproj.io/v1alpha1", "Application"): ("schema", "argoproj.io_v1alpha1_application.json"),
     ("argoproj.io/v1alpha1", "AppProject"): ("schema", "argoproj.io_v1alpha1_appproject.json"),
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("schema", "trainer.kubeflow.org_v1alpha1_trainjob.json"),
+    ("security.istio.io/v1", "RequestAuthentication"): ("schema", "security.istio.io_v1_requestauthentication.json"),
+    ("security.istio.io/v1", "AuthorizationPolicy"): ("schema", "security.istio.io_v1_authorizationpolicy.json"),
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"):
         ("schema", "trainer.kubeflow.org_v1alpha1_clustertrainingruntime.json"),
 }
@@ -187,8 +189,8 @@ def test_inference_service_pins_an_immutable_version(rendered: dict[str, list[di
         isvc = next(d for d in rendered[env] if d["kind"] == "InferenceService" and d["metadata"]["name"] == "fraud")
         stable = isvc["metadata"]["annotations"]["mlops.platform/stable-version"]
         uri = isvc["spec"]["predictor"]["model"]["storageUri"]
-        assert re.fullmatch(r"s3://mlops-artifacts/models/fraud/v\d+", uri), uri
-        assert uri.endswith(f"/v{stable}")
+        assert re.fullmatch(r"s3://mlops-artifacts/models/fraud/v\d+/", uri), uri
+        assert uri.endswith(f"/v{stable}/")
         assert isvc["spec"]["transformer"]["containers"], "transformer missing"
         for part in ("predictor", "transformer"):
             assert 1 <= isvc["spec"][part]["minReplicas"] <= isvc["spec"][part]["maxReplicas"]
@@ -205,7 +207,7 @@ def test_production_canary_renders_and_validates(tmp_path: Path, kit: Any, model
     docs = [d for d in yaml.safe_load_all(kit.render("infra/overlays/production", cwd=tmp_path)) if d]
     isvc = next(d for d in docs if d["kind"] == "InferenceService" and d["metadata"]["name"] == "fraud")
     assert isvc["spec"]["predictor"]["canaryTrafficPercent"] == 10
-    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/v5")
+    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/v5/")
     assert isvc["spec"]["predictor"]["minReplicas"] == 2  # the other production patch still applies
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
     assert list(model_validator.errors(isvc, "V1beta1InferenceService")) == []
@@ -224,9 +226,9 @@ def test_production_shadow_renders_and_validates(tmp_path: Path, kit: Any, model
     assert set(isvcs) == {"fraud", "fraud-shadow"}
     shadow, live = isvcs["fraud-shadow"], isvcs["fraud"]
     assert shadow["metadata"]["namespace"] == "mlops-production" and "transformer" not in shadow["spec"]
-    assert shadow["spec"]["predictor"]["model"]["storageUri"].endswith("/v5")
+    assert shadow["spec"]["predictor"]["model"]["storageUri"].endswith("/v5/")
     assert shadow["spec"]["predictor"]["minReplicas"] == 1
-    assert live["spec"]["predictor"]["model"]["storageUri"].endswith("/v1")  # the live model is untouched
+    assert live["spec"]["predictor"]["model"]["storageUri"].endswith("/v1/")  # the live model is untouched
     assert live["metadata"]["annotations"]["mlops.platform/shadow-version"] == "5"
     env_from = live["spec"]["transformer"]["containers"][0]["envFrom"]
     assert {"configMapRef": {"name": "fraud-shadow-env", "optional": True}} in env_from

@@ -44,7 +44,7 @@ def _images(text: str) -> set[str]:
     return found
 
 
-def test_release_workflow_builds_scans_and_pushes_each_service_then_pins_digests() -> None:
+def test_release_workflow_builds_each_service_once_scans_that_digest_then_pins_it() -> None:
     doc = yaml.safe_load((REPO / ".github/workflows/release.yml").read_text())
     steps = doc["jobs"]["release"]["steps"]
     assert SERVICES == ["monitor", "predictor", "trainer", "transformer"]
@@ -54,12 +54,14 @@ def test_release_workflow_builds_scans_and_pushes_each_service_then_pins_digests
                  and s["with"]["file"] == dockerfile]
         scans = [i for i, s in enumerate(steps) if "trivy-action" in s.get("uses", "")
                  and service in s["with"]["image-ref"]]
-        assert len(built) == 2 and len(scans) == 1, service
-        load, push = (steps[i]["with"] for i in built)
-        assert load.get("load") is True and push.get("push") is True
-        assert built[0] < scans[0] < built[1], f"{service}: pushed before its scan"
+        assert len(built) == 1 and len(scans) == 1, f"{service}: built {len(built)} times (once: scan what is pushed)"
+        build = steps[built[0]]
+        assert build["with"].get("push") is True and build.get("id") == service
+        assert built[0] < scans[0], f"{service}: scanned before it was built"
+        # the scan reads the very digest the build pushed, not a tag or a second build
+        assert steps[scans[0]]["with"]["image-ref"].endswith(f"@${{{{ steps.{service}.outputs.digest }}}}")
         assert steps[scans[0]]["with"]["exit-code"] == "1"  # a finding fails the release
-        assert steps[built[1]].get("id") == service
+        assert scans[0] < len(steps) - 1  # every scan before the pin step
     pin = steps[-1]
     assert pin["run"].startswith(".venv/bin/mlops gitops set-images") and "--commit --push" in pin["run"]
     for service in SERVICES:

@@ -125,15 +125,45 @@ def test_workflow_security(path: Path) -> None:
             if "uses" in step:
                 assert SHA_PIN.match(step["uses"]), f"{name}: {step['uses']!r} is not pinned to a full commit SHA"
             run = step.get("run", "")
-            assert not re.search(r"\$\{\{\s*(secrets\.|github\.event|inputs\.)", run), \
-                f"{name}: run step interpolates secrets or untrusted input directly: {run!r}"
+            # step and job outputs too: a version string or a branch name spliced into the script is code
+            assert not re.search(r"\$\{\{\s*(secrets\.|github\.event|inputs\.|steps\.|needs\.)", run), \
+                f"{name}: run step interpolates secrets, outputs or untrusted input directly: {run!r}"
         for scope in (job.get("env", {}), doc.get("env", {}), *(s.get("env", {}) for s in job.get("steps", []))):
             for key, value in scope.items():
+                if key.endswith("_ENV") and value == "null":
+                    continue  # unsets a secret's *name* in the config layer: this step does not hold that secret
                 if SECRET_NAME.search(key):
                     assert re.fullmatch(r"\$\{\{\s*secrets\.\w+\s*\}\}", str(value)), f"{key} is not from secrets.*"
     text = path.read_text()
     for m in re.finditer(r"secrets\.(\w+)", text):
         assert m.group(1).isupper(), m.group(0)
+
+
+def test_training_secrets_are_step_scoped() -> None:
+    """No train.yml job holds a secret job-wide; the signing private key reaches the training step only, with the
+    runner's per-job temp dir as TMPDIR (the PEM's copy goes there and the runner empties it)."""
+    train = load(REPO / ".github/workflows/train.yml")["jobs"]["train"]
+    assert not [k for k, v in (train.get("env") or {}).items() if "secrets." in str(v)], train.get("env")
+    holders = [s.get("name") for s in train["steps"] if "MLOPS_SIGNING_KEY" in (s.get("env") or {})]
+    assert holders == ["FSDP training on this runner (small models; every profile but production)"], holders
+    step = next(s for s in train["steps"] if s.get("name") == holders[0])
+    assert step["env"]["TMPDIR"] == "${{ runner.temp }}"
+
+
+def test_a_rollout_starts_only_from_main() -> None:
+    """promote.yml can be dispatched from any branch: its first job refuses every ref but main, and every other
+    job depends on it (directly or through the chain), so nothing of another branch's workflow touches production."""
+    jobs = load(REPO / ".github/workflows/promote.yml")["jobs"]
+    roots = [n for n, j in jobs.items() if not j.get("needs")]
+    assert roots == ["shadow"], roots
+    assert jobs["shadow"]["if"] == "github.ref == 'refs/heads/main'"
+
+    def reaches_root(name: str) -> bool:
+        needs = jobs[name].get("needs") or []
+        needs = [needs] if isinstance(needs, str) else needs
+        return name in roots or any(reaches_root(n) for n in needs)
+
+    assert all(reaches_root(n) for n in jobs)
 
 
 def test_promotion_jobs_never_run_two_at_once() -> None:

@@ -72,7 +72,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, repo_root: Path, register_e
     bucket = (root.parent / "bucket").as_uri()
     base = root / "configs" / "base.yaml"
     base.write_text(base.read_text().replace(
-        "delivery:\n", f"delivery:\n  storage_uri_template: {bucket}/models/{{model}}/v{{version}}\n", 1))
+        "delivery:\n", f"delivery:\n  storage_uri_template: {bucket}/models/{{model}}/v{{version}}/\n", 1))
     for manifest in (PROD, STAGING):  # the manifests name what the template names
         (root / manifest).write_text((root / manifest).read_text().replace("s3://mlops-artifacts/models",
                                                                            f"{bucket}/models"))

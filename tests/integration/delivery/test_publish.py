@@ -42,7 +42,7 @@ def world(tmp_path: Path, repo_root: Path, register_exported: Callable[[Path, st
     lifecycle.promote(tracking, root, "fraud", "2", "staging", reason="gates passed", actor="test",
                       gate_report=report)
     bucket = tmp_path / "bucket"
-    delivery = DeliveryConfig(storage_uri_template=f"{bucket.as_uri()}/models/{{model}}/v{{version}}")
+    delivery = DeliveryConfig(storage_uri_template=f"{bucket.as_uri()}/models/{{model}}/v{{version}}/")
     return root, tracking, delivery, bucket
 
 
@@ -54,7 +54,7 @@ def test_promotion_publishes_the_registered_weights_before_naming_them(world, re
     change = promote_version(delivery, tracking, root, "fraud", 2, "staging")
     assert change.changed and change.after.stable_version == 2
     uri = change.after.storage_uri
-    assert uri == f"{bucket.as_uri()}/models/fraud/v2" and f"storageUri: {uri}" in (root / STAGING).read_text()
+    assert uri == f"{bucket.as_uri()}/models/fraud/v2/" and f"storageUri: {uri}" in (root / STAGING).read_text()
     target = bucket / "models" / "fraud" / "v2"
     # The bytes at the URI are the bytes the training run logged, and they load to the registered weights.
     run_id = mlflow_client(tracking, root).get_model_version("fraud", "2").run_id
@@ -71,7 +71,7 @@ def test_promotion_publishes_the_registered_weights_before_naming_them(world, re
 
 def test_a_tampered_target_is_refused_and_the_overlay_is_left_alone(world) -> None:
     root, tracking, delivery, bucket = world
-    uri = f"{bucket.as_uri()}/models/fraud/v2"
+    uri = f"{bucket.as_uri()}/models/fraud/v2/"
     publish_model(tracking, root, "fraud", 2, uri)
     weights = bucket / "models" / "fraud" / "v2" / "model.safetensors"
     data = bytearray(weights.read_bytes())

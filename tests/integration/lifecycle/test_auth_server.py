@@ -64,13 +64,13 @@ def auth_server(postgres_url: str, tmp_path: Path) -> Iterator[str]:
     # As in the cluster: the file names the users' database, the admin comes from env (a Secret there).
     config = write_auth_config(tmp_path / "basic_auth.ini", database_uri=f"{base}/{stem}_auth")
     port = free_port()
-    cmd = server_command(backend_store_uri=f"{base}/{stem}", artifacts_destination=(tmp_path / "bucket").as_uri(),
-                         host="127.0.0.1", port=port)
+    cmd = server_command(artifacts_destination=(tmp_path / "bucket").as_uri(), host="127.0.0.1", port=port)
+    assert not [a for a in cmd if "postgresql" in a]  # the store's URI (and its password) never in argv
     log = (tmp_path / "mlflow-server.log").open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**env, **server_env(config, secrets.token_hex(16), admin_username=ADMIN,
-                                                     admin_password=PASSWORD)})
+                            env={**env, **server_env(config, secrets.token_hex(16), backend_store_uri=f"{base}/{stem}",
+                                                     admin_username=ADMIN, admin_password=PASSWORD)})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 420  # ~15 s idle; minutes when the 2 cores are shared by many jobs

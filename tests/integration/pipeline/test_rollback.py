@@ -106,11 +106,11 @@ def _three_agree(root: Path, remote: Path) -> None:
     from mlops_core import lifecycle
 
     head = git(remote, "rev-parse", "main")
-    assert _served_at_head(remote) == {"stable": "1", "uri": "s3://mlops-artifacts/models/fraud/v1"}
+    assert _served_at_head(remote) == {"stable": "1", "uri": "s3://mlops-artifacts/models/fraud/v1/"}
     assert lifecycle.aliases(TRACKING, root, "fraud") == {"champion": "1"}
     [entry] = _ledger_rollbacks(root)
     assert (entry.version, entry.extra["replaced"], entry.extra["gitops_commit"]) == ("1", "2", head)
-    assert entry.extra["storage_uri"] == "s3://mlops-artifacts/models/fraud/v1"
+    assert entry.extra["storage_uri"] == "s3://mlops-artifacts/models/fraud/v1/"
     assert _rollback_commits(remote) == [head]
 
 

@@ -421,3 +421,34 @@ def test_v2_generate_refuses_parameters_it_does_not_implement(server: LMServer) 
                    json={"text_input": "hi", "parameters": {"max_tokens": 4, "repetition_penalty": 1.3}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "repetition_penalty"
     assert "repetition_penalty" in r.json()["error"]["message"]
+
+
+def test_a_prompt_too_long_in_characters_is_refused_before_tokenizing(server: LMServer) -> None:
+    context = reference_context(server)
+    limit = context * 32  # mlops_serving.lm_api.MAX_CHARS_PER_TOKEN, written out: the bound the 400 must name
+    for route, body in (("completions", {"prompt": "a" * (limit + 1)}),
+                        ("chat/completions", {"messages": [{"role": "user", "content": "a" * (limit + 1)}]})):
+        r = httpx.post(f"{server.openai_base}/{route}", json={"model": MODEL, "max_tokens": 4, **body}, timeout=30)
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert f"{limit + 1} characters" in message and f"at most {limit}" in message
+    ok = httpx.post(f"{server.openai_base}/completions", json={"model": MODEL, "prompt": "stone", "max_tokens": 2},
+                    timeout=30)
+    assert ok.status_code == 200  # the server went on answering
+
+
+@pytest.mark.parametrize(("messages", "bad"), [
+    ([{"role": "tool", "content": "x"}], "messages[0].role = 'tool'"),
+    ([{"role": "user", "content": "x"}, {"role": "system", "content": "obey"}], "messages[1].role = 'system'"),
+    ([{"role": "ipython", "content": "x"}], "messages[0].role = 'ipython'"),
+])
+def test_chat_roles_are_system_first_then_user_and_assistant(server: LMServer, messages: list[dict[str, str]],
+                                                             bad: str) -> None:
+    r = httpx.post(f"{server.openai_base}/chat/completions",
+                   json={"model": MODEL, "messages": messages, "max_tokens": 2}, timeout=30)
+    assert r.status_code == 400 and bad in r.json()["error"]["message"], r.text
+    good = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y"}, {"role": "user", "content": "z"}]
+    r = httpx.post(f"{server.openai_base}/chat/completions", json={"model": MODEL, "messages": good, "max_tokens": 2},
+                   timeout=30)
+    assert r.status_code == 200, r.text

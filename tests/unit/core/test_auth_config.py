@@ -29,3 +29,18 @@ def test_mlflow_reads_back_the_exact_uri_and_admin_password(tmp_path: Path, monk
     assert config.admin_password == "p@ss:w/rd#,%{}%(x)s"
     assert config.admin_username == "platform-admin"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_database_url_survives_any_password_and_the_command_line_holds_none() -> None:
+    from sqlalchemy.engine import make_url
+
+    from mlops_core.tracking_server import BACKEND_STORE_ENV, database_url, server_command, server_env
+
+    password = "p@ss:w/rd%?#"  # each of these, unencoded, moves the host, the port or the database
+    url = database_url("postgresql+psycopg2", user="mlflow", password=password, host="postgres", port=5432,
+                       database="mlflow")
+    parsed = make_url(url)
+    assert (parsed.password, parsed.host, parsed.port, parsed.database) == (password, "postgres", 5432, "mlflow")
+    cmd = server_command(artifacts_destination="s3://b", host="127.0.0.1", port=5000)
+    assert not [a for a in cmd if "backend-store" in a or "postgres" in a]
+    assert server_env("/x.ini", "k" * 16, backend_store_uri=url)[BACKEND_STORE_ENV] == url

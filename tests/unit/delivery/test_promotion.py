@@ -46,7 +46,7 @@ def test_staging_edit_changes_exactly_the_version_lines_and_keeps_comments(root:
     expected = before.replace(
         'mlops.platform/stable-version: "1"  # serves all traffic\n',
         'mlops.platform/stable-version: "7"  # serves all traffic\n    mlops.platform/previous-version: "1"\n',
-    ).replace("models/fraud/v1  # immutable", "models/fraud/v7  # immutable")
+    ).replace("models/fraud/v1/  # immutable", "models/fraud/v7/  # immutable")
     assert text(root, "staging") == expected
     assert text(root, "production") == (root / "infra/overlays/production/model-fraud.yaml").read_text()
 
@@ -68,7 +68,7 @@ def test_full_walk_staging_canary_production_then_status(root: Path) -> None:
     status = gitops_status(CFG, root, "fraud")["production"]
     assert (status.stable_version, status.canary_version, status.canary_percent) == (1, 3, 10)
     assert status.stable_percent == 90
-    assert status.storage_uri == "s3://mlops-artifacts/models/fraud/v3"
+    assert status.storage_uri == "s3://mlops-artifacts/models/fraud/v3/"
     promote(root, 3, "canary", 50)
     promote(root, 3, "production")
     prod = gitops_status(CFG, root, "fraud")["production"]

@@ -37,7 +37,7 @@ def test_start_edits_exactly_the_shadow_lines_and_stop_restores_the_model_manife
         'SHADOW__FRACTION: "0"', 'SHADOW__FRACTION: "0.25"').replace(
         'shadow-version: "0"', 'shadow-version: "7"').replace(
         "minReplicas: 0  # scaled", "minReplicas: 1  # scaled").replace(
-        "models/fraud/v1  # immutable: the candidate", "models/fraud/v7  # immutable: the candidate")
+        "models/fraud/v1/  # immutable: the candidate", "models/fraud/v7/  # immutable: the candidate")
     assert read(root, "model-fraud.yaml") == model0.replace(
         '# serves all traffic not sent to the canary\n',
         '# serves all traffic not sent to the canary\n    mlops.platform/shadow-version: "7"\n')

@@ -44,7 +44,7 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
     assert cfg.training.checkpoint.dir == str(tmp_path / "checkpoints")  # never the machine's /mnt/checkpoints
     assert (cfg.training.backend, cfg.training.nproc) == ("auto", 2)
     assert cfg.delivery.storage_uri_template.format(model="fraud", version=3) == \
-        f"file://{tmp_path}/bucket/models/fraud/v3"
+        f"file://{tmp_path}/bucket/models/fraud/v3/"
     # the model-signing key pair the staging profile names by env var: both mounted, the private one owner-only
     from mlops_model import model_signer
 
@@ -71,7 +71,7 @@ def test_prometheus_gets_the_repo_rules_unchanged() -> None:
 
 def test_what_serves_is_read_from_the_remote_head_not_the_clone(tmp_path: Path) -> None:
     repo = init_gitops(REPO, tmp_path)
-    template = "file:///bucket/models/{model}/v{version}"
+    template = "file:///bucket/models/{model}/v{version}/"
     manifest = repo.clone / "infra/overlays/production/model-fraud.yaml"
     doc = yaml.safe_load(manifest.read_text())
     doc["metadata"]["annotations"] = {"mlops.platform/stable-version": "4", "mlops.platform/canary-version": "5"}
@@ -84,6 +84,6 @@ def test_what_serves_is_read_from_the_remote_head_not_the_clone(tmp_path: Path) 
     subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], cwd=repo.clone, check=True)
     served = served_at_head(repo, "production", "fraud", template)
     assert (served.stable_version, served.canary_version, served.canary_percent) == (4, 5, 10)
-    assert served.stable_uri == "file:///bucket/models/fraud/v4"
-    assert served.canary_uri == "file:///bucket/models/fraud/v5"
+    assert served.stable_uri == "file:///bucket/models/fraud/v4/"
+    assert served.canary_uri == "file:///bucket/models/fraud/v5/"
     assert served.commit == repo.head() != before.commit

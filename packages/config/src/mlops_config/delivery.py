@@ -101,8 +101,9 @@ class DeliveryConfig(Section):
     model_manifest: str = "model-{model}.yaml"
     """File inside each overlay that pins the served version of ``{model}`` (the only file promotions edit)."""
 
-    storage_uri_template: str = "s3://mlops-artifacts/models/{model}/v{version}"
-    """Immutable artifact location of one registered version; ``{model}`` and ``{version}`` are filled in."""
+    storage_uri_template: str = "s3://mlops-artifacts/models/{model}/v{version}/"
+    """Immutable artifact location of one registered version; ``{model}`` and ``{version}`` are filled in.
+    Ends in ``/``: KServe's storage initializer lists objects by raw prefix, so ``.../v1`` would also pull ``v10/``."""
 
     canary_steps: tuple[int, ...] = (10, 50, 100)
     """Traffic percentages the canary walks through before it becomes production."""
@@ -183,4 +184,7 @@ class DeliveryConfig(Section):
     def _template_names_version(cls, v: str) -> str:
         if "{version}" not in v:
             raise ValueError(f"storage_uri_template must contain '{{version}}' so each version is immutable, got {v!r}")
+        if not v.endswith("{version}/"):
+            raise ValueError(f"storage_uri_template must end in '{{version}}/' (a folder: KServe lists objects by raw "
+                             f"prefix, so a version without the slash also matches v10/, v11/...), got {v!r}")
         return v

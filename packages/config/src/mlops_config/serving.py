@@ -95,6 +95,10 @@ class ServingConfig(Section):
     max_payload_bytes: int = Field(default=1_048_576, ge=1024)
     """Requests with a larger body get 413."""
 
+    status_detail: bool = True
+    """``/status`` shows the model's description and the online store's last error (its URL, its exception);
+    false in the cluster profiles, where it says ready or not and why in one line, nothing internal."""
+
     max_instances: int = Field(default=256, ge=1)
     """Requests with more instances get 422."""
 

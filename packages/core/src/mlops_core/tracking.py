@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mlops_config import TrackingConfig
 from mlops_core.errors import TrackingError
 from mlops_core.lineage import git_info
+from mlops_core.redact import redact_credentials, redact_tree
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -61,7 +62,8 @@ def tracking_uris(section: TrackingConfig, root: Path) -> tuple[str, str]:
             raise TrackingError(f"tracking.{key} = {var!r}; MLflow reads this secret only from "
                                 f"{' or '.join(map(repr, allowed))}: name one of those and export it there")
         if key != "s3_endpoint_url_env" and var not in os.environ:
-            raise TrackingError(f"tracking secret env var {var!r} is not set; export it before contacting {uri!r}")
+            raise TrackingError(f"tracking secret env var {var!r} is not set; export it before contacting "
+                                f"{redact_credentials(uri)!r}")
     return uri, resolve_uri(section.registry_uri, root) if section.registry_uri else uri
 
 
@@ -167,6 +169,7 @@ def start_run(
     with tracking_scope(section, root), mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
                                                           tags=all_tags) as run:
         if config is not None:
+            config = redact_tree(config)  # no URL's password in params or config.json (mlops_core.redact)
             params = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in flatten(config).items()}
             items = list(params.items())
             for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params

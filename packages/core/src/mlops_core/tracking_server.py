@@ -61,26 +61,37 @@ def write_auth_config(path: str | Path, *, database_uri: str, admin_username: st
     return out
 
 
-def server_args(*, backend_store_uri: str, artifacts_destination: str, host: str, port: int,
-                workers: int = 1) -> list[str]:
-    """The ``mlflow server`` arguments (after ``server``): auth app, backend store, proxied artifacts."""
+BACKEND_STORE_ENV = "MLFLOW_BACKEND_STORE_URI"
+"""Where ``mlflow server`` reads its backend store URI when ``--backend-store-uri`` is not given: the URI holds
+the database password, and a process's argv is readable by every user of the machine (``ps``), its env is not."""
+
+
+def database_url(driver: str, *, user: str, password: str, host: str, port: int, database: str) -> str:
+    """A SQLAlchemy URL with the user and password percent-encoded (an ``@``, ``:`` or ``/`` in a generated
+    password would otherwise move the host or the database)."""
+    from urllib.parse import quote
+
+    return f"{driver}://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(database, safe='')}"
+
+
+def server_args(*, artifacts_destination: str, host: str, port: int, workers: int = 1) -> list[str]:
+    """The ``mlflow server`` arguments (after ``server``): auth app, proxied artifacts. The backend store comes
+    from the environment (:data:`BACKEND_STORE_ENV`, :func:`server_env`), never from argv."""
     return [
         f"--app-name={AUTH_APP}",
         f"--host={host}",
         f"--port={port}",
         f"--workers={workers}",
-        f"--backend-store-uri={backend_store_uri}",
         f"--artifacts-destination={artifacts_destination}",
         "--serve-artifacts",
     ]
 
 
-def server_command(*, backend_store_uri: str, artifacts_destination: str, host: str, port: int,
-                   workers: int = 1) -> list[str]:
-    """``[<venv>/bin/mlflow, "server", *server_args(...)]``: the command a rehearsal starts."""
+def server_command(*, artifacts_destination: str, host: str, port: int, workers: int = 1) -> list[str]:
+    """``[<venv>/bin/mlflow, "server", *server_args(...)]``: the command a rehearsal starts (with
+    :func:`server_env`'s environment, which names the backend store)."""
     return [str(Path(sys.executable).with_name("mlflow")), "server",
-            *server_args(backend_store_uri=backend_store_uri, artifacts_destination=artifacts_destination, host=host,
-                         port=port, workers=workers)]
+            *server_args(artifacts_destination=artifacts_destination, host=host, port=port, workers=workers)]
 
 
 NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -88,11 +99,12 @@ NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 platform uses none of them, and on a 2-core machine they cost every server start seconds."""
 
 
-def server_env(auth_config: str | Path, secret_key: str, *, admin_username: str | None = None,
-               admin_password: str | None = None) -> dict[str, str]:
-    """Env vars the server needs besides the inherited ones: the auth config's path, Flask's secret key and,
-    when given, the first admin's credentials (what the Deployment takes from the Secret ``mlflow-auth``)."""
-    env = {AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
+def server_env(auth_config: str | Path, secret_key: str, *, backend_store_uri: str,
+               admin_username: str | None = None, admin_password: str | None = None) -> dict[str, str]:
+    """Env vars the server needs besides the inherited ones: the backend store URI (it holds the database
+    password), the auth config's path, Flask's secret key and, when given, the first admin's credentials (what
+    the Deployment takes from the Secrets ``mlflow-db`` and ``mlflow-auth``)."""
+    env = {BACKEND_STORE_ENV: backend_store_uri, AUTH_CONFIG_ENV: str(auth_config), SECRET_KEY_ENV: secret_key,
            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **NO_JOB_RUNNER}
     if admin_username:
         env[ADMIN_USERNAME_ENV] = admin_username

@@ -168,18 +168,27 @@ def plan_messages(state: AlertState, alert: dict[str, Any], monitoring: Monitori
 
 
 def send(messages: list[dict[str, Any]], monitoring: MonitoringConfig) -> tuple[list[Delivery], list[dict[str, Any]]]:
-    """POST ``messages`` in order; stop at the first failure. Returns the outcomes and the undelivered rest."""
+    """POST ``messages`` in order to the receiver configured *now*; stop at the first failure. Returns the
+    outcomes and the undelivered rest.
+
+    A queued message keeps the URL it was planned with only as a record: the bearer token goes with the current
+    ``webhook_url`` (a receiver that moved, or an old http:// one, never gets it), and ``webhook_https_only`` is
+    checked here too, since a config built in code is not always validated at load."""
     done: list[Delivery] = []
+    url = monitoring.webhook_url or ""
     for i, message in enumerate(messages):
         try:
-            status = post_json(message["url"], message["body"], token_env=monitoring.webhook_token_env,
+            if monitoring.webhook_https_only and not url.startswith("https://"):
+                raise AlertDeliveryError(f"webhook {url!r} is not https:// but webhook_https_only is true; "
+                                         "nothing was sent (the bearer token never travels in clear)", url=url)
+            status = post_json(url, message["body"], token_env=monitoring.webhook_token_env,
                                timeout_s=monitoring.webhook_timeout_s)
         except AlertDeliveryError as exc:
             log.error("%s alert not delivered: %s", message["kind"], exc)
-            done.append(Delivery(message["kind"], message["url"], False, str(exc), exc.status))
+            done.append(Delivery(message["kind"], url, False, str(exc), exc.status))
             rest = [{**m, "error": str(exc)} if j == 0 else m for j, m in enumerate(messages[i:])]
             return done, rest
-        done.append(Delivery(message["kind"], message["url"], True, f"HTTP {status}", status))
+        done.append(Delivery(message["kind"], url, True, f"HTTP {status}", status))
     return done, []
 
 

@@ -115,6 +115,13 @@ class Admission:
         self._inside -= 1
 
 
+CHAT_ROLES = frozenset({"system", "user", "assistant"})
+"""The roles a chat request may use."""
+MAX_CHARS_PER_TOKEN = 32
+"""An upper bound on the characters one token covers (BPE merges of common vocabularies stay far below), so a
+prompt longer than ``context_length * 32`` characters cannot fit and is refused before it is tokenized."""
+
+
 def _openai_error(status: int, message: str, headers: dict[str, str] | None = None,
                   param: str | None = None) -> Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
@@ -214,7 +221,13 @@ class LMRoutes:
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(
                         m.get("content"), str):
                     raise BadRequestError(f"messages[{i}] must be an object with string role and content")
+                # other roles (tool, developer, a made-up "ipython") reach chat templates that were never trained
+                # on them, or that render them as privileged turns; a system turn only opens the conversation
+                if m["role"] not in CHAT_ROLES or (m["role"] == "system" and i > 0):
+                    raise BadRequestError(f"messages[{i}].role = {m['role']!r:.40}; expected one of "
+                                          f"{sorted(CHAT_ROLES)}, with 'system' only as the first message")
                 clean.append({"role": m["role"], "content": m["content"]})
+            self._check_chars(sum(len(m["content"]) for m in clean))
             return self.model.encode_chat(clean), "\n".join(m["content"] for m in clean)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -222,7 +235,16 @@ class LMRoutes:
         if not isinstance(prompt, str):
             raise BadRequestError(f"prompt={prompt!r:.60} is invalid: it must be one string (batches of prompts "
                                   "are not supported)")
+        self._check_chars(len(prompt))
         return self.model.encode(prompt), prompt
+
+    def _check_chars(self, chars: int) -> None:
+        """400 before tokenizing a prompt that cannot fit the context: tokenizing 1 MiB on the event loop stalls
+        every stream the server is running, and the answer would be the same 400 after it."""
+        limit = self.model.context_length * MAX_CHARS_PER_TOKEN
+        if chars > limit:
+            raise BadRequestError(f"the prompt has {chars} characters; at most {limit} can fit this model's context "
+                                  f"of {self.model.context_length} tokens ({MAX_CHARS_PER_TOKEN} characters a token)")
 
     async def _admit(self) -> None:
         t0 = time.perf_counter()

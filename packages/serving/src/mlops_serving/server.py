@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -57,6 +58,8 @@ META_ROUTE = "/mlops/models/{model_name}/meta"
 """A predictor's model.json (version, encoder, FeatureService): what its transformer encodes for."""
 READY_CACHE_S = 1.0
 MODEL_REPOSITORY_PREFIX = "/v2/repository"
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""What a caller's ``X-Request-Id`` may be (a UUID, a ULID, a trace id); anything else is refused with 400."""
 
 
 class HostedModel(Protocol):
@@ -211,10 +214,12 @@ class RequestGuard:
             await send(message)
 
         path: str = scope.get("path", "")
-        if scope.get("method") == "POST" and (path.endswith((":predict", "/infer", "/generate"))
-                                              or path.startswith("/openai/")):
+        if scope.get("method") in ("POST", "PUT", "PATCH"):
+            # the size limit holds on every route with a body (KServe's :explain, the repository routes, ...), not
+            # only on the ones we parse: one unbounded body is enough to exhaust a replica's memory
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            refusal = self._refuse(headers)
+            inference = path.endswith((":predict", "/infer", "/generate")) or path.startswith("/openai/")
+            refusal = self._refuse(headers, check_type=inference)
             if refusal is not None:
                 await self.errors.send(send, refusal)
                 return
@@ -227,13 +232,20 @@ class RequestGuard:
             if not started:
                 await self.errors.send(send, exc)
 
-    def _refuse(self, headers: dict[str, str]) -> ServingError | None:
+    def _refuse(self, headers: dict[str, str], *, check_type: bool) -> ServingError | None:
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
                 return BadRequestError(f"Content-Length {length!r:.40} is not a number")
             if int(length) > self.max_bytes:
                 return PayloadTooLargeError(f"the body has {length} bytes; the limit is {self.max_bytes}")
+        if not check_type:
+            return None
+        rid = headers.get("x-request-id")
+        if rid is not None and not REQUEST_ID.fullmatch(rid):
+            # the id joins the prediction log, the shadow rows and the labels: bounded, printable, no separators
+            return BadRequestError(f"X-Request-Id {rid!r:.60} is invalid: expected 1-128 characters of "
+                                   "letters, digits and . _ : -")
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         binary_v2 = "inference-header-content-length" in headers
         if ctype in JSON_TYPES or (binary_v2 and ctype in ("", "application/octet-stream")):
@@ -272,6 +284,7 @@ class Routes:
         self.metrics = metrics
         self.dataplane = dataplane
         self._export_meta = export_meta
+        self.status_detail = True
 
     async def live(self) -> dict[str, str]:
         return {"status": "alive"}
@@ -282,6 +295,8 @@ class Routes:
 
     async def status(self) -> dict[str, Any]:
         ok, reason = self.dataplane.readiness()
+        if not self.status_detail:  # no error text, URL or model internals: ready or not, and the version
+            return {"ready": ok, "model": self.model.name, "version": self.model.stable_version}
         return {"ready": ok, "reason": reason or None, "model": self.model.describe(),
                 **self.dataplane.readiness.status()}
 
@@ -357,6 +372,7 @@ def build_app(
     export_meta: Callable[[], dict[str, Any]] | None = None,
     admission: AdmissionLimits | None = None,
     mount: Callable[[FastAPI], None] | None = None,
+    status_detail: bool = True,
 ) -> FastAPI:
     """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`;
     ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`);
@@ -365,9 +381,12 @@ def build_app(
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
     routes = Routes(model, metrics, dataplane, export_meta)
+    routes.status_detail = status_detail
     errors = ErrorReplies(model, metrics)
 
-    app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None,
+    # no OpenAPI document: the routes are fixed by the V1/V2 protocols, and the schema is a map for whoever
+    # probes the server (issue 31); docs and redoc are off for the same reason
+    app = FastAPI(title="mlops serving", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lambda _: _lifespan(model, prediction_log, load_in_background))
     app.state.model = model
     app.state.dataplane = dataplane

@@ -67,7 +67,8 @@ def create_app(
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)
     return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
-                     max_payload_bytes=serving.max_payload_bytes, prediction_log=writer,
+                     max_payload_bytes=serving.max_payload_bytes,
+                     status_detail=serving.status_detail, prediction_log=writer,
                      admission=AdmissionLimits.from_config(serving))
 
 
@@ -91,6 +92,7 @@ def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, vers
     metrics.model_info.labels(model_name, version, "stable", "").set(1)
     routes = LMRoutes(model, metrics, serving.llm, writer)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
+                     status_detail=serving.status_detail,
                      prediction_log=writer, mount=lambda app: mount_lm_routes(app, routes))
 
 
@@ -264,6 +266,7 @@ def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Cal
     metrics = ServingMetrics()
     model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.max_instances)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
+                     status_detail=serving.status_detail,
                      export_meta=model.export_meta, admission=AdmissionLimits.from_config(serving))
 
 

@@ -69,7 +69,7 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         # the drift job also replays a sample of what was served against the offline store (training/serving skew)
         "MLOPS__MONITORING__SKEW_SAMPLE_ROWS": "200",
         # the bucket is a folder: storageUri values are file:// URIs KServe's initializer (fetch_model) reads
-        "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}",
+        "MLOPS__DELIVERY__STORAGE_URI_TEMPLATE": f"file://{run}/bucket/models/{{model}}/v{{version}}/",
         **platform.secrets,
         **signing_env(run),
     }

@@ -128,10 +128,12 @@ def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str,
     harness.launch(ServerSpec(
         "mlflow",
         [mlflow, "server", "--app-name", "basic-auth", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", sqlalchemy_url(backend_url), "--serve-artifacts",
+         "--workers", "1", "--serve-artifacts",
          "--artifacts-destination", str(platform.run_dir / "mlflow" / "artifacts")],
         ready=http_ready(f"{url}/health"),
-        env={"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        # the store's URI holds the database password: in the env, not on a command line `ps` shows
+        env={"MLFLOW_BACKEND_STORE_URI": sqlalchemy_url(backend_url),
+             "MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
              "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         ready_timeout_s=480,
     ))

@@ -1,0 +1,46 @@
+"""A URL's password never reaches MLflow params, the run's config.json or an error message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlops_config import TrackingConfig
+from mlops_core import TrackingError, redact_credentials
+from mlops_core.tracking import mlflow_client, start_run, tracking_uris
+
+SECRET = "s3cr%40t-pw"  # percent-encoded, as a URL carries it
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"postgresql+psycopg2://feast:{SECRET}@db:5432/reg", "postgresql+psycopg2://feast:***@db:5432/reg"),
+    (f"redis://:{SECRET}@redis:6379/0", "redis://:***@redis:6379/0"),
+    ("https://ghp_token@github.com/o/r.git", "https://***@github.com/o/r.git"),
+    (f"two: http://a:{SECRET}@h/x and s3://b/k@v1", "two: http://a:***@h/x and s3://b/k@v1"),
+    ("http://mlflow:5000/path?x=a@b", "http://mlflow:5000/path?x=a@b"),
+])
+def test_passwords_are_replaced_and_everything_else_kept(text: str, want: str) -> None:
+    assert redact_credentials(text) == want
+
+
+def test_a_run_records_no_password_of_the_config(tmp_path: Path) -> None:
+    section = TrackingConfig(uri="sqlite:///state/mlflow.db", artifact_location="state/artifacts", experiment="t")
+    config = {"features": {"registry": f"postgresql+psycopg2://feast:{SECRET}@db:5432/reg"}, "seed": 1}
+    with start_run(section, tmp_path, run_name="r", seed=1, config=config) as run:
+        run_id = run.info.run_id
+    client = mlflow_client(section, tmp_path)
+    got = client.get_run(run_id)
+    assert got.data.params["features.registry"] == "postgresql+psycopg2://feast:***@db:5432/reg"
+    recorded = json.loads(Path(client.download_artifacts(run_id, "config.json", str(tmp_path))).read_text())
+    assert SECRET not in json.dumps(recorded)
+    assert config["features"]["registry"].endswith(f"{SECRET}@db:5432/reg")  # the caller's config is untouched
+
+
+def test_an_error_about_a_tracking_uri_carries_no_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    section = TrackingConfig(uri=f"http://admin:{SECRET}@mlflow:5000", password_env="MLFLOW_TRACKING_PASSWORD")
+    with pytest.raises(TrackingError) as err:
+        tracking_uris(section, tmp_path)
+    assert SECRET not in str(err.value) and "admin:***@mlflow" in str(err.value)
