@@ -13,11 +13,11 @@ import pytest
 from sklearn.metrics import f1_score, precision_score, recall_score, roc_auc_score
 
 from mlops_features import LABEL_SCHEMA
+from mlops_model.statistics import expected_calibration_error
 from mlops_monitoring import (
     MonitoringError,
     estimate_performance,
     expected_auc,
-    expected_calibration_error,
     expected_confusion,
     ingest_label_batches,
     performance_metrics_text,

@@ -10,7 +10,6 @@ from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.performance import (
     PerformanceReport,
     WindowPerformance,
-    expected_calibration_error,
     ingest_label_batches,
     join_labels,
     performance_metrics_text,
@@ -39,7 +38,6 @@ __all__ = [
     "compare",
     "estimate_performance",
     "expected_auc",
-    "expected_calibration_error",
     "expected_confusion",
     "ingest_label_batches",
     "join_labels",

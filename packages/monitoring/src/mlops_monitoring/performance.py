@@ -70,20 +70,6 @@ def ingest_label_batches(paths: list[Any], log_uri: str, model: str, *, now: dat
     return ingest_labels(paths, log_uri, model, served, now=now)
 
 
-def expected_calibration_error(labels: Any, scores: Any, bins: int = 10) -> float:
-    """ECE: Σ_b (n_b / n) |mean score_b − positive rate_b| over ``bins`` equal-width score bins ([0, 1])."""
-    y = np.asarray(labels, dtype=np.float64)
-    s = np.asarray(scores, dtype=np.float64)
-    if not len(s):
-        return math.nan
-    index = np.minimum((s * bins).astype(np.int64), bins - 1)  # a score of 1.0 falls in the last bin
-    total = 0.0
-    for b in np.unique(index):
-        m = index == b
-        total += m.sum() / len(s) * abs(s[m].mean() - y[m].mean())
-    return float(total)
-
-
 def window_performance(
     frame: pd.DataFrame, threshold: float, *, start: str, end: str, version: str, bins: int = 10,
     interval: float = 0.9,
@@ -96,7 +82,7 @@ def window_performance(
     if len(labelled):
         m = statistics.threshold_metrics(y, s, threshold)
         realized.update(precision=m["precision"], recall=m["recall"], f1=m["f1"],
-                        ece=expected_calibration_error(y, s, bins))
+                        ece=statistics.expected_calibration_error(y, s, bins))
         auc = statistics.roc_auc(y, s)
         realized["auc"] = None if math.isnan(auc) else auc
     est = estimate_performance(frame["score"].to_numpy(dtype=np.float64), threshold, interval=interval)
