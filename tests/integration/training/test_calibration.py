@@ -42,7 +42,4 @@ def test_isotonic_calibration_is_recorded_and_applied(root: Path, repo_root: Pat
         raw = torch.sigmoid(net(torch.from_numpy(x)).reshape(-1)).numpy()
     expected = np.interp(raw.astype(np.float64), cal["x"], cal["y"])  # isotonic = interpolation between breakpoints
     np.testing.assert_allclose(model.score_encoded(x), expected, rtol=1e-6, atol=1e-9)
-    assert Calibration.from_dict(cal, source="test").method == "isotonic"
-    profile_path = Path(result.run_dir).parent
-    assert json.dumps(cal)  # JSON-ready as recorded
-    assert profile_path.exists()
+    assert Calibration.from_dict(json.loads(json.dumps(cal)), source="test").method == "isotonic"
