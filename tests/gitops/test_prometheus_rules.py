@@ -30,7 +30,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_pass_promtool_check(rules: Path) -> None:
     proc = _promtool("check", "rules", str(rules))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 9 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 10 rules found" in proc.stdout + proc.stderr
 
 
 def test_rule_unit_tests_pass(rules: Path) -> None:
@@ -58,3 +58,15 @@ def test_the_freshness_alert_threshold_is_the_configured_slo(repo_root: Path) ->
     doc = yaml.safe_load((repo_root / RULES_MANIFEST).read_text())
     rule = next(r for g in doc["spec"]["groups"] for r in g["rules"] if r.get("alert") == "FeatureViewStale")
     assert rule["expr"].rstrip().endswith(f"> {slo}"), rule["expr"]
+
+
+def test_the_realized_drop_alert_uses_the_configured_limits(repo_root: Path) -> None:
+    import yaml
+
+    from mlops_config import load_config
+
+    m = load_config(config_dir=repo_root / "configs", environ={}).config.monitoring
+    doc = yaml.safe_load((repo_root / RULES_MANIFEST).read_text())
+    rules = [r for g in doc["spec"]["groups"] for r in g["rules"]]
+    rule = next(r for r in rules if r.get("alert") == "FraudRealizedPerformanceDrop")
+    assert f"> {m.max_f1_drop}" in rule["expr"] and rule["expr"].rstrip().endswith(f">= {m.performance_min_labelled}")

@@ -15,6 +15,7 @@ from mlops_cli.commands import data as data_cmd
 from mlops_cli.commands import evaluate as evaluate_cmd
 from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
+from mlops_cli.commands import labels as labels_cmd
 from mlops_cli.commands import monitor as monitor_cmd
 from mlops_cli.commands import pipeline as pipeline_cmd
 from mlops_cli.commands import registry as registry_cmd
@@ -56,6 +57,8 @@ def _root(
 
 
 app.add_typer(config_cmd.app, name="config")
+data_cmd.app.add_typer(labels_cmd.app, name="labels")
+monitor_cmd.app.command("performance")(labels_cmd.performance)
 app.add_typer(data_cmd.app, name="data")
 app.add_typer(features_cmd.app, name="features")
 app.add_typer(gitops_cmd.app, name="gitops")

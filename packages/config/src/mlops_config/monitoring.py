@@ -83,6 +83,21 @@ class MonitoringConfig(Section):
     labels_path: str | None = None
     """Delayed labels: parquet/CSV file or folder with ``transaction_id``, ``is_fraud`` (relative to the repo root)."""
 
+    performance_window: str = Field(default="1D", min_length=1)
+    """Window of realized and estimated performance (``mlops monitor performance``): a pandas frequency."""
+
+    performance_min_labelled: int = Field(default=50, ge=1)
+    """A window with fewer labelled predictions gives an "inconclusive" realized-drop verdict, never a pass."""
+
+    calibration_bins: int = Field(default=10, ge=2, le=100)
+    """Equal-width score bins of the expected calibration error (ECE)."""
+
+    estimate_interval: float = Field(default=0.9, gt=0, lt=1)
+    """Coverage of the CBPE estimate's interval (the realized spread if labels were drawn from the scores)."""
+
+    performance_metrics_file: str = "monitoring/performance.prom"
+    """Prometheus text file of ``mlops monitor performance``, under ``project.reports_dir``."""
+
     metrics_file: str = "monitoring/metrics.prom"
     """Prometheus text file written each run (node-exporter textfile format), under ``project.reports_dir``."""
 

@@ -156,6 +156,10 @@ class TrainingConfig(Section):
     model: Literal["tabular", "causal_lm"] = "tabular"
     """Model family."""
 
+    calibration: Literal["none", "isotonic", "platt"] = "none"
+    """Calibrate the tabular model's scores on the older half of the validation split (the newer half measures
+    ECE before and after); recorded in ``model.json`` and applied by ``ExportedModel``. ``none``: raw sigmoid."""
+
     nproc: int = Field(default=2, ge=1)
     """Processes per node that torchrun starts."""
 

@@ -15,6 +15,7 @@ from mlops_features.instructions import (
     read_examples,
     validate_instructions,
 )
+from mlops_features.labels import LABEL_SCHEMA, ingest_labels, read_labels
 from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
@@ -27,6 +28,7 @@ from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_te
 __all__ = [
     "DRIFT_MODES",
     "IGNORE_INDEX",
+    "LABEL_SCHEMA",
     "BatchResult",
     "DataError",
     "FeatureStoreError",
@@ -53,6 +55,7 @@ __all__ = [
     "generate_transactions",
     "historical_features",
     "ingest",
+    "ingest_labels",
     "ingest_landed",
     "materialize",
     "offline_views",
@@ -62,6 +65,7 @@ __all__ = [
     "publish_transactions",
     "pull_accepted",
     "read_examples",
+    "read_labels",
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",

@@ -7,6 +7,7 @@ load on first use). Between core and features: imports mlops_config and mlops_co
 from __future__ import annotations
 
 from mlops_model import statistics
+from mlops_model.calibration import Calibration, fit_calibration
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
     ENTITY_KEYS,
@@ -64,6 +65,7 @@ __all__ = [
     "UNKNOWN_ENTITY",
     "UNKNOWN_FLAGS",
     "WEIGHTS_FILE",
+    "Calibration",
     "CategoricalColumn",
     "DerivedColumn",
     "EncoderSpec",
@@ -79,6 +81,7 @@ __all__ = [
     "build_tabular_mlp",
     "compare_sketches",
     "ensure_local_keys",
+    "fit_calibration",
     "load_exported",
     "model_digest",
     "model_signer",

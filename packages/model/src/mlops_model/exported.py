@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlops_core import atomic_dir
+from mlops_model.calibration import Calibration
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
 
@@ -169,6 +170,9 @@ class ExportedModel:
         self.feature_service: str | None = features.get("feature_service")
         self.weights_sha256 = str(meta.get("weights_sha256", ""))
         self.input_dim = encoder.input_dim
+        raw = meta.get("calibration")  # absent in exports made before calibration existed: raw sigmoid
+        self.calibration = None if raw is None else Calibration.from_dict(
+            raw, source=f"{str(folder / META_FILE)!r} calibration")
 
     @classmethod
     def load(cls, folder: str | Path, *, check: FolderHook | None = None) -> ExportedModel:
@@ -207,7 +211,8 @@ class ExportedModel:
         with torch.inference_mode():
             for i in range(0, len(x), SCORE_BATCH):
                 parts.append(torch.sigmoid(self.network(torch.from_numpy(x[i:i + SCORE_BATCH]))).reshape(-1).numpy())
-        return np.concatenate(parts).astype(np.float64) if parts else np.empty(0)
+        scores = np.concatenate(parts).astype(np.float64) if parts else np.empty(0)
+        return scores if self.calibration is None else self.calibration.apply(scores)
 
     def score_frame(self, frame: pd.DataFrame) -> np.ndarray:
         """Score DataFrame rows (evaluation)."""

@@ -198,3 +198,17 @@ def binary_metrics(labels: Any, scores: Any, threshold: float = 0.5) -> dict[str
     return {"f1": counts["f1"], "precision": counts["precision"], "recall": counts["recall"],
             "pr_auc": average_precision(y, scores), "roc_auc": roc_auc(y, scores),
             "rows": float(len(y)), "positives": float(y.sum())}
+
+
+def expected_calibration_error(labels: Any, scores: Any, bins: int = 10) -> float:
+    """ECE: Σ_b (n_b / n) |mean score_b − positive rate_b| over ``bins`` equal-width score bins of [0, 1]."""
+    y = np.asarray(labels, dtype=np.float64).ravel()
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    if not len(s):
+        return math.nan
+    index = np.minimum((s * bins).astype(np.int64), bins - 1)  # a score of 1.0 falls in the last bin
+    total = 0.0
+    for b in np.unique(index):
+        m = index == b
+        total += m.sum() / len(s) * abs(s[m].mean() - y[m].mean())
+    return float(total)

@@ -3,9 +3,18 @@
 from mlops_monitoring.alert import ActionResult, Alert, RollbackDecision, RollbackExecutor
 from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
+from mlops_monitoring.estimation import EstimatedPerformance, estimate_performance, expected_auc, expected_confusion
 from mlops_monitoring.lm_drift import lm_drift, lm_reference
 from mlops_monitoring.monitor import MonitorResult, run_monitor
 from mlops_monitoring.notify import notify, state_path
+from mlops_monitoring.performance import (
+    PerformanceReport,
+    WindowPerformance,
+    ingest_label_batches,
+    join_labels,
+    performance_metrics_text,
+    performance_report,
+)
 from mlops_monitoring.policy import Level
 from mlops_monitoring.skew import FeatureSkew, SkewReport, replay_skew, skew_metrics_text
 
@@ -15,18 +24,28 @@ __all__ = [
     "AlertDeliveryError",
     "ColumnDrift",
     "DriftReport",
+    "EstimatedPerformance",
     "FeatureSkew",
     "Level",
     "MonitorResult",
     "MonitoringError",
+    "PerformanceReport",
     "RollbackDecision",
     "RollbackExecutor",
     "RollbackFailedError",
     "SkewReport",
+    "WindowPerformance",
     "compare",
+    "estimate_performance",
+    "expected_auc",
+    "expected_confusion",
+    "ingest_label_batches",
+    "join_labels",
     "lm_drift",
     "lm_reference",
     "notify",
+    "performance_metrics_text",
+    "performance_report",
     "replay_skew",
     "run_monitor",
     "skew_metrics_text",

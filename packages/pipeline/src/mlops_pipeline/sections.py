@@ -8,6 +8,7 @@ from typing import Any
 
 from mlops_pipeline import plots
 from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.performance_section import performance_section
 from mlops_pipeline.report import Section
 from mlops_pipeline.shadow import shadow_section
 
@@ -199,7 +200,7 @@ def build_sections(ctx: PipelineContext) -> list[Section]:
     """Every section whose step ran; a section that cannot be built is logged and left out."""
     out = []
     for build in (training_section, gates_section, shadow_section, canary_section, lm_canary_section, drift_section,
-                  ledger_section, provenance_section):
+                  performance_section, ledger_section, provenance_section):
         try:
             section = build(ctx)
         except Exception:  # the report must still be written when one section's inputs are odd

@@ -21,7 +21,7 @@ _ID_COLUMNS = {*OPTIONAL_FIELDS, *ENTITY_KEYS, LABEL, "event_timestamp", "create
 
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any],
-                 sign: Callable[[Path], object] | None = None) -> Path:
+                 sign: Callable[[Path], object] | None = None, calibration: dict[str, Any] | None = None) -> Path:
     """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict,
     signed by ``sign`` (:func:`mlops_model.model_signer`); a causal LM as a Hugging Face folder, signed alike."""
     if outcome.built.kind == "hf_causal_lm":
@@ -38,11 +38,46 @@ def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[
 
     meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
             "features": task.features_meta(), "lineage": lineage}
+    if calibration is not None:
+        meta["calibration"] = calibration
     return save_exported(folder, outcome.full_state, meta, sign=sign)
 
 
-def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[str, Any] | None:
-    """The training set's reference profile with the trained model's scores (tabular models only)."""
+def _raw_scores(outcome: TrainOutcome, x: Any) -> Any:
+    import torch
+
+    from mlops_model import build_tabular_mlp
+
+    model = build_tabular_mlp(outcome.built.architecture)
+    model.load_state_dict(outcome.full_state)
+    model.eval()
+    with torch.no_grad():
+        return torch.sigmoid(model(torch.from_numpy(x)).reshape(-1)).numpy().astype("float64")
+
+
+def fit_score_calibration(task: Task, outcome: TrainOutcome, method: str, n_bins: int = 10) -> dict[str, Any] | None:
+    """The ``calibration`` entry of ``model.json`` (``training.calibration``), or ``None`` (``none``, an LM).
+
+    Fitted on the older half of the time-ordered validation split, so the newer half can say what it changed
+    (``ece_before`` / ``ece_after``) on rows it never saw.
+    """
+    data = getattr(task, "data", None)
+    if method == "none" or data is None or outcome.built.kind != "tabular_mlp":
+        return None
+    from mlops_model import fit_calibration, statistics
+
+    scores, labels = _raw_scores(outcome, data.val_x), data.val_y
+    half = len(scores) // 2
+    fitted = fit_calibration(scores[:half], labels[:half], method)
+    after = fitted.apply(scores[half:])
+    return {**fitted.to_dict(), "holdout_rows": int(half), "evaluation_rows": int(len(scores) - half),
+            "ece_before": statistics.expected_calibration_error(labels[half:], scores[half:], n_bins),
+            "ece_after": statistics.expected_calibration_error(labels[half:], after, n_bins)}
+
+
+def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
+                      calibration: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The training set's reference profile with the trained model's scores (calibrated as served, if it is)."""
     data = getattr(task, "data", None)
     if data is None:
         return None
@@ -61,6 +96,10 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int) -> dict[st
     model.eval()
     with torch.no_grad():
         scores = torch.sigmoid(model(torch.from_numpy(data.train_x)).squeeze(-1)).numpy()
+    if calibration is not None:  # the drift reference must hold the scores serving returns
+        from mlops_model import Calibration
+
+        scores = Calibration.from_dict(calibration, source="training calibration").apply(scores)
     df = pd.read_parquet(data.frame_path)
     cols = [c for c in df.columns if c not in _ID_COLUMNS]
     numeric = [c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
@@ -91,6 +130,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                                "torch_version": torch.__version__, "config_sha256": config_hash(config),
                                "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory),
                                "trajectory_sketch": dict(outcome.trajectory_sketch)}
+    calibration = fit_score_calibration(task, outcome, training.calibration, config.monitoring.calibration_bins)
     data_lineage = getattr(getattr(task, "data", None), "data_lineage", None)
     if data_lineage:  # a tabular run: the DVC-tracked folders (and lock entries) its training set came from
         lineage["data_lineage"] = data_lineage
@@ -99,7 +139,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                               "system": outcome.system, "per_rank": outcome.per_rank, "run_id": None,
                               "model_name": None, "model_version": None}
     if not track:
-        export_model(folder, outcome, task, lineage, sign)
+        export_model(folder, outcome, task, lineage, sign, calibration)
     else:
         from mlops_training.lineage import record_run
 
@@ -117,14 +157,15 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
             tags["mlops.data_version"] = str(features.get("data_version", ""))
 
         def do_export(run_id: str) -> Path:
-            return export_model(folder, outcome, task, {**lineage, "run_id": run_id}, sign)
+            return export_model(folder, outcome, task, {**lineage, "run_id": run_id}, sign, calibration)
 
         recorded = record_run(
             config.tracking, root, model=config.project.model, run_name=run_name, seed=config.project.seed,
             config=config.model_dump(mode="json"), data_hash=task.data_hash, tags=tags, history=outcome.history,
             system=outcome.system, per_rank=outcome.per_rank,
             artifacts={"checkpoint_manifest.json": outcome.manifest,
-                       "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins)},
+                       "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins,
+                                                                   calibration)},
             export=do_export)
         result.update(run_id=recorded.run_id, model_name=recorded.model_name, model_version=recorded.model_version)
     from mlops_model import read_meta

@@ -1,0 +1,213 @@
+"""Realized performance from delayed labels, per window and per served version, beside the CBPE estimate.
+
+The labels gate (:func:`mlops_features.ingest_labels`) stores accepted labels next to the prediction log;
+here they are joined to the log by ``transaction_id``. Each (window, ``model_version``) gets: precision,
+recall and F1 at the serving threshold, ROC AUC, the expected calibration error, label coverage, the
+label-delay distribution (label_time − prediction ts), the CBPE estimate of the same metrics and, where labels
+exist, the estimate's error. A version's realized drop is ``1 − f1 / reference_f1`` of its latest window with at
+least ``min_labelled`` labels; fewer labels make that verdict "inconclusive", never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mlops_features import ValidationSummary, ingest_labels, read_labels
+from mlops_model import statistics
+from mlops_monitoring.errors import MonitoringError
+from mlops_monitoring.estimation import estimate_performance
+from mlops_serving import read_prediction_log
+
+DELAY_QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class WindowPerformance:
+    """One (window, version): realized metrics (``None`` without both classes labelled) and the estimate."""
+
+    window_start: str
+    window_end: str
+    version: str
+    n_predictions: int
+    n_labelled: int
+    label_coverage: float
+    realized: dict[str, float | None]
+    estimated: dict[str, float | None]
+    intervals: dict[str, tuple[float, float]]
+    estimation_error: dict[str, float | None]
+    label_delay_hours: dict[str, float | None]
+
+
+@dataclass
+class PerformanceReport:
+    """Every window of every version, and each version's realized-drop verdict against ``reference_f1``."""
+
+    model: str
+    threshold: float
+    windows: list[WindowPerformance]
+    reference_f1: float | None
+    max_drop: float
+    min_labelled: int
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+def ingest_label_batches(paths: list[Any], log_uri: str, model: str, *, now: datetime | None = None
+                         ) -> ValidationSummary:
+    """Run the labels gate against every id the prediction log served (``log_uri`` resolved)."""
+    served = read_prediction_log(log_uri, model, columns=["transaction_id", "ts"])
+    if served.empty:
+        served = pd.DataFrame({"transaction_id": pd.Series(dtype=str), "ts": pd.Series(dtype="datetime64[ns, UTC]")})
+    return ingest_labels(paths, log_uri, model, served, now=now)
+
+
+def window_performance(
+    frame: pd.DataFrame, threshold: float, *, start: str, end: str, version: str, bins: int = 10,
+    interval: float = 0.9,
+) -> WindowPerformance:
+    """Metrics of one window's joined rows (``score``, ``ts``; ``label``/``label_time`` null where unlabelled)."""
+    labelled = frame[frame["label"].notna()]
+    y = labelled["label"].to_numpy(dtype=np.int64)
+    s = labelled["score"].to_numpy(dtype=np.float64)
+    realized: dict[str, float | None] = dict.fromkeys(("precision", "recall", "f1", "auc", "ece"))
+    if len(labelled):
+        m = statistics.threshold_metrics(y, s, threshold)
+        realized.update(precision=m["precision"], recall=m["recall"], f1=m["f1"],
+                        ece=statistics.expected_calibration_error(y, s, bins))
+        auc = statistics.roc_auc(y, s)
+        realized["auc"] = None if math.isnan(auc) else auc
+    est = estimate_performance(frame["score"].to_numpy(dtype=np.float64), threshold, interval=interval)
+    estimated = {"precision": est.precision, "recall": est.recall, "f1": est.f1, "auc": est.auc}
+    error = {k: (None if realized[k] is None or estimated[k] is None or len(labelled) < len(frame)
+                 else float(estimated[k] - realized[k]))  # type: ignore[operator]
+             for k in estimated}
+    delay = (pd.to_datetime(labelled["label_time"], utc=True) - pd.to_datetime(labelled["ts"], utc=True))
+    hours = delay.dt.total_seconds().to_numpy() / 3600
+    delays = {f"p{round(q * 100)}": (float(np.quantile(hours, q)) if len(hours) else None) for q in DELAY_QUANTILES}
+    delays["max"] = float(hours.max()) if len(hours) else None
+    return WindowPerformance(
+        window_start=start, window_end=end, version=version, n_predictions=len(frame), n_labelled=len(labelled),
+        label_coverage=len(labelled) / len(frame) if len(frame) else 0.0, realized=realized, estimated=estimated,
+        intervals=est.intervals, estimation_error=error, label_delay_hours=delays)
+
+
+def performance_report(
+    log_uri: str, model: str, threshold: float, *, window: str = "1D", since: datetime | None = None,
+    until: datetime | None = None, reference_f1: float | None = None, max_drop: float = 0.1,
+    min_labelled: int = 50, bins: int = 10, interval: float = 0.9,
+) -> PerformanceReport:
+    """Join the log to its labels and score every ``window`` (a pandas frequency: ``1h``, ``1D``) per version.
+
+    Raises:
+        MonitoringError: the log has no ``transaction_id``/``score``, or nothing was logged in the window.
+    """
+    log = read_prediction_log(log_uri, model, since=since, until=until)
+    if log.empty:
+        raise MonitoringError(f"no predictions of {model!r} in {log_uri!r} between {since} and {until}")
+    absent = [c for c in ("transaction_id", "score", "model_version") if c not in log.columns]
+    if absent:
+        raise MonitoringError(f"the prediction log lacks {absent!r}; it has {sorted(log.columns)!r}")
+    joined = join_labels(log, read_labels(log_uri, model))
+    try:
+        key = joined["ts"].dt.floor(window)
+    except ValueError as exc:
+        raise MonitoringError(f"window {window!r} is not a pandas frequency (expected e.g. '1h', '1D'): {exc}"
+                              ) from None
+    step = pd.tseries.frequencies.to_offset(window)
+    windows = [window_performance(group, threshold, start=start.isoformat(), end=(start + step).isoformat(),
+                                  version=str(version), bins=bins, interval=interval)
+               for (start, version), group in joined.groupby([key, joined["model_version"].astype(str)], sort=True)]
+    report = PerformanceReport(model=model, threshold=threshold, windows=windows, reference_f1=reference_f1,
+                               max_drop=max_drop, min_labelled=min_labelled)
+    report.verdicts = realized_drop_verdicts(windows, reference_f1, max_drop, min_labelled)
+    return report
+
+
+def join_labels(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """The predictions with ``label`` and ``label_time`` by ``transaction_id`` (null where none arrived yet)."""
+    right = labels[["transaction_id", "label", "label_time"]].drop_duplicates("transaction_id")
+    left = predictions.drop(columns=[c for c in ("label", "label_time") if c in predictions.columns])
+    out = left.merge(right, on="transaction_id", how="left", validate="many_to_one")
+    out["ts"] = pd.to_datetime(out["ts"], utc=True)
+    return out
+
+
+def realized_drop_verdicts(windows: list[WindowPerformance], reference_f1: float | None, max_drop: float,
+                           min_labelled: int) -> dict[str, dict[str, Any]]:
+    """Per version: ``drop`` / ``ok`` / ``inconclusive`` from its latest window with enough labels."""
+    out: dict[str, dict[str, Any]] = {}
+    for version in sorted({w.version for w in windows}):
+        mine = [w for w in windows if w.version == version]
+        enough = [w for w in mine if w.n_labelled >= min_labelled and w.realized["f1"] is not None]
+        est = mine[-1].estimated["f1"]
+        est_drop = None if reference_f1 is None or not reference_f1 or est is None else 1 - est / reference_f1
+        if reference_f1 is None or not enough:
+            reason = ("no reference F1 to compare with" if reference_f1 is None
+                      else f"fewer than {min_labelled} labels in every window")
+            out[version] = {"verdict": "inconclusive", "reason": reason, "realized_drop": None,
+                            "estimated_drop": est_drop}
+            continue
+        last = enough[-1]
+        drop = 1 - float(last.realized["f1"]) / reference_f1 if reference_f1 else 0.0  # type: ignore[arg-type]
+        out[version] = {"verdict": "drop" if drop > max_drop else "ok", "realized_drop": drop,
+                        "estimated_drop": est_drop, "window_start": last.window_start,
+                        "reason": f"realized F1 {last.realized['f1']:.4f} vs reference {reference_f1:.4f} "
+                                  f"({drop:+.1%} drop; limit {max_drop:.0%})"}
+    return out
+
+
+PERFORMANCE_METRICS = ("mlops_performance", "mlops_performance_label_coverage", "mlops_performance_labelled",
+                       "mlops_performance_label_delay_hours", "mlops_performance_realized_drop",
+                       "mlops_performance_estimated_drop")
+
+
+def performance_registry(report: PerformanceReport) -> Any:
+    """A fresh Prometheus registry of each version's latest window (the drift exporter's style: nothing global)."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    metric = Gauge("mlops_performance", "Latest window's performance of a served version at the serving threshold",
+                   ["model", "version", "source", "metric"], registry=registry)
+    coverage = Gauge("mlops_performance_label_coverage", "Share of the latest window's predictions labelled",
+                     ["model", "version"], registry=registry)
+    labelled = Gauge("mlops_performance_labelled", "Labelled predictions in the latest window",
+                     ["model", "version"], registry=registry)
+    delay = Gauge("mlops_performance_label_delay_hours", "Label delay (label_time - prediction ts) quantile",
+                  ["model", "version", "quantile"], registry=registry)
+    realized_drop = Gauge("mlops_performance_realized_drop", "1 - realized F1 / reference F1 (latest labelled window)",
+                          ["model", "version"], registry=registry)
+    estimated_drop = Gauge("mlops_performance_estimated_drop", "1 - CBPE-estimated F1 / reference F1 (latest window)",
+                           ["model", "version"], registry=registry)
+    latest = {w.version: w for w in report.windows}
+    for version, w in latest.items():
+        for source, values in (("realized", w.realized), ("estimated", w.estimated)):
+            for name, value in values.items():
+                if value is not None:
+                    metric.labels(report.model, version, source, name).set(value)
+        coverage.labels(report.model, version).set(w.label_coverage)
+        labelled.labels(report.model, version).set(w.n_labelled)
+        for q, hours in w.label_delay_hours.items():
+            if hours is not None:
+                delay.labels(report.model, version, q).set(hours)
+    for version, v in report.verdicts.items():
+        if v["realized_drop"] is not None:
+            realized_drop.labels(report.model, version).set(v["realized_drop"])
+        if v["estimated_drop"] is not None:
+            estimated_drop.labels(report.model, version).set(v["estimated_drop"])
+    return registry
+
+
+def performance_metrics_text(report: PerformanceReport) -> str:
+    """The report's metrics in Prometheus' text format (for the textfile collector or a Pushgateway)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(performance_registry(report)).decode()
