@@ -123,7 +123,9 @@ def child(side: str, mode: str, data: Path) -> None:
     fn = run_ours if side == "ours" else run_evidently
     if side == "evidently":  # import outside the measure, like ours (already imported with pandas)
         import evidently.presets  # noqa: F401
-    else:
+    else:  # scipy.stats too: both sides call it, and Evidently's import above has loaded it for that side
+        import scipy.stats  # noqa: F401
+
         import mlops_monitoring.drift  # noqa: F401
     result: dict[str, Any] = {}
     if mode == "time":

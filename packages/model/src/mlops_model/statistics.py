@@ -6,8 +6,10 @@
   that changes the value of any bin rarer than the floor, so two checks on the same data (canary and drift
   once disagreed) would differ with the bin count; only an empty bin needs a stand-in, and only there is
   the textbook sum undefined.
-- **KS**: ``scipy.stats.ks_2samp`` (two-sided, method ``auto``); against a reference known only by its ECDF
-  sketch, :func:`ks_from_sketch` (D within about one sketch step of the exact statistic).
+- **KS**: ``scipy.stats.ks_2samp``'s statistic and p-value (two-sided, method ``auto``), from sorted
+  samples by :func:`ks_sorted` so a reference sorted once is not sorted again per window; against a
+  reference known only by its ECDF sketch, :func:`ks_from_sketch` (D within about one sketch step of the
+  exact statistic).
 - **chi²**: ``scipy.stats.chi2_contingency`` on the 2 × k table of reference vs current counts, with
   Cramér's V = sqrt(chi² / N) (2 rows: min(2, k) − 1 = 1) beside it.
 - **Binary classification**: counts at a threshold (score ≥ threshold is positive), precision, recall and F1
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mlops_core import ProfileError, bin_counts, quantile_edges
 from mlops_model.errors import StatisticsError
 
 
@@ -41,24 +44,62 @@ def psi(ref_counts: Any, cur_counts: Any, floor: float = 1e-4) -> float:
 
 
 def quantile_bin_counts(expected: Any, actual: Any, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of both samples over quantile bins of ``expected``: its distinct inner quantiles are the edges,
-    bin ``i`` holds ``edge[i-1] <= x < edge[i]``, the outer bins are open-ended."""
-    e = np.asarray(expected, dtype=np.float64)
-    a = np.asarray(actual, dtype=np.float64)
+    """Counts of both samples over quantile bins of ``expected``: the reference profile's one definition
+    (:func:`mlops_core.quantile_edges`, :func:`mlops_core.bin_counts`): the distinct quantiles of ``expected``
+    at ``k / bins`` are the edges, bin ``i`` holds ``edge[i-1] <= x < edge[i]``, the outer bins are open-ended.
+    """
+    e = np.sort(np.asarray(expected, dtype=np.float64))
+    a = np.sort(np.asarray(actual, dtype=np.float64))
     if e.size == 0 or a.size == 0:
         raise StatisticsError(f"quantile bins need values on both sides, got {e.size} and {a.size}")
-    inner = np.unique(np.quantile(e, np.linspace(0, 1, bins + 1)[1:-1]))
-    count = inner.size + 1
-    return (np.bincount(np.searchsorted(inner, e, side="right"), minlength=count),
-            np.bincount(np.searchsorted(inner, a, side="right"), minlength=count))
+    if np.isnan(e[-1]) or np.isnan(a[-1]):  # sorted: a NaN is last
+        raise StatisticsError("quantile bins got NaN; expected numbers (count missing values apart)")
+    try:
+        edges = quantile_edges(e, bins)
+    except ProfileError as exc:
+        raise StatisticsError(str(exc)) from None
+    return bin_counts(e, edges), bin_counts(a, edges)
 
 
 def ks(ref: Any, cur: Any) -> tuple[float, float]:
-    """Two-sample KS statistic and two-sided p-value (``scipy.stats.ks_2samp``, method ``auto``)."""
-    from scipy import stats
+    """Two-sample KS statistic and two-sided p-value, equal to ``scipy.stats.ks_2samp`` (method ``auto``)."""
+    ref_sorted, cur_sorted = np.sort(np.asarray(ref, dtype=np.float64)), np.sort(np.asarray(cur, dtype=np.float64))
+    for side, values in (("reference", ref_sorted), ("current", cur_sorted)):
+        if values.size and np.isnan(values[-1]):  # sorted: a NaN is last
+            raise StatisticsError(f"KS got NaN in the {side} sample; expected numbers (drop missing values first)")
+    return ks_sorted(ref_sorted, cur_sorted)
 
-    result = stats.ks_2samp(np.asarray(ref, dtype=np.float64), np.asarray(cur, dtype=np.float64))
-    return float(result.statistic), float(result.pvalue)
+
+def ks_sorted(ref_sorted: np.ndarray, cur_sorted: np.ndarray) -> tuple[float, float]:
+    """:func:`ks` of two samples already sorted ascending (no NaN): the reference is not sorted again.
+
+    ``ks_2samp`` evaluates ``F_ref − F_cur`` at every pooled value, which searches the whole reference.
+    Between two consecutive distinct current values ``v_j < v_j+1`` F_cur is constant, so the largest
+    ``F_ref − F_cur`` there is at the last reference value below ``v_j+1`` and the largest ``F_cur − F_ref`` at
+    ``v_j`` itself: the same differences (the same integer counts over the same sizes, so the same floats) from
+    two searches of the current values in the reference. The p-value is ``ks_2samp``'s: at most
+    :data:`KS_EXACT_MAX_N` values on both sides its exact method on these (small) samples, else Smirnov's
+    ``kstwo.sf(d, round(m·n / (m + n)))`` clipped to [0, 1].
+    """
+    n1, n2 = ref_sorted.shape[0], cur_sorted.shape[0]
+    if min(n1, n2) == 0:
+        raise StatisticsError(f"KS needs values on both sides, got {n1} and {n2}")
+    if max(n1, n2) <= KS_EXACT_MAX_N:  # the exact path re-rounds D to the sizes' lcm: scipy's own, on few values
+        from scipy import stats
+
+        result = stats.ks_2samp(ref_sorted, cur_sorted)
+        return float(result.statistic), float(result.pvalue)
+    last = np.ones(n2, dtype=bool)
+    last[:-1] = cur_sorted[1:] != cur_sorted[:-1]
+    values = cur_sorted[last]  # distinct current values
+    cur_at = np.flatnonzero(last) + 1  # F_cur · n2 at each of them
+    ref_below = np.searchsorted(ref_sorted, values, side="left")  # F_ref · n1 just below each
+    ref_at = np.searchsorted(ref_sorted, values, side="right")  # F_ref · n1 at each
+    # F_ref − F_cur on [v_j, v_j+1): reference values below v_j+1 minus the current ones up to v_j (v_0 = −inf)
+    above = np.append(ref_below, n1) / n1 - np.append(0, cur_at) / n2
+    below = cur_at / n2 - ref_at / n1
+    d = float(max(above.max(), below.max(), 0.0))
+    return d, ks_asymptotic_pvalue(d, n1, n2)
 
 
 KS_EXACT_MAX_N = 10_000
