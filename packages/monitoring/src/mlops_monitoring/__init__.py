@@ -4,7 +4,7 @@ from mlops_monitoring.alert import ActionResult, Alert, RollbackDecision, Rollba
 from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
 from mlops_monitoring.lm_drift import lm_drift, lm_reference
-from mlops_monitoring.monitor import MonitorResult, run_monitor
+from mlops_monitoring.monitor import MonitorResult, MonitorRun, run_monitor
 from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.policy import Level
 from mlops_monitoring.skew import FeatureSkew, SkewReport, replay_skew, skew_metrics_text
@@ -18,6 +18,7 @@ __all__ = [
     "FeatureSkew",
     "Level",
     "MonitorResult",
+    "MonitorRun",
     "MonitoringError",
     "RollbackDecision",
     "RollbackExecutor",

@@ -22,9 +22,6 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +40,7 @@ from mlops_monitoring.drift import (
     profile_columns,
     with_missing,
 )
-from mlops_monitoring.drift_engine import DriftEngine, count_rows, window_views
+from mlops_monitoring.drift_engine import DriftEngine, TableSource, count_rows, window_views
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.policy import drift_level
 
@@ -52,40 +49,6 @@ log = logging.getLogger(__name__)
 _NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                   "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL")
 _CATEGORICAL_TYPES = ("VARCHAR", "BOOLEAN")
-
-
-@dataclass(frozen=True)
-class TableSource:
-    """Rows DuckDB reads in place: parquet files (or one CSV file), optionally through an fsspec filesystem.
-
-    ``since`` / ``until`` bound ``ts`` (inclusive, UTC) and ``drop_degraded`` leaves out rows answered with
-    default features, as the in-memory monitor does.
-    """
-
-    paths: tuple[str, ...]
-    filesystem: Any = None
-    since: datetime | None = None
-    until: datetime | None = None
-    drop_degraded: bool = False
-    csv: bool = False
-
-    @classmethod
-    def from_path(cls, path: Path, what: str) -> TableSource:
-        """A parquet file, a folder of parquet files, or a CSV file (as :func:`mlops_monitoring.source.read_table`).
-
-        Raises:
-            MonitoringError: the path does not exist, holds no parquet file, or has another suffix.
-        """
-        if not path.exists():
-            raise MonitoringError(f"{what} {str(path)!r} does not exist")
-        if path.is_dir():
-            parts = sorted(str(p) for p in path.rglob("*.parquet"))
-            if not parts:
-                raise MonitoringError(f"{what} folder {str(path)!r} holds no .parquet file")
-            return cls(tuple(parts))
-        if path.suffix in (".parquet", ".csv"):
-            return cls((str(path),), csv=path.suffix == ".csv")
-        raise MonitoringError(f"{what} {str(path)!r} has suffix {path.suffix!r}; expected .parquet, .csv or a folder")
 
 
 def _ident(name: str) -> str:

@@ -10,13 +10,49 @@ dialects share (the window views, the missing-value scan) is written once, in fu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from mlops_monitoring.drift_duckdb import TableSource
+from mlops_monitoring.errors import MonitoringError
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """Rows DuckDB reads in place: parquet files (or one CSV file), optionally through an fsspec filesystem.
+
+    ``since`` / ``until`` bound ``ts`` (inclusive, UTC) and ``drop_degraded`` leaves out rows answered with
+    default features, as the in-memory monitor does.
+    """
+
+    paths: tuple[str, ...]
+    filesystem: Any = None
+    since: datetime | None = None
+    until: datetime | None = None
+    drop_degraded: bool = False
+    csv: bool = False
+
+    @classmethod
+    def from_path(cls, path: Path, what: str) -> TableSource:
+        """A parquet file, a folder of parquet files, or a CSV file (as :func:`mlops_monitoring.source.read_table`).
+
+        Raises:
+            MonitoringError: the path does not exist, holds no parquet file, or has another suffix.
+        """
+        if not path.exists():
+            raise MonitoringError(f"{what} {str(path)!r} does not exist")
+        if path.is_dir():
+            parts = sorted(str(p) for p in path.rglob("*.parquet"))
+            if not parts:
+                raise MonitoringError(f"{what} folder {str(path)!r} holds no .parquet file")
+            return cls(tuple(parts))
+        if path.suffix in (".parquet", ".csv"):
+            return cls((str(path),), csv=path.suffix == ".csv")
+        raise MonitoringError(f"{what} {str(path)!r} has suffix {path.suffix!r}; expected .parquet, .csv or a folder")
 
 
 class DriftEngine(Protocol):
@@ -83,4 +119,4 @@ def count_rows(eng: DriftEngine, name: str, where: str | None = None) -> int:
     return int(eng.sql(f"SELECT count(*) FROM {name}" + (f" WHERE {where}" if where else ""))[0][0])
 
 
-__all__ = ["DriftEngine", "count_rows", "window_views"]
+__all__ = ["DriftEngine", "TableSource", "count_rows", "window_views"]

@@ -148,15 +148,11 @@ def _out_dir(project: ProjectConfig, root: Path, model: str, stamp: datetime) ->
     return root / project.reports_dir / "monitoring" / model / stamp.strftime("%Y%m%dT%H%M%SZ")
 
 
-def run_monitor(
-    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
-    root: Path, model: str, *, window: str | None = None, current: Path | None = None,
-    reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
-    now: datetime | None = None, execute: RollbackExecutor | None = None, features: FeaturesConfig | None = None,
-) -> MonitorResult:
-    """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
+@dataclass(frozen=True)
+class MonitorRun:
+    """One monitoring run, resolved once from the sections and the caller's options; every step reads it.
 
-    Args:
+    Attributes:
         monitoring: Thresholds, key features, webhook, rollback switch, outputs.
         serving: Where the prediction log is and which alias is served (its reference is compared against).
         tracking: Registry access for the reference profile and the rollback.
@@ -169,26 +165,48 @@ def run_monitor(
         labels: Delayed labels (default ``monitoring.labels_path``).
         dry_run: Report the actions without rolling back.
         html: Write Evidently's HTML report (default ``monitoring.evidently_html``).
-        now: End of the window (default: now, UTC).
+        now: End of the window (default: when the run is built, UTC).
         execute: Carries out the :class:`RollbackDecision` a CRITICAL run makes (the layer above supplies it;
             ``None``: the decision is reported, not carried out).
-
-    The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
         features: The ``features`` section the served model reads; with ``monitoring.skew_sample_rows`` > 0
             the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
+    """
+
+    monitoring: MonitoringConfig
+    serving: ServingConfig
+    tracking: TrackingConfig
+    project: ProjectConfig
+    root: Path
+    model: str
+    window: str | None = None
+    current: Path | None = None
+    reference: Path | None = None
+    labels: Path | None = None
+    dry_run: bool = False
+    html: bool | None = None
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    execute: RollbackExecutor | None = None
+    features: FeaturesConfig | None = None
+
+    @property
+    def want_html(self) -> bool:
+        """Whether Evidently's HTML report is written: ``html``, else ``monitoring.evidently_html``."""
+        return self.monitoring.evidently_html if self.html is None else self.html
+
+
+def run_monitor(run: MonitorRun) -> MonitorResult:
+    """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
+
+    The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
 
     Raises:
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
     """
-    run = MonitorRun(
-        monitoring=monitoring, serving=serving, tracking=tracking, project=project, root=root, model=model,
-        window=window, current=current, reference=reference, dry_run=dry_run,
-        html=monitoring.evidently_html if html is None else html, now=now or datetime.now(UTC), execute=execute,
-        features=features)
+    monitoring, project, root, model = run.monitoring, run.project, run.root, run.model
     token_env = monitoring.webhook_token_env
     if monitoring.webhook_url and token_env and not os.environ.get(token_env):  # fail now, not when alerting
         raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
-    labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
+    labels_path = run.labels or (root / monitoring.labels_path if monitoring.labels_path else None)
     label_rows = read_table(labels_path, "labels") if labels_path is not None else None
     assessed = _assess_duckdb(run, label_rows) if monitoring.engine in ("duckdb", "spark") else \
         _assess_pandas(run, label_rows)
@@ -196,7 +214,7 @@ def run_monitor(
     out_dir = _out_dir(project, root, model, run.now)
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {"json": str(out_dir / "drift.json")}
-    if run.html:
+    if run.want_html:
         from mlops_monitoring.evidently_report import write_evidently_html
 
         ref = assessed.reference
@@ -210,26 +228,6 @@ def run_monitor(
                              seed=project.seed)
         outputs["html"] = str(out_dir / "drift.html")
     return _act(run, assessed, out_dir, outputs)
-
-
-@dataclass(frozen=True)
-class MonitorRun:
-    """One run's sections and options, resolved once by :func:`run_monitor`; every step reads this."""
-
-    monitoring: MonitoringConfig
-    serving: ServingConfig
-    tracking: TrackingConfig
-    project: ProjectConfig
-    root: Path
-    model: str
-    window: str | None
-    current: Path | None
-    reference: Path | None
-    dry_run: bool
-    html: bool
-    now: datetime
-    execute: RollbackExecutor | None
-    features: FeaturesConfig | None
 
 
 @dataclass(frozen=True)
@@ -276,7 +274,7 @@ def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     features = run.features
     skew_rows = monitoring.skew_sample_rows if features is not None and current is None else 0
     done = assess_window(monitoring, load, source, info, labels=labels,
-                         sample_rows=monitoring.evidently_max_rows if run.html else 0, skew_rows=skew_rows,
+                         sample_rows=monitoring.evidently_max_rows if run.want_html else 0, skew_rows=skew_rows,
                          seed=run.project.seed)
     skew = None
     if skew_rows and features is not None and done.skew_sample is not None:
