@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
 from mlops_features.sample import generate_transactions
-from mlops_monitoring import run_monitor
+from mlops_monitoring import MonitorRun, run_monitor
 
 pytestmark = pytest.mark.integration
 
@@ -56,10 +56,10 @@ def _alerts(am_url: str) -> list[dict]:
 
 
 def _run(root: Path, monitoring: MonitoringConfig, batches: dict[str, Path], which: str, now: datetime):
-    return run_monitor(monitoring, ServingConfig(prediction_log_uri="log"),
+    return run_monitor(MonitorRun(monitoring, ServingConfig(prediction_log_uri="log"),
                        TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
                        ProjectConfig(reports_dir="reports"), root, "fraud", current=batches[which],
-                       reference=batches["reference"], dry_run=True, html=False, now=now)
+                       reference=batches["reference"], dry_run=True, html=False, now=now))
 
 
 def test_critical_reaches_alertmanager_with_its_labels_and_is_resolved_when_the_level_drops(

@@ -21,7 +21,7 @@ from mlops_core.profile import build_reference_profile
 from mlops_features.sample import generate_transactions
 from mlops_monitoring import MonitoringError
 from mlops_monitoring.exporter import metric_values
-from mlops_monitoring.monitor import run_monitor
+from mlops_monitoring.monitor import MonitorRun, run_monitor
 from mlops_serving import write_prediction_log
 
 pytestmark = pytest.mark.integration
@@ -131,8 +131,8 @@ def test_clean_window_no_alert_outputs_written(tmp_path: Path, sections: dict, r
     _log(root / "log", _rows(tmp_path, 2, "none", 3000), NOW, "clean")
     _log(root / "log", _rows(tmp_path, 3, "covariate", 3000), NOW - timedelta(hours=3), "old")  # outside 1h
     _log(root / "log", _rows(tmp_path, 4, "covariate", 400), NOW, "degraded", degraded=True)  # store outage
-    result = run_monitor(**sections, root=root, model="fraud", window="1h", reference=root / "profile.json",
-                         html=True, now=NOW)
+    result = run_monitor(MonitorRun(**sections, root=root, model="fraud", window="1h", reference=root / "profile.json",
+                         html=True, now=NOW))
     assert result.level in ("OK", "INFO"), result.reasons
     assert result.report.n_current == 3000  # the old part is outside the window, degraded rows are left out
     assert result.report.window["degraded_rows_excluded"] == 400
@@ -156,8 +156,8 @@ def test_warning_is_posted_with_evidence(tmp_path: Path, sections: dict, referen
     train, _ = reference
     train.to_parquet(tmp_path / "ref.parquet")
     _rows(tmp_path, 4, "category", 3000).to_parquet(tmp_path / "cur.parquet")
-    result = run_monitor(**sections, root=tmp_path, model="fraud", current=tmp_path / "cur.parquet",
-                         reference=tmp_path / "ref.parquet", html=False, now=NOW)
+    result = run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", current=tmp_path / "cur.parquet",
+                         reference=tmp_path / "ref.parquet", html=False, now=NOW))
     assert result.level == "WARNING", result.reasons
     assert len(webhook[1]) == 1
     posted = webhook[1][0]
@@ -180,13 +180,14 @@ def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections:
     # without an executor the monitor only decides (it never deploys by itself)
     _register(sections, tmp_path, profile)
     _log(tmp_path / "log", _rows(tmp_path, 5, "covariate", 3000), NOW, "drifted")
-    decided = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW)
+    decided = run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW))
     assert decided.decision is not None and (decided.decision.from_version, decided.decision.to_version) == ("2", "1")
     assert next(a for a in decided.actions if a.action == "rollback").detail.startswith("decided, not carried out")
     assert lifecycle.aliases(sections["tracking"], tmp_path, "fraud")["champion"] == "2"
     # no --reference: the profile comes from the run of the served champion (v2); no gitops_repo: registry only
     execute = rollback_executor(DeliveryConfig(), sections["tracking"], tmp_path)
-    result = run_monitor(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW, execute=execute)
+    result = run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW,
+                                    execute=execute))
     assert result.level == "CRITICAL" and any("amount PSI" in r for r in result.reasons)
     rollback = next(a for a in result.actions if a.action == "rollback")
     assert rollback.ok, rollback.detail
@@ -209,9 +210,9 @@ def test_delayed_labels_give_realized_quality(tmp_path: Path, sections: dict, re
     labelled[["transaction_id", "is_fraud"]].to_csv(tmp_path / "labels.csv", index=False)
     train.to_parquet(tmp_path / "ref.parquet")
     cfg = sections["monitoring"].model_copy(update={"decision_threshold": 0.2, "min_f1": 0.99, "webhook_url": None})
-    result = run_monitor(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
+    result = run_monitor(MonitorRun(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
                          current=tmp_path / "cur.parquet", reference=tmp_path / "ref.parquet",
-                         labels=tmp_path / "labels.csv", dry_run=True, html=False, now=NOW)
+                         labels=tmp_path / "labels.csv", dry_run=True, html=False, now=NOW))
     pred, y = labelled["score"].to_numpy() >= 0.2, labelled["is_fraud"].to_numpy() == 1
     tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
     q = result.quality
@@ -226,10 +227,12 @@ def test_too_few_rows_and_a_missing_token_are_refused(tmp_path: Path, sections: 
     _log(tmp_path / "log", _rows(tmp_path, 8, "none", 300).iloc[:50], NOW, "few")
     monkeypatch.delenv("MLOPS_TEST_WEBHOOK_TOKEN")
     with pytest.raises(MonitoringError, match="'MLOPS_TEST_WEBHOOK_TOKEN' is not set"):
-        run_monitor(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"), now=NOW)
+        run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"),
+                               now=NOW))
     monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     with pytest.raises(MonitoringError, match="holds 50 rows"):
-        run_monitor(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"), now=NOW)
+        run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", window="1h", reference=Path("unused.json"),
+                               now=NOW))
 
 
 def test_cli_json_and_error_exit(tmp_path: Path, config_dir: Path, reference: tuple) -> None:
@@ -260,8 +263,8 @@ def test_metrics_are_pushed_to_a_pushgateway(tmp_path: Path, sections: dict, ref
     _rows(tmp_path, 10, "none", 2000).to_parquet(tmp_path / "cur.parquet")
     base = webhook[0].rsplit("/", 1)[0]
     cfg = sections["monitoring"].model_copy(update={"pushgateway_url": base})
-    result = run_monitor(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
-                         current=tmp_path / "cur.parquet", reference=tmp_path / "ref.parquet", html=False, now=NOW)
+    result = run_monitor(MonitorRun(**{**sections, "monitoring": cfg}, root=tmp_path, model="fraud",
+                         current=tmp_path / "cur.parquet", reference=tmp_path / "ref.parquet", html=False, now=NOW))
     pushed = [r for r in webhook[1] if r.get("method") == "PUT"]
     assert [r["path"] for r in pushed] == ["/metrics/job/mlops-drift/model/fraud"]
     assert metric_values(pushed[0]["body"]) == metric_values(Path(result.outputs["metrics"]).read_text())

@@ -185,3 +185,17 @@ def test_engine_config_and_memory_limit_applied(tmp_path: Path) -> None:
         limit, threads, temp = eng.sql("SELECT current_setting('memory_limit'), current_setting('threads'), "
                                        "current_setting('temp_directory')")[0]
     assert limit in ("256.0 MB", "244.1 MiB") and int(threads) == 1 and temp == str(tmp_path)
+
+
+def test_the_engines_are_siblings_behind_one_protocol() -> None:
+    """Spark is a second implementation of the engine's building blocks, not a DuckDB engine overriding them."""
+    from mlops_monitoring.drift_engine import DriftEngine
+    from mlops_monitoring.drift_spark import SparkDrift
+
+    assert not issubclass(SparkDrift, DuckDBDrift)
+    blocks = [n for n in vars(DriftEngine) if not n.startswith("_") and callable(getattr(DriftEngine, n))]
+    assert {"sql", "view", "count", "numeric_counts", "reference_edges", "ks_exact", "ks_sketch",
+            "category_counts", "sample", "close"} <= set(blocks)
+    for engine in (DuckDBDrift, SparkDrift):
+        missing = [n for n in blocks if n not in vars(engine)]
+        assert not missing, f"{engine.__name__} does not implement {missing}"

@@ -6,9 +6,10 @@
   that changes the value of any bin rarer than the floor, so two checks on the same data (canary and drift
   once disagreed) would differ with the bin count; only an empty bin needs a stand-in, and only there is
   the textbook sum undefined.
-- **KS**: equal to ``scipy.stats.ks_2samp`` (two-sided, method ``auto``), on sorted samples without sorting
-  them again (:func:`ks_sorted`); against a reference known only by its ECDF
-  sketch, :func:`ks_from_sketch` (D within about one sketch step of the exact statistic).
+- **KS**: ``scipy.stats.ks_2samp``'s statistic and p-value (two-sided, method ``auto``), from sorted
+  samples by :func:`ks_sorted` so a reference sorted once is not sorted again per window; against a
+  reference known only by its ECDF sketch, :func:`ks_from_sketch` (D within about one sketch step of the
+  exact statistic).
 - **chi²**: ``scipy.stats.chi2_contingency`` on the 2 × k table of reference vs current counts, with
   Cramér's V = sqrt(chi² / N) (2 rows: min(2, k) − 1 = 1) beside it.
 - **Binary classification**: counts at a threshold (score ≥ threshold is positive), precision, recall and F1
@@ -43,14 +44,16 @@ def psi(ref_counts: Any, cur_counts: Any, floor: float = 1e-4) -> float:
 
 
 def quantile_bin_counts(expected: Any, actual: Any, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of both samples over quantile bins of ``expected``, binned as a reference profile bins
-    (``mlops_core.quantile_edges`` / ``bin_counts``: one definition for drift, canary and training): its
-    distinct quantiles at ``k / bins`` are the edges, bin ``i`` holds ``edge[i-1] <= x < edge[i]``, the outer
-    bins are open-ended."""
-    e = np.sort(np.asarray(expected, dtype=np.float64).ravel())
-    a = np.sort(np.asarray(actual, dtype=np.float64).ravel())
+    """Counts of both samples over quantile bins of ``expected``: the reference profile's one definition
+    (:func:`mlops_core.quantile_edges`, :func:`mlops_core.bin_counts`): the distinct quantiles of ``expected``
+    at ``k / bins`` are the edges, bin ``i`` holds ``edge[i-1] <= x < edge[i]``, the outer bins are open-ended.
+    """
+    e = np.sort(np.asarray(expected, dtype=np.float64))
+    a = np.sort(np.asarray(actual, dtype=np.float64))
     if e.size == 0 or a.size == 0:
         raise StatisticsError(f"quantile bins need values on both sides, got {e.size} and {a.size}")
+    if np.isnan(e[-1]) or np.isnan(a[-1]):  # sorted: a NaN is last
+        raise StatisticsError("quantile bins got NaN; expected numbers (count missing values apart)")
     try:
         edges = quantile_edges(e, bins)
     except ProfileError as exc:
@@ -60,7 +63,12 @@ def quantile_bin_counts(expected: Any, actual: Any, bins: int = 10) -> tuple[np.
 
 def ks(ref: Any, cur: Any) -> tuple[float, float]:
     """Two-sample KS statistic and two-sided p-value, equal to ``scipy.stats.ks_2samp`` (method ``auto``)."""
-    return ks_sorted(np.sort(np.asarray(ref, dtype=np.float64)), np.sort(np.asarray(cur, dtype=np.float64)))
+    ref_sorted, cur_sorted = np.sort(np.asarray(ref, dtype=np.float64)), np.sort(np.asarray(cur, dtype=np.float64))
+    for side, values in (("reference", ref_sorted), ("current", cur_sorted)):
+        if values.size and np.isnan(values[-1]):  # sorted: a NaN is last
+            raise StatisticsError(f"KS got NaN in the {side} sample; expected numbers (drop missing values first)")
+    return ks_sorted(ref_sorted, cur_sorted)
+
 
 
 KS_EXACT_MAX_N = 10_000

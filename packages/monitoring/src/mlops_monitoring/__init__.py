@@ -5,7 +5,7 @@ from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
 from mlops_monitoring.estimation import EstimatedPerformance, estimate_performance, expected_auc, expected_confusion
 from mlops_monitoring.lm_drift import lm_drift, lm_reference
-from mlops_monitoring.monitor import MonitorResult, run_monitor
+from mlops_monitoring.monitor import MonitorResult, MonitorRun, run_monitor
 from mlops_monitoring.notify import notify, state_path
 from mlops_monitoring.performance import (
     PerformanceReport,
@@ -28,6 +28,7 @@ __all__ = [
     "FeatureSkew",
     "Level",
     "MonitorResult",
+    "MonitorRun",
     "MonitoringError",
     "PerformanceReport",
     "RollbackDecision",

@@ -22,9 +22,6 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +40,7 @@ from mlops_monitoring.drift import (
     profile_columns,
     with_missing,
 )
+from mlops_monitoring.drift_engine import DriftEngine, TableSource, count_rows, window_views
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.policy import drift_level
 
@@ -51,40 +49,6 @@ log = logging.getLogger(__name__)
 _NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                   "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL")
 _CATEGORICAL_TYPES = ("VARCHAR", "BOOLEAN")
-
-
-@dataclass(frozen=True)
-class TableSource:
-    """Rows DuckDB reads in place: parquet files (or one CSV file), optionally through an fsspec filesystem.
-
-    ``since`` / ``until`` bound ``ts`` (inclusive, UTC) and ``drop_degraded`` leaves out rows answered with
-    default features, as the in-memory monitor does.
-    """
-
-    paths: tuple[str, ...]
-    filesystem: Any = None
-    since: datetime | None = None
-    until: datetime | None = None
-    drop_degraded: bool = False
-    csv: bool = False
-
-    @classmethod
-    def from_path(cls, path: Path, what: str) -> TableSource:
-        """A parquet file, a folder of parquet files, or a CSV file (as :func:`mlops_monitoring.source.read_table`).
-
-        Raises:
-            MonitoringError: the path does not exist, holds no parquet file, or has another suffix.
-        """
-        if not path.exists():
-            raise MonitoringError(f"{what} {str(path)!r} does not exist")
-        if path.is_dir():
-            parts = sorted(str(p) for p in path.rglob("*.parquet"))
-            if not parts:
-                raise MonitoringError(f"{what} folder {str(path)!r} holds no .parquet file")
-            return cls(tuple(parts))
-        if path.suffix in (".parquet", ".csv"):
-            return cls((str(path),), csv=path.suffix == ".csv")
-        raise MonitoringError(f"{what} {str(path)!r} has suffix {path.suffix!r}; expected .parquet, .csv or a folder")
 
 
 def _ident(name: str) -> str:
@@ -96,7 +60,8 @@ def _literal(text: str) -> str:
 
 
 class DuckDBDrift:
-    """One DuckDB connection with ``monitoring``'s memory limit, threads and spill folder; views ``ref`` and
+    """A :class:`~mlops_monitoring.drift_engine.DriftEngine` on one DuckDB connection with ``monitoring``'s
+    memory limit, threads and spill folder; views ``ref`` and
     ``cur`` over the two sides. Use as a context manager."""
 
     def __init__(self, monitoring: MonitoringConfig) -> None:
@@ -164,26 +129,13 @@ class DuckDBDrift:
             f"read_parquet({files}, union_by_name=true, hive_partitioning=false)"
         self.sql(f"CREATE OR REPLACE TEMP VIEW {name}_all AS SELECT * FROM {reader}")
         types = {str(r[0]): str(r[1]) for r in self.sql(f"DESCRIBE {name}_all")}
-        return self.window_views(name, source, types, lambda t: f"{_literal(t)}::TIMESTAMPTZ")
-
-    def window_views(self, name: str, source: TableSource, types: dict[str, str],
-                     timestamp: Callable[[str], str]) -> dict[str, str]:
-        """Over ``<name>_all``: ``<name>_window`` (the source's time bounds on ``ts``) and ``name`` (without the
-        degraded rows when the source drops them); ``timestamp`` writes an ISO time as the dialect's literal."""
-        where = [f"ts {op} {timestamp(bound.isoformat())}"
-                 for bound, op in ((source.since, ">="), (source.until, "<=")) if bound is not None and "ts" in types]
-        self.sql(f"CREATE OR REPLACE TEMP VIEW {name}_window AS SELECT * FROM {name}_all"
-                 + (" WHERE " + " AND ".join(where) if where else ""))
-        degraded = " WHERE NOT coalesce(degraded, false)" if source.drop_degraded and "degraded" in types else ""
-        self.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {name}_window{degraded}")
-        self.types[name] = types
-        return types
+        return window_views(self, name, source, types, lambda t: f"{_literal(t)}::TIMESTAMPTZ")
 
     def count(self, name: str, where: str | None = None) -> int:
         """Rows of a view (optionally those matching ``where``)."""
-        return int(self.sql(f"SELECT count(*) FROM {name}" + (f" WHERE {where}" if where else ""))[0][0])
+        return count_rows(self, name, where)
 
-    # The statistics' building blocks, in this engine's SQL (``drift_spark.SparkDrift`` has them in Spark SQL).
+    # The statistics' building blocks in DuckDB's SQL (its sibling ``drift_spark.SparkDrift``: in Spark SQL).
     def numeric_counts(self, view: str, names: Sequence[str],
                        edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
         """Per column ``{"valid", "missing", "counts"}``: see :func:`_numeric_counts`."""
@@ -231,7 +183,7 @@ def _x(name: str) -> str:
     return f"CAST({_ident(name)} AS DOUBLE)"
 
 
-def missing_scan(eng: DuckDBDrift, view: str, names: Sequence[str], x: Callable[[str], str],
+def missing_scan(eng: DriftEngine, view: str, names: Sequence[str], x: Callable[[str], str],
                  is_inf: Callable[[str], str]) -> tuple[int, dict[str, int]]:
     """One scan of ``view``: its row count and each numeric column's valid (not NULL, not NaN) count.
 
@@ -340,7 +292,7 @@ def _ks_sketch(eng: DuckDBDrift, name: str, ecdf: np.ndarray, n_ref: int, n2: in
     return d, statistics.ks_asymptotic_pvalue(d, n_ref, n2)
 
 
-def _numeric_columns(eng: DuckDBDrift, profile: Mapping[str, Any] | None, names: Sequence[str],
+def _numeric_columns(eng: DriftEngine, profile: Mapping[str, Any] | None, names: Sequence[str],
                      kinds: Mapping[str, str], keys: set[str], monitoring: MonitoringConfig) -> dict[str, ColumnDrift]:
     if not names:
         return {}
@@ -393,7 +345,7 @@ def _category_counts(eng: DuckDBDrift, view: str, name: str) -> tuple[pd.Series,
     return series[series > 0], n_missing
 
 
-def _categorical_columns(eng: DuckDBDrift, profile: Mapping[str, Any] | None, names: Sequence[str], keys: set[str],
+def _categorical_columns(eng: DriftEngine, profile: Mapping[str, Any] | None, names: Sequence[str], keys: set[str],
                          monitoring: MonitoringConfig) -> dict[str, ColumnDrift]:
     out = {}
     for name in names:
@@ -419,7 +371,7 @@ def compare_duckdb(
     categorical: Sequence[str] | None = None,
     score: str | None = SCORE,
     window: Mapping[str, Any] | None = None,
-    engine: DuckDBDrift | None = None,
+    engine: DriftEngine | None = None,
 ) -> DriftReport:
     """:func:`mlops_monitoring.drift.compare` with the rows read and aggregated by DuckDB.
 
@@ -437,7 +389,7 @@ def compare_duckdb(
     """
     monitoring = monitoring or MonitoringConfig()
     own = engine is None
-    eng = engine or DuckDBDrift(monitoring)
+    eng: DriftEngine = engine or DuckDBDrift(monitoring)
     try:
         if own:
             eng.view("cur", current)

@@ -1,10 +1,12 @@
 """Drift on a Spark cluster (``monitoring.engine: spark``): the aggregates of :mod:`mlops_monitoring.drift_duckdb`
 as Spark SQL, so the cluster profile computes PSI / KS / chi² where its prediction log already lives.
 
-:class:`SparkDrift` is a :class:`~mlops_monitoring.drift_duckdb.DuckDBDrift` whose views and statistics'
-building blocks run on a ``SparkSession`` (``monitoring.spark_master`` with ``mlops_config.SPARK_DEFAULTS``
-under ``monitoring.spark_conf``); the comparison itself (which columns, PSI, chi², p-values, verdicts) is the
-DuckDB path's, so the three engines agree to 1e-9. What differs from DuckDB's SQL:
+:class:`SparkDrift` is a :class:`~mlops_monitoring.drift_engine.DriftEngine` beside
+:class:`~mlops_monitoring.drift_duckdb.DuckDBDrift` (a sibling, not a subclass) whose views and building blocks
+run on a ``SparkSession`` (``monitoring.spark_master`` with ``mlops_config.SPARK_DEFAULTS`` under
+``monitoring.spark_conf``); the comparison itself (which columns, PSI, chi², p-values, verdicts) is
+:func:`~mlops_monitoring.drift_duckdb.compare_duckdb` over either engine, so the engines agree to 1e-9.
+What differs from DuckDB's SQL:
 
 - a missing value is ``x IS NULL OR isnan(x)``: Spark's ``isnan(NULL)`` is false, not NULL;
 - the reference's order statistics come from the running count over its distinct values (the smallest value
@@ -28,7 +30,8 @@ from mlops_config import MonitoringConfig, spark_conf
 from mlops_core import edge_probs, lerp_quantiles, quantile_positions
 from mlops_model import statistics
 from mlops_monitoring.drift import DriftReport
-from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, missing_scan
+from mlops_monitoring.drift_duckdb import TableSource, compare_duckdb, missing_scan
+from mlops_monitoring.drift_engine import count_rows, window_views
 from mlops_monitoring.errors import MonitoringError
 
 log = logging.getLogger(__name__)
@@ -53,8 +56,9 @@ def _valid(x: str) -> str:
     return f"{x} IS NOT NULL AND NOT isnan({x})"
 
 
-class SparkDrift(DuckDBDrift):
-    """A ``SparkSession`` with temporary views ``ref`` / ``cur`` (and ``<name>_window``) over the two sides."""
+class SparkDrift:
+    """A :class:`~mlops_monitoring.drift_engine.DriftEngine` on a ``SparkSession`` with temporary views ``ref`` /
+    ``cur`` (and ``<name>_window``) over the two sides."""
 
     def __init__(self, monitoring: MonitoringConfig, session: Any = None) -> None:
         from pyspark.sql import SparkSession
@@ -66,6 +70,16 @@ class SparkDrift(DuckDBDrift):
             session = builder.getOrCreate()
         self.spark = session
         self.types: dict[str, dict[str, str]] = {}
+
+    def __enter__(self) -> SparkDrift:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def count(self, name: str, where: str | None = None) -> int:
+        """Rows of a view (optionally those matching ``where``)."""
+        return count_rows(self, name, where)
 
     def close(self) -> None:
         """Drop this engine's views (the session stays: Spark sessions are process-wide and slow to start)."""
@@ -100,7 +114,7 @@ class SparkDrift(DuckDBDrift):
         frame.createOrReplaceTempView(f"{name}_all")
         types = {f.name: _TYPES.get(f.dataType.simpleString(), f.dataType.simpleString().upper())
                  for f in frame.schema.fields}
-        return self.window_views(name, source, types, lambda t: f"CAST('{t}' AS TIMESTAMP)")
+        return window_views(self, name, source, types, lambda t: f"CAST('{t}' AS TIMESTAMP)")
 
     def numeric_counts(self, view: str, names: Sequence[str],
                        edges: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:

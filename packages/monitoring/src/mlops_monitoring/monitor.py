@@ -148,15 +148,11 @@ def _out_dir(project: ProjectConfig, root: Path, model: str, stamp: datetime) ->
     return root / project.reports_dir / "monitoring" / model / stamp.strftime("%Y%m%dT%H%M%SZ")
 
 
-def run_monitor(
-    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
-    root: Path, model: str, *, window: str | None = None, current: Path | None = None,
-    reference: Path | None = None, labels: Path | None = None, dry_run: bool = False, html: bool | None = None,
-    now: datetime | None = None, execute: RollbackExecutor | None = None, features: FeaturesConfig | None = None,
-) -> MonitorResult:
-    """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
+@dataclass(frozen=True)
+class MonitorRun:
+    """One monitoring run, resolved once from the sections and the caller's options; every step reads it.
 
-    Args:
+    Attributes:
         monitoring: Thresholds, key features, webhook, rollback switch, outputs.
         serving: Where the prediction log is and which alias is served (its reference is compared against).
         tracking: Registry access for the reference profile and the rollback.
@@ -169,78 +165,105 @@ def run_monitor(
         labels: Delayed labels (default ``monitoring.labels_path``).
         dry_run: Report the actions without rolling back.
         html: Write Evidently's HTML report (default ``monitoring.evidently_html``).
-        now: End of the window (default: now, UTC).
+        now: End of the window (default: when the run is built, UTC).
         execute: Carries out the :class:`RollbackDecision` a CRITICAL run makes (the layer above supplies it;
             ``None``: the decision is reported, not carried out).
-
-    The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
         features: The ``features`` section the served model reads; with ``monitoring.skew_sample_rows`` > 0
             the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
+    """
+
+    monitoring: MonitoringConfig
+    serving: ServingConfig
+    tracking: TrackingConfig
+    project: ProjectConfig
+    root: Path
+    model: str
+    window: str | None = None
+    current: Path | None = None
+    reference: Path | None = None
+    labels: Path | None = None
+    dry_run: bool = False
+    html: bool | None = None
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    execute: RollbackExecutor | None = None
+    features: FeaturesConfig | None = None
+
+    @property
+    def want_html(self) -> bool:
+        """Whether Evidently's HTML report is written: ``html``, else ``monitoring.evidently_html``."""
+        return self.monitoring.evidently_html if self.html is None else self.html
+
+
+def run_monitor(run: MonitorRun) -> MonitorResult:
+    """Run the monitor once over a window of the prediction log (or a batch) and act on the verdict.
+
+    The result's :meth:`MonitorResult.check` raises when an alert was not delivered or a rollback failed.
 
     Raises:
         MonitoringError: no data in the window, too few rows, no reference, or unusable inputs.
     """
-    now = now or datetime.now(UTC)
+    monitoring, project, root, model = run.monitoring, run.project, run.root, run.model
     token_env = monitoring.webhook_token_env
     if monitoring.webhook_url and token_env and not os.environ.get(token_env):  # fail now, not when alerting
         raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
-    labels_path = labels or (root / monitoring.labels_path if monitoring.labels_path else None)
+    labels_path = run.labels or (root / monitoring.labels_path if monitoring.labels_path else None)
     label_rows = read_table(labels_path, "labels") if labels_path is not None else None
-    want_html = monitoring.evidently_html if html is None else html
-    if monitoring.engine in ("duckdb", "spark"):
-        frame, ref, level, reasons, report, quality, skew = _assess_duckdb(
-            monitoring, serving, tracking, project, root, model, window=window, current=current, reference=reference,
-            labels=label_rows, html=want_html, now=now, features=features)
-    else:
-        frame, ref, level, reasons, report, quality, skew = _assess_pandas(
-            monitoring, serving, tracking, project, root, model, window=window, current=current, reference=reference,
-            labels=label_rows, now=now, features=features)
+    assessed = _assess_duckdb(run, label_rows) if monitoring.engine in ("duckdb", "spark") else \
+        _assess_pandas(run, label_rows)
 
-    out_dir = _out_dir(project, root, model, now)
+    out_dir = _out_dir(project, root, model, run.now)
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {"json": str(out_dir / "drift.json")}
-    if want_html:
+    if run.want_html:
         from mlops_monitoring.evidently_report import write_evidently_html
 
+        ref = assessed.reference
         ref_rows = ref if isinstance(ref, pd.DataFrame) else sample_from_profile(
             ref, min(monitoring.evidently_max_rows, int(ref["n_rows"])), seed=project.seed)
+        report = assessed.report
         numeric = [n for n, c in report.columns.items() if c.kind != "categorical"]
         categorical = [n for n, c in report.columns.items() if c.kind == "categorical"]
-        write_evidently_html(ref_rows, frame, numeric, categorical, out_dir / "drift.html",
+        write_evidently_html(ref_rows, assessed.frame, numeric, categorical, out_dir / "drift.html",
                              psi_threshold=monitoring.psi_warning, max_rows=monitoring.evidently_max_rows,
                              seed=project.seed)
         outputs["html"] = str(out_dir / "drift.html")
-    return _act(monitoring, tracking, project, root, model, serving.alias, level, reasons, report, quality, skew,
-                out_dir, outputs, dry_run=dry_run, now=now, execute=execute)
+    return _act(run, assessed, out_dir, outputs)
 
 
-_Assessed = tuple[pd.DataFrame, dict[str, Any] | pd.DataFrame, Level, list[str], DriftReport,
-                  RealizedQuality | None, SkewReport | None]
+@dataclass(frozen=True)
+class _Assessed:
+    """The verdict on the window before any action: the rows compared (or their sample), the reference shown
+    in the HTML report, the level and its reasons, the drift report, realized quality and skew."""
+
+    frame: pd.DataFrame
+    reference: dict[str, Any] | pd.DataFrame
+    level: Level
+    reasons: list[str]
+    report: DriftReport
+    quality: RealizedQuality | None
+    skew: SkewReport | None
 
 
-def _assess_duckdb(
-    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
-    root: Path, model: str, *, window: str | None, current: Path | None, reference: Path | None,
-    labels: pd.DataFrame | None, html: bool, now: datetime, features: FeaturesConfig | None,
-) -> _Assessed:
+def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     """``monitoring.engine: duckdb`` or ``spark``: the window stays in parquet; only aggregates and samples come
     back."""
     from mlops_monitoring.drift_duckdb import TableSource
     from mlops_monitoring.window_duckdb import assess_window
 
+    monitoring, current, reference = run.monitoring, run.current, run.reference
     info: dict[str, Any]
     if current is not None:
         source, info = TableSource.from_path(current, "current batch"), {"source": str(current)}
     else:
         from mlops_serving import resolve_prediction_log_uri
 
-        log_uri = resolve_prediction_log_uri(serving.prediction_log_uri, root)
-        source, info = window_source(log_uri, model, window or monitoring.window, now=now)
+        log_uri = resolve_prediction_log_uri(run.serving.prediction_log_uri, run.root)
+        source, info = window_source(log_uri, run.model, run.window or monitoring.window, now=run.now)
     loaded: list[dict[str, Any] | TableSource] = []
 
     def load() -> dict[str, Any] | TableSource:  # after the window's row count is checked, as in memory
         if reference is None:
-            loaded.append(fetch_reference_profile(tracking, root, model, serving.alias))
+            loaded.append(fetch_reference_profile(run.tracking, run.root, run.model, run.serving.alias))
         elif reference.suffix == ".json":
             profile = load_reference(reference)
             assert isinstance(profile, dict)
@@ -248,38 +271,39 @@ def _assess_duckdb(
         else:
             loaded.append(TableSource.from_path(reference, "reference"))
         return loaded[0]
+    features = run.features
     skew_rows = monitoring.skew_sample_rows if features is not None and current is None else 0
     done = assess_window(monitoring, load, source, info, labels=labels,
-                         sample_rows=monitoring.evidently_max_rows if html else 0, skew_rows=skew_rows,
-                         seed=project.seed)
+                         sample_rows=monitoring.evidently_max_rows if run.want_html else 0, skew_rows=skew_rows,
+                         seed=run.project.seed)
     skew = None
     if skew_rows and features is not None and done.skew_sample is not None:
-        skew = replay_skew(features, root, done.skew_sample, model=model, sample=skew_rows, seed=project.seed)
+        skew = replay_skew(features, run.root, done.skew_sample, model=run.model, sample=skew_rows,
+                           seed=run.project.seed)
     q_level, q_reasons = quality_level(done.quality, monitoring, done.reference_metrics)
     level = highest([Level(done.report.level), q_level])
     ref = loaded[0]
     shown: dict[str, Any] | pd.DataFrame = ref if isinstance(ref, dict) else (
         done.reference_sample if done.reference_sample is not None else pd.DataFrame())  # shown only with html
-    return (done.current_sample, shown, level, [*q_reasons, *done.report.reasons], done.report, done.quality, skew)
+    return _Assessed(done.current_sample, shown, level, [*q_reasons, *done.report.reasons], done.report,
+                     done.quality, skew)
 
 
-def _assess_pandas(
-    monitoring: MonitoringConfig, serving: ServingConfig, tracking: TrackingConfig, project: ProjectConfig,
-    root: Path, model: str, *, window: str | None, current: Path | None, reference: Path | None,
-    labels: pd.DataFrame | None, now: datetime, features: FeaturesConfig | None,
-) -> _Assessed:
+def _assess_pandas(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     """``monitoring.engine: pandas``: the window is read into memory."""
+    monitoring, current, root = run.monitoring, run.current, run.root
     info: dict[str, Any]
     if current is not None:
         frame, info = read_table(current, "current batch"), {"source": str(current)}
     else:
         from mlops_serving import resolve_prediction_log_uri
 
-        log_uri = resolve_prediction_log_uri(serving.prediction_log_uri, root)
-        frame, info = load_window(log_uri, model, window or monitoring.window, now=now)
+        log_uri = resolve_prediction_log_uri(run.serving.prediction_log_uri, root)
+        frame, info = load_window(log_uri, run.model, run.window or monitoring.window, now=run.now)
     skew = None
-    if features is not None and monitoring.skew_sample_rows > 0 and current is None:  # a batch has no serving time
-        skew = replay_skew(features, root, frame, model=model, sample=monitoring.skew_sample_rows, seed=project.seed)
+    if run.features is not None and monitoring.skew_sample_rows > 0 and current is None:  # a batch: no serving time
+        skew = replay_skew(run.features, root, frame, model=run.model, sample=monitoring.skew_sample_rows,
+                           seed=run.project.seed)
     if "degraded" in frame.columns and frame["degraded"].any():
         # answered with default features while the online store was down: a serving incident, not drift
         info["degraded_rows_excluded"] = int(frame["degraded"].sum())
@@ -291,25 +315,23 @@ def _assess_pandas(
             f"{info.get('source')!r} holds {len(frame)} rows in the window {info.get('window', 'given')!r}; "
             f"at least monitoring.min_rows={monitoring.min_rows} are needed for a verdict (widen --window)"
         )
-    ref = load_reference(reference) if reference is not None else fetch_reference_profile(
-        tracking, root, model, serving.alias)
+    ref = load_reference(run.reference) if run.reference is not None else fetch_reference_profile(
+        run.tracking, root, run.model, run.serving.alias)
     level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info)
-    return frame, ref, level, reasons, report, quality, skew
+    return _Assessed(frame, ref, level, reasons, report, quality, skew)
 
 
-def _act(
-    monitoring: MonitoringConfig, tracking: TrackingConfig, project: ProjectConfig, root: Path, model: str,
-    alias: str, level: Level, reasons: list[str], report: DriftReport, quality: RealizedQuality | None,
-    skew: SkewReport | None, out_dir: Path, outputs: dict[str, str], *, dry_run: bool, now: datetime,
-    execute: RollbackExecutor | None,
-) -> MonitorResult:
+def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str, str]) -> MonitorResult:
     """Alert, decide the rollback, write the metrics and the JSON report."""
+    monitoring, project, root, model, now = run.monitoring, run.project, run.root, run.model, run.now
+    level, reasons, report, quality, skew = (assessed.level, assessed.reasons, assessed.report, assessed.quality,
+                                             assessed.skew)
     alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
     decision = None
-    if level is Level.CRITICAL and monitoring.auto_rollback and not dry_run:
-        decision = decide_rollback(tracking, root, model, alias, alert)
+    if level is Level.CRITICAL and monitoring.auto_rollback and not run.dry_run:
+        decision = decide_rollback(run.tracking, root, model, run.serving.alias, alert)
     actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
-                       decision=decision, execute=execute, dry_run=dry_run, now=now)
+                       decision=decision, execute=run.execute, dry_run=run.dry_run, now=now)
     done = {a.action: a.ok for a in actions}
     registry = build_registry(model, report, level, time.time(), quality, done)
     metrics_path = root / project.reports_dir / monitoring.metrics_file

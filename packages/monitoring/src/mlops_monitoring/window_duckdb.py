@@ -18,6 +18,7 @@ from mlops_config import MonitoringConfig
 from mlops_model import LABEL
 from mlops_monitoring.drift import SCORE, DriftReport
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
+from mlops_monitoring.drift_engine import DriftEngine
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.quality import RealizedQuality, realized_quality
 
@@ -56,7 +57,7 @@ def assess_window(
     if monitoring.engine == "spark":
         from mlops_monitoring.drift_spark import SparkDrift
 
-        engine: DuckDBDrift = SparkDrift(monitoring)
+        engine: DriftEngine = SparkDrift(monitoring)
     else:
         engine = DuckDBDrift(monitoring)
     with engine as eng:

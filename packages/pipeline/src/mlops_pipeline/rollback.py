@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import DeliveryConfig, LoadedConfig, TrackingConfig
-from mlops_monitoring import ActionResult, MonitorResult, RollbackDecision, RollbackExecutor, run_monitor
+from mlops_monitoring import (
+    ActionResult,
+    MonitorResult,
+    MonitorRun,
+    RollbackDecision,
+    RollbackExecutor,
+    run_monitor,
+)
 from mlops_pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -116,6 +123,7 @@ def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: 
     Call ``.check()`` on the result: it raises when an alert was not delivered or the rollback failed.
     """
     cfg = loaded.config
-    return run_monitor(cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model,
-                       window=window, current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
-                       execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features)
+    return run_monitor(MonitorRun(
+        cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
+        current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
+        execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features))

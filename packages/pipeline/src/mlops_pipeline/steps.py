@@ -316,7 +316,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
 def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     """A drifted day goes through the champion; `monitor run` says CRITICAL and rolls back to the fallback."""
     from mlops_features import generate_transactions
-    from mlops_monitoring import run_monitor
+    from mlops_monitoring import MonitorRun, run_monitor
     from mlops_pipeline.rollback import rollback_executor
 
     cfg = ctx.cfg
@@ -334,9 +334,9 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
                     ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}"]) as server:
         traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
-    result = run_monitor(cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h",
-                         html=not ctx.fast, execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root),
-                         features=cfg.features)
+    result = run_monitor(MonitorRun(
+        cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h", html=not ctx.fast,
+        execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root), features=cfg.features))
     after = _aliases(ctx)
     ctx.facts["drift"] = result.to_dict()
     rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)
