@@ -89,6 +89,38 @@ def test_honest_candidate_reproduces_its_own_step_5_weights(world: dict[str, Any
     assert as_gpu.passed and "within rtol 0.001" in as_gpu.reason, as_gpu.reason
 
 
+def test_a_replay_gets_the_passwords_its_recorded_config_lost(world: dict[str, Any]) -> None:
+    """config.json is recorded without URL passwords; the replay must read through the live URLs, not through
+    ``redis://:***@...`` (a rehearsal's first champion failed its gate on ``role "***"`` that way)."""
+    from mlops_core import mlflow_client
+    from mlops_evaluation.runner import check_reproducibility
+    from mlops_evaluation.scorer import load_version
+    from mlops_training import reproduce, train_model
+
+    url = "redis://:pw-r%40nd@127.0.0.1:6379/0"
+    cfg = world["loaded"].config
+    cfg = cfg.model_copy(update={"features": cfg.features.model_copy(update={"redis_url": url})})
+    result = train_model(cfg, world["root"], run_name="with-password")
+    client = mlflow_client(cfg.tracking, world["root"])
+    version = str(result.model_version)
+    scorer = load_version(client, "fraud", version, world["root"] / ".mlops" / f"gate-{version}")
+    seen: list[str] = []
+
+    def rerun(recorded: dict[str, Any], root: Path, max_steps: int | None) -> Any:
+        seen.append(recorded["features"]["redis_url"])
+        return reproduce(recorded, root, max_steps=max_steps)
+
+    live = {"features": cfg.features.model_dump(mode="json"), "data": cfg.data.model_dump(mode="json")}
+    gate = check_reproducibility(scorer, world["root"], cfg.evaluation, rerun, client=client, live=live)
+    assert gate.passed, gate.reason
+    assert seen == [url]
+    # another store under the same field: the replay would read elsewhere, so the gate refuses, naming the place
+    other = {"features": {**live["features"], "redis_url": "redis://:pw@10.0.0.9:6379/0"}}
+    refused = check_reproducibility(scorer, world["root"], cfg.evaluation, rerun, client=client, live=other)
+    assert not refused.passed and "features.redis_url" in refused.reason and "10.0.0.9" in refused.reason
+    assert seen == [url]
+
+
 def test_modified_config_is_caught(world: dict[str, Any]) -> None:
     import json
 

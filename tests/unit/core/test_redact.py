@@ -20,6 +20,9 @@ SECRET = "s3cr%40t-pw"  # percent-encoded, as a URL carries it
     ("https://ghp_token@github.com/o/r.git", "https://***@github.com/o/r.git"),
     (f"two: http://a:{SECRET}@h/x and s3://b/k@v1", "two: http://a:***@h/x and s3://b/k@v1"),
     ("http://mlflow:5000/path?x=a@b", "http://mlflow:5000/path?x=a@b"),
+    # a bare user name of a database URL is no secret (trust auth: postgresql://postgres@host/db); it stays
+    ("postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    ("redis://app@r:6379/0", "redis://app@r:6379/0"),
 ])
 def test_passwords_are_replaced_and_everything_else_kept(text: str, want: str) -> None:
     assert redact_credentials(text) == want
@@ -44,3 +47,24 @@ def test_an_error_about_a_tracking_uri_carries_no_password(tmp_path: Path, monke
     with pytest.raises(TrackingError) as err:
         tracking_uris(section, tmp_path)
     assert SECRET not in str(err.value) and "admin:***@mlflow" in str(err.value)
+
+
+def test_restore_gives_back_exactly_what_redaction_took() -> None:
+    from mlops_core import redact_tree, restore_credentials
+
+    live = {"features": {"registry": f"postgresql+psycopg2://feast:{SECRET}@db:5432/reg",
+                         "redis_url": f"redis://:{SECRET}@redis:6379/0", "project": "fraud"},
+            "data": {"paths": ["s3://b/k@v1", f"https://tok{SECRET}@h/x"]}, "seed": 3}
+    recorded = json.loads(json.dumps(redact_tree(live)))
+    assert SECRET not in json.dumps(recorded)
+    assert restore_credentials(recorded, live) == live
+    # a place the live config does not hold stays as recorded
+    assert restore_credentials(recorded, {"seed": 3}) == recorded
+
+
+def test_restore_refuses_another_url_under_the_same_key() -> None:
+    from mlops_core import redact_tree, restore_credentials
+
+    recorded = redact_tree({"features": {"registry": f"postgresql://feast:{SECRET}@db-a:5432/reg"}})
+    with pytest.raises(ValueError, match=r"features\.registry.*db-a.*db-b"):
+        restore_credentials(recorded, {"features": {"registry": f"postgresql://feast:{SECRET}@db-b:5432/reg"}})

@@ -31,7 +31,7 @@ from mlops_core.lifecycle import (
 )
 from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
 from mlops_core.logs import setup_logging
-from mlops_core.redact import redact_credentials, redact_tree
+from mlops_core.redact import redact_credentials, redact_tree, restore_credentials
 from mlops_core.seed import seed_everything
 from mlops_core.spark_cluster import spark_class, spark_master_args, spark_worker_args
 from mlops_core.tracking import (
@@ -112,6 +112,7 @@ __all__ = [
     "record_deploy",
     "redact_credentials",
     "redact_tree",
+    "restore_credentials",
     "registered_model_name",
     "report_hash",
     "require_shared_state",

@@ -11,7 +11,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig, TrainingConfig
-from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name
+from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name, restore_credentials
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
@@ -54,7 +54,8 @@ def serving_inputs(features: FeaturesConfig, root: Path) -> list[str]:
 
 
 def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConfig,
-                          reproduce_fn: Reproduce | None = None, *, client: MlflowClient) -> GateResult:
+                          reproduce_fn: Reproduce | None = None, *, client: MlflowClient,
+                          live: Mapping[str, Any] | None = None) -> GateResult:
     """Re-run the candidate's recorded training (config, seed, data) and compare weights.
 
     When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
@@ -62,6 +63,10 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
     steps and must reproduce the hash it recorded then (:mod:`mlops_evaluation.trajectory`). A longer run from
     before trajectories were recorded is re-run twice for ``repro_steps`` steps and the two must agree: the
     pipeline is deterministic, though the candidate's weights are not re-derived (the reason says so).
+
+    ``live`` holds this process's config sections (``{"features": ..., "data": ...}``, JSON-dumped): the run's
+    ``config.json`` was recorded without the passwords of its URLs (:mod:`mlops_core.redact`), and the re-run
+    takes them from there (:func:`mlops_core.restore_credentials`), for the same URLs only.
     """
     from mlflow.exceptions import MlflowException
 
@@ -77,6 +82,11 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
             return GateResult("reproducibility", False,
                               f"v{candidate.version} has no recorded config.json on run {candidate.run_id!r} to "
                               f"re-run ({type(exc).__name__}); train it with `mlops train run`", {})
+    try:
+        recorded = restore_credentials(recorded, dict(live or {}))
+    except ValueError as exc:
+        return GateResult("reproducibility", False, f"v{candidate.version}'s recorded training cannot be re-run "
+                          f"here: {exc}", {"error": str(exc)})
     steps = int(lineage.get("steps") or recorded.get("training", {}).get("max_steps", 0))
     try:
         return _rerun_and_compare(candidate, recorded, lineage, steps, root, section, rerun)
@@ -179,7 +189,8 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
                                         reference_name=f"champion v{champ.version}" if champ else "champion",
                                         seed=seed))
         elif gate == "reproducibility":
-            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client))
+            live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
+            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client, live=live))
         elif gate == "latency":
             results.append(check_latency(cand, champ, holdout, evaluation))
         else:
