@@ -28,6 +28,7 @@ def test_sigkill_loses_at_most_the_last_flush_interval(tmp_path: Path, kit: Any,
     script.write_text(textwrap.dedent(f"""
         import importlib.util, sys
         from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})  # conftest imports tests.support
         spec = importlib.util.spec_from_file_location("kit", {str(Path(__file__).with_name("conftest.py"))!r})
         kit = importlib.util.module_from_spec(spec); sys.modules["kit"] = kit; spec.loader.exec_module(kit)
         from mlops_serving.server import run_app
@@ -54,7 +55,8 @@ def test_sigkill_loses_at_most_the_last_flush_interval(tmp_path: Path, kit: Any,
             for i in range(20, 25):
                 assert client.post("/v1/models/fraud:predict", json={"instances": [kit.instance(i)]}).status_code == 200
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # a server that died on its own is reaped already: its stderr says why
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         err.close()
     frame = read_prediction_log(tmp_path / "predlog", "fraud")
