@@ -68,3 +68,21 @@ def test_restore_refuses_another_url_under_the_same_key() -> None:
     recorded = redact_tree({"features": {"registry": f"postgresql://feast:{SECRET}@db-a:5432/reg"}})
     with pytest.raises(ValueError, match=r"features\.registry.*db-a.*db-b"):
         restore_credentials(recorded, {"features": {"registry": f"postgresql://feast:{SECRET}@db-b:5432/reg"}})
+
+
+def test_a_logged_url_and_a_traceback_carry_no_password(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from mlops_core import setup_logging
+
+    setup_logging("INFO", rich=False)
+    log = logging.getLogger("mlops.test.redact")
+    url = f"postgresql+psycopg2://feast:{SECRET}@db:5432/reg"
+    log.info("connecting to %s", url)
+    try:
+        raise ConnectionError(f"could not reach {url}")
+    except ConnectionError:
+        log.exception("registry down")
+    err = capsys.readouterr().err
+    assert SECRET not in err
+    assert err.count("feast:***@db:5432/reg") == 2 and "registry down" in err and "ConnectionError" in err

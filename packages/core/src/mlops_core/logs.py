@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import logging
 
+from mlops_core.redact import redact_credentials
+
 _NOISY = ("mlflow", "alembic", "urllib3", "feast", "git", "filelock", "httpx", "asyncio", "numexpr")
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose every line (message, arguments and traceback alike) has its URLs' passwords replaced
+    (:func:`mlops_core.redact_credentials`): a library logging the URL it connects to
+    (``postgresql://feast:pw@db``), or an exception quoting it, must not put the password in a pod's log."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_credentials(super().format(record))
 
 
 def setup_logging(level: str | int = "INFO", *, rich: bool = True) -> None:
@@ -23,7 +34,7 @@ def setup_logging(level: str | int = "INFO", *, rich: bool = True) -> None:
     else:
         handler = logging.StreamHandler()
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(logging.Formatter(fmt))
+    handler.setFormatter(RedactingFormatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(lvl)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, load_config
-from mlops_core import atomic_write_text
+from mlops_core import RedactingFormatter, atomic_write_text
 from mlops_training.errors import TrainingError
 from mlops_training.lifeline import die_with_agent
 
@@ -53,7 +53,9 @@ def default_run_name(model: str) -> str:
 
 def _setup_worker_logging(rank: int) -> None:
     level = logging.INFO if rank == 0 else logging.WARNING
-    logging.basicConfig(level=level, format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "feast"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
