@@ -133,3 +133,34 @@ def test_readiness_503s_before_the_traffic_are_not_canary_errors() -> None:
     window = analyze_lm_canary(DELIVERY, stable_metrics=stable, canary_metrics=after, log=log(LENGTHS, LENGTHS),
                                stable_version=1, canary_version=2, canary_before=before)
     assert window.canary.requests == 40 and window.canary.error_rate == 0.0 and window.decision == "promote"
+
+
+def _log_ended(stable: list[tuple[int, str]], canary: list[tuple[int, str]]) -> pd.DataFrame:
+    rows = [{"model_version": "1", "completion_tokens": n, "finish_reason": f} for n, f in stable]
+    rows += [{"model_version": "2", "completion_tokens": n, "finish_reason": f} for n, f in canary]
+    return pd.DataFrame(rows)
+
+
+def test_a_canary_that_rambles_to_max_tokens_is_rolled_back_and_one_that_stops_is_not() -> None:
+    """The loop's own case: the first champion ran to max_tokens (16) on 41 of 110 prompts, the candidate on none.
+    The truncated share may rise by at most max_truncated_increase (0.05): 0/40 -> 10/40 is +0.25."""
+    ok = exposition("1", n=40, ttft_s=0.03, rate=60), exposition("2", n=40, ttft_s=0.03, rate=60)
+    stops = [(n, "stop") for n in LENGTHS]
+    rambles = [(16, "length")] * 10 + [(n, "stop") for n in LENGTHS[10:]]
+    worse = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=_log_ended(stops, rambles),
+                              stable_version=1, canary_version=2)
+    assert (worse.canary.truncated_responses, worse.stable.truncated_responses) == (10, 0)
+    assert worse.decision == "rollback"
+    assert "FAILED: answers cut at max_tokens canary 10/40 vs stable 0/40 (+0.2500, max +0.05)" in worse.reasons
+    # the other way round: stable rambled, the canary stops; the PSI of the lengths is large, but not checked
+    no_psi = DELIVERY.model_copy(update={"max_response_length_psi": None})
+    better = analyze_lm_canary(no_psi, stable_metrics=ok[0], canary_metrics=ok[1],
+                               log=_log_ended(rambles, [(1, "stop")] * 40), stable_version=1, canary_version=2)
+    assert better.decision == "promote", better.reasons
+    assert better.length_psi is not None and better.length_psi > 1.0
+    assert not any("response-length PSI" in r for r in better.reasons)
+    assert "ok: answers cut at max_tokens canary 0/40 vs stable 10/40 (-0.2500, max +0.05)" in better.reasons
+    # with the PSI checked (the default, 0.2), the same better canary is stopped: the distance is two-sided
+    checked = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1],
+                                log=_log_ended(rambles, [(1, "stop")] * 40), stable_version=1, canary_version=2)
+    assert checked.decision == "rollback" and any(r.startswith("FAILED: response-length PSI") for r in checked.reasons)

@@ -124,9 +124,16 @@ class DeliveryConfig(Section):
     max_prediction_psi: float = Field(default=0.2, ge=0)
     """PSI of canary vs stable prediction scores above which the canary is rolled back."""
 
-    max_response_length_psi: float = Field(default=0.2, ge=0)
+    max_response_length_psi: float | None = Field(default=0.2, ge=0)
     """Language models: PSI of canary vs stable response lengths (completion tokens) above which the canary is
-    rolled back."""
+    rolled back (a two-sided distance: it also stops a canary that answers better, e.g. one that stopped rambling).
+    ``null``: the PSI and KS are reported, not checked, and :attr:`max_truncated_increase` guards the harmful
+    direction alone."""
+
+    max_truncated_increase: float = Field(default=0.05, ge=0, le=1)
+    """Language models: the most the share of answers cut off at ``max_tokens`` (``finish_reason: length``) may
+    rise, canary minus stable (absolute); beyond it the canary is rolled back (vetoed, under the sequential
+    verdict). Checked whenever the prediction log records ``finish_reason``."""
 
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""

@@ -58,7 +58,8 @@ def restore_credentials(recorded: Any, live: Any, where: str = "") -> Any:
                                        f"{where}.{k}" if where else str(k)) for k, v in recorded.items()}
     if isinstance(recorded, list | tuple):
         items = list(live) if isinstance(live, list | tuple) and len(live) == len(recorded) else [None] * len(recorded)
-        return [restore_credentials(v, w, f"{where}[{i}]") for i, (v, w) in enumerate(zip(recorded, items, strict=True))]
+        pairs = enumerate(zip(recorded, items, strict=True))
+        return [restore_credentials(v, w, f"{where}[{i}]") for i, (v, w) in pairs]
     return recorded
 
 

@@ -94,6 +94,15 @@ class LMVariantEvidence:
     slow_decodes: float | None = None
     """Requests decoding at ``delivery.sequential.lm.slow_decode_tokens_per_s`` or fewer (out of ``first_tokens``:
     a one-token answer is not slow)."""
+    truncated_responses: int | None = None
+    """Logged answers cut off at ``max_tokens`` (``finish_reason == "length"``), out of ``responses_logged``
+    (``None`` when the log has no ``finish_reason``)."""
+
+    @property
+    def truncated_share(self) -> float | None:
+        if self.truncated_responses is None or not self.responses_logged:
+            return None
+        return self.truncated_responses / self.responses_logged
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ class LMCanaryAnalysis:
     canary: LMVariantEvidence
     length_psi: float | None
     length_ks: dict[str, float] | None
-    thresholds: dict[str, float]
+    thresholds: dict[str, float | None]
     threshold_decision: Decision | None = None
     """What the fixed thresholds alone answer (the guard), when the sequential verdict decides."""
     sequential: SequentialVerdict | None = None
@@ -117,6 +126,15 @@ class LMCanaryAnalysis:
                 "response_length_ks": self.length_ks, "thresholds": self.thresholds,
                 "threshold_decision": self.threshold_decision,
                 "sequential": self.sequential.to_dict() if self.sequential else None}
+
+
+def truncated_responses(log: pd.DataFrame, version: int) -> int | None:
+    """Log rows of ``version`` whose answer ran to ``max_tokens`` (``finish_reason == "length"``), or ``None``
+    when the log does not record why answers ended."""
+    if log.empty or "finish_reason" not in log.columns or "model_version" not in log.columns:
+        return None
+    rows = log[log["model_version"].astype(str) == str(version)]
+    return int((rows["finish_reason"].astype(str) == "length").sum())
 
 
 def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
@@ -131,7 +149,8 @@ def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
 
 
 def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np.ndarray, version: int, *,
-                        source: str, model: str | None = None, before: str | None = None) -> LMVariantEvidence:
+                        source: str, model: str | None = None, before: str | None = None,
+                        truncated: int | None = None) -> LMVariantEvidence:
     """Requests, 5xx, TTFT p99 and mean tokens/s of ``version`` from one LM server's exposition (counted from the
     ``before`` exposition on, when given), and the slow counts of the sequential verdict."""
     samples = parse_samples(metrics_text, source=source)
@@ -163,7 +182,7 @@ def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np
         ttft_p99_s=p99, ttft_p99_bucket_s=_bucket_width(ttft, p99),
         tokens_per_s_mean=decoded / decode_s if decode_s > 0 else None,
         responses_logged=int(lengths.size), completion_tokens_mean=float(lengths.mean()) if lengths.size else None,
-        **slow)
+        truncated_responses=truncated, **slow)
 
 
 def _windowed(samples: list[Any], prior: list[Any], metric: str, labels: dict[str, str]) -> list[tuple[float, float]]:
@@ -231,12 +250,28 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
         checks.append(Check(
             f"tokens/s mean canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f} "
             f"(min stable / {delivery.max_p99_ratio} = {floor:.1f})", canary.tokens_per_s_mean < floor))
-    if psi is None:
-        checks.append(Check("no logged responses on one side: cannot compare response lengths", None))
-    else:
-        checks.append(Check(f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})",
-                            psi > delivery.max_response_length_psi))
+    if delivery.max_response_length_psi is not None:
+        if psi is None:
+            checks.append(Check("no logged responses on one side: cannot compare response lengths", None))
+        else:
+            checks.append(Check(f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})",
+                                psi > delivery.max_response_length_psi))
+    checks.append(truncation_check(delivery, stable, canary))
     return decide_checks(checks)
+
+
+def truncation_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence) -> Check | None:
+    """More answers cut off at ``max_tokens`` than stable's, by more than ``delivery.max_truncated_increase``
+    (absolute share): the harmful direction of a change in response length (an answer that rambles to the limit,
+    and costs the most tokens). A canary that stops where stable rambled passes. Not made when the log does not
+    record ``finish_reason``."""
+    s_share, c_share = stable.truncated_share, canary.truncated_share
+    if s_share is None or c_share is None:
+        return None
+    delta = c_share - s_share
+    return Check(f"answers cut at max_tokens canary {canary.truncated_responses}/{canary.responses_logged} vs stable "
+                 f"{stable.truncated_responses}/{stable.responses_logged} ({delta:+.4f}, max "
+                 f"+{delivery.max_truncated_increase})", delta > delivery.max_truncated_increase)
 
 
 def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
@@ -275,9 +310,9 @@ def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_m
     the prediction log (rows of both)."""
     s_len, c_len = completion_lengths(log, stable_version), completion_lengths(log, canary_version)
     stable = lm_variant_evidence(delivery, stable_metrics, s_len, stable_version, source=stable_source, model=model,
-                                 before=stable_before)
+                                 before=stable_before, truncated=truncated_responses(log, stable_version))
     canary = lm_variant_evidence(delivery, canary_metrics, c_len, canary_version, source=canary_source, model=model,
-                                 before=canary_before)
+                                 before=canary_before, truncated=truncated_responses(log, canary_version))
     psi, ks = length_shift(s_len, c_len, delivery)
     decision, reasons = decide_lm(delivery, stable, canary, psi)
     threshold_decision, verdict = None, None
@@ -289,5 +324,6 @@ def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_m
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=seq.threshold_guard)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms, "max_response_length_psi": delivery.max_response_length_psi,
+                  "max_truncated_increase": delivery.max_truncated_increase,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds, threshold_decision, verdict)

@@ -40,7 +40,8 @@ _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=
 
 
 class OverloadedError(ServingError):
-    """More predict requests in flight than ``serving.max_inflight``: 503 + Retry-After."""
+    """The server cannot take the request now (predict requests past ``serving.max_inflight``, every generation
+    slot and queue place of an LM server taken, a model not ready): 503 + Retry-After."""
 
     http_status = 503
 

@@ -34,6 +34,7 @@ from fastapi.responses import StreamingResponse
 from prometheus_client import Counter, Histogram
 
 from mlops_config import LLMServingConfig
+from mlops_serving.admission import OverloadedError  # one overload error (503 + Retry-After) for both servers
 from mlops_serving.errors import BadRequestError, ServingError
 from mlops_serving.lm import CausalLM, Generation, Sampling
 from mlops_serving.lm_params import check_supported, parse_sampling
@@ -44,16 +45,6 @@ log = logging.getLogger(__name__)
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RATE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
-
-
-class OverloadedError(ServingError):
-    """All generation slots busy and the queue full: 503 with ``Retry-After``."""
-
-    http_status = 503
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class ModelNameError(ServingError):
