@@ -139,6 +139,11 @@ def test_merge_fast_forwards_main_to_the_pin(world: dict[str, Any]) -> None:
         merge_retrain(cfg, world["root"], "fraud")
     later = request(world, cfg, T0 + timedelta(days=2), version=V1)
     assert (later.status, later.pushed) == ("up_to_date", False)  # main trained on V1 already
+    newer = request(world, cfg, T0 + timedelta(days=3), version=V2)  # after a merge: a new pull request
+    assert newer.status == "opened"
+    assert git(remote, "rev-parse", "refs/heads/retrain/fraud^") == merged  # built on the merged main
+    rec = record(remote)
+    assert (rec["state"], rec["updates"], rec["previous"], rec["opened_at"]) == ("open", 0, V1, "2026-03-05T09:00:00Z")
 
 
 def test_merge_refuses_when_main_moved_on(world: dict[str, Any], tmp_path: Path) -> None:

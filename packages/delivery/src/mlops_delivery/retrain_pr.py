@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,8 +125,6 @@ class GitRecordPulls:
         if stdin is None:
             proc = run_git(self.clone, *args, env=self.env)
         else:
-            import subprocess
-
             proc = subprocess.run(["git", "-C", str(self.clone), *args], input=stdin, capture_output=True,
                                   text=True, check=False, env=self.env)
         if proc.returncode != 0:
@@ -161,10 +160,11 @@ class GitRecordPulls:
     def publish(self, *, model: str, branch: str, base: str, title: str, body: str,
                 record: Mapping[str, Any]) -> PullRequestRef:
         previous, parent = self.read(model)
-        is_open = previous is not None and previous.get("state") == "open"
         doc = {**record, "model": model, "head": branch, "base": base, "title": title, "body": body, "state": "open",
-               "opened_at": previous["opened_at"] if is_open and previous else record.get("requested_at"),
-               "updates": int(previous.get("updates", 0)) + 1 if is_open and previous else 0}
+               "opened_at": record.get("requested_at"), "updates": 0}
+        is_open = previous is not None and previous.get("state") == "open"
+        if previous is not None and is_open:  # the same pull request, updated; a merged one is followed by a new one
+            doc.update(opened_at=previous.get("opened_at"), updates=int(previous.get("updates", 0)) + 1)
         self._write(model, doc, parent, title)
         url = f"{self._git('remote', 'get-url', self.remote)}#{RECORD_REF.format(model=model)}"
         return PullRequestRef(url=url, action="updated" if is_open else "opened")
