@@ -19,6 +19,7 @@ from mlops_cli.commands import labels as labels_cmd
 from mlops_cli.commands import monitor as monitor_cmd
 from mlops_cli.commands import pipeline as pipeline_cmd
 from mlops_cli.commands import registry as registry_cmd
+from mlops_cli.commands import retrain as retrain_cmd
 from mlops_cli.commands import serve as serve_cmd
 from mlops_cli.commands import shadow as shadow_cmd
 from mlops_cli.commands import train as train_cmd
@@ -69,6 +70,7 @@ app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(train_cmd.app, name="train")
 app.add_typer(evaluate_cmd.app, name="evaluate")
 app.add_typer(registry_cmd.app, name="registry")
+app.add_typer(retrain_cmd.app, name="retrain")
 app.add_typer(pipeline_cmd.app, name="pipeline")
 
 

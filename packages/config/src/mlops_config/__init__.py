@@ -2,7 +2,17 @@
 
 from mlops_config._spark import SPARK_DEFAULTS, spark_conf
 from mlops_config.data import DataConfig
-from mlops_config.delivery import DeliveryConfig, LMSequentialConfig, SequentialCanaryConfig
+from mlops_config.delivery import (
+    DATA_VERSION,
+    DeliveryConfig,
+    LMSequentialConfig,
+    RetrainConfig,
+    SequentialCanaryConfig,
+    data_pin_path,
+    parse_data_pin,
+    read_data_pin,
+    require_data_pin,
+)
 from mlops_config.errors import ConfigError, PlatformError
 from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
@@ -24,6 +34,7 @@ from mlops_config.training import (
 )
 
 __all__ = [
+    "DATA_VERSION",
     "SPARK_DEFAULTS",
     "CausalLMConfig",
     "CheckpointConfig",
@@ -43,6 +54,7 @@ __all__ = [
     "PlatformError",
     "ProjectConfig",
     "ProvenanceConfig",
+    "RetrainConfig",
     "SequentialCanaryConfig",
     "ServingConfig",
     "ShadowConfig",
@@ -50,7 +62,11 @@ __all__ = [
     "TrainingConfig",
     "WrapPolicyConfig",
     "config_schema",
+    "data_pin_path",
     "find_config_dir",
     "load_config",
+    "parse_data_pin",
+    "read_data_pin",
+    "require_data_pin",
     "spark_conf",
 ]

@@ -1,12 +1,18 @@
-"""``delivery``: GitOps promotion and canary analysis."""
+"""``delivery``: GitOps promotion, canary analysis, and retraining pull requests (``delivery.retrain``)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from mlops_config._base import Section
+from mlops_config.errors import ConfigError
+
+DATA_VERSION = re.compile(r"^[0-9a-f]{32}(\.dir)?$")
+"""A data version as ingestion publishes it: DVC's md5 of the accepted folder (``pointers/<md5>.dvc``)."""
 
 
 class LMSequentialConfig(Section):
@@ -89,6 +95,77 @@ class SequentialCanaryConfig(Section):
         if not v or list(v) != sorted(set(v)) or v[0] <= 0 or v[-1] >= 1:
             raise ValueError(f"score_edges must strictly increase inside (0, 1), got {list(v)!r}")
         return v
+
+
+class RetrainConfig(Section):
+    """Retraining as a pull request (``mlops retrain request``): one PR per model that bumps the model's
+    data-version pin; merging it is what trains (``train.yml`` watches the pin)."""
+
+    require_pin: bool = False
+    """Training refuses to register a version unless the model's pin (``pin_path``) names a data version:
+    the cluster profiles set it, so what trains is what a merged pull request pinned. Local/demo: off."""
+
+    pin_path: str = "configs/models/{model}.data_version"
+    """The pin, relative to the repository root: one line, the accepted data version (DVC md5) to train on."""
+
+    branch: str = "retrain/{model}"
+    """Head branch of a model's retraining pull request (one per model: a second trigger updates it)."""
+
+    backend: Literal["git", "github"] = "git"
+    """Where the pull request lives: ``github`` (REST API of ``$GITHUB_REPOSITORY``, token from
+    ``delivery.github_token_var``) or ``git`` (a bare remote: the branch plus a record on
+    ``refs/retrain-prs/<model>``; ``mlops retrain merge`` fast-forwards the base to it)."""
+
+    repo: str | None = None
+    """Git URL (or path) of the repository holding the pin; ``None``: ``delivery.gitops_repo``."""
+
+    min_interval_hours: float = Field(default=24.0, ge=0)
+    """A trigger within this many hours of the last pushed one is recorded as rate-limited; nothing is pushed."""
+
+    auto_merge: bool = False
+    """Merge the pull request as soon as it is opened or updated. Off: a person merges it (the platform never
+    merges its own pull request unless this is set)."""
+
+    @field_validator("pin_path", "branch")
+    @classmethod
+    def _names_model(cls, v: str) -> str:
+        if "{model}" not in v:
+            raise ValueError(f"must contain '{{model}}' so each model has its own, got {v!r}")
+        return v
+
+
+def data_pin_path(retrain: RetrainConfig, root: Path, model: str) -> Path:
+    """Where ``model``'s data-version pin lives under the repository ``root``."""
+    return root / retrain.pin_path.format(model=model)
+
+
+def parse_data_pin(text: str, origin: str) -> str:
+    """The data version a pin file holds (one line; ``#`` comments and blank lines ignored)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if len(lines) != 1 or not DATA_VERSION.match(lines[0]):
+        raise ConfigError(f"{origin}: holds {lines!r}; expected one line with the accepted data version "
+                          "(32 hex digits, optionally '.dir': DVC's md5 that `mlops data ingest` reports)")
+    return lines[0]
+
+
+def read_data_pin(retrain: RetrainConfig, root: Path, model: str) -> str | None:
+    """``model``'s pinned data version, or ``None`` when the pin file does not exist."""
+    path = data_pin_path(retrain, root, model)
+    if not path.is_file():
+        return None
+    return parse_data_pin(path.read_text(encoding="utf-8"), retrain.pin_path.format(model=model))
+
+
+def require_data_pin(retrain: RetrainConfig, root: Path, model: str) -> str | None:
+    """The pinned data version; with ``require_pin`` a missing pin is an error saying how to set one."""
+    pinned = read_data_pin(retrain, root, model)
+    if pinned is None and retrain.require_pin:
+        rel = retrain.pin_path.format(model=model)
+        raise ConfigError(f"delivery.retrain.require_pin is set and the data-version pin {rel!r} is missing under "
+                          f"{str(root)!r}: this profile trains only a pinned version. Pin one with `mlops retrain "
+                          f"request --model {model} --reason data --evidence FILE.json` and merge its pull request "
+                          f"(or commit {rel!r} holding the md5 `mlops data ingest` reported)")
+    return pinned
 
 
 class DeliveryConfig(Section):
@@ -174,6 +251,9 @@ class DeliveryConfig(Section):
 
     git_remote: str = "origin"
     """Remote that ``--push`` pushes promotion commits (or, in pull-request mode, their branches) to."""
+
+    retrain: RetrainConfig = RetrainConfig()
+    """Retraining pull requests: the data-version pin, rate limit, backend, merging."""
 
     github_token_var: str = "GITHUB_TOKEN"
     """Name of the env var holding the token that opens promotion pull requests (secret; never a value here).

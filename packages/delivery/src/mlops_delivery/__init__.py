@@ -28,6 +28,7 @@ from mlops_delivery.promotion import (
     rollback_env,
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
+from mlops_delivery.retrain import RetrainOutcome, RetrainTrigger, load_evidence, merge_retrain, request_retrain
 from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.shadow_stage import (
     ShadowChange,
@@ -77,6 +78,8 @@ __all__ = [
     "PromotionRefusedError",
     "PublishError",
     "Published",
+    "RetrainOutcome",
+    "RetrainTrigger",
     "RollbackCommit",
     "ShadowAnalysis",
     "ShadowChange",
@@ -91,6 +94,8 @@ __all__ = [
     "analyze_until_decided",
     "commit_rollback",
     "gitops_status",
+    "load_evidence",
+    "merge_retrain",
     "plan_promotion",
     "plan_rollback",
     "plan_shadow",
@@ -98,6 +103,7 @@ __all__ = [
     "publish_folder",
     "publish_model",
     "push_head",
+    "request_retrain",
     "resolve_version",
     "rollback_env",
     "set_images",

@@ -16,7 +16,7 @@ from mlops_features.instructions import (
     validate_instructions,
 )
 from mlops_features.labels import LABEL_SCHEMA, ingest_labels, read_labels
-from mlops_features.landing import IngestReport, ingest_landed, pull_accepted
+from mlops_features.landing import IngestReport, accepted_md5, ingest_landed, pull_accepted, read_pointer
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
@@ -42,6 +42,7 @@ __all__ = [
     "PreparedData",
     "StreamUpdater",
     "ValidationSummary",
+    "accepted_md5",
     "apply_repo",
     "backfill",
     "base_repo_from_git",
@@ -66,6 +67,7 @@ __all__ = [
     "pull_accepted",
     "read_examples",
     "read_labels",
+    "read_pointer",
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mlops_config import PlatformConfig, load_config
+from mlops_config import PlatformConfig, load_config, require_data_pin
 from mlops_training.launcher import TrainResult, launch
 
 
@@ -19,8 +19,10 @@ def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = No
     Returns ``None`` on a node of a multi-node job that did not host rank 0 (rank 0's node has the result).
 
     Raises:
-        DoctorError, TrainingError, TrackingError.
+        DoctorError, TrainingError, TrackingError; ConfigError: ``delivery.retrain.require_pin`` and no pin.
     """
+    if track:  # what registers a version trains a pinned one; a re-run that registers nothing replays a record
+        require_data_pin(config.delivery.retrain, root, config.project.model)
     return launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
 
 
