@@ -1,5 +1,5 @@
-"""The data-version pin: one line, the accepted md5; a cluster profile refuses to train without it, the local
-profile trains as before."""
+"""The data-version pin: one line, the accepted md5; a profile with ``delivery.retrain.require_pin`` refuses to
+train without it, the local profile trains as before."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ def test_a_pin_holds_one_data_version() -> None:
 
 
 @pytest.mark.parametrize("profile", ["staging", "production"])
-def test_a_cluster_profile_refuses_to_train_without_a_pin(profile: str, config_dir: Path) -> None:
+def test_a_cluster_profile_with_require_pin_refuses_to_train_without_a_pin(profile: str, config_dir: Path) -> None:
     from mlops_training import train_model
 
-    loaded = load_config(profile=profile, config_dir=config_dir, environ={}, check_secrets=False)
+    loaded = load_config(profile=profile, config_dir=config_dir, overrides=["delivery.retrain.require_pin=true"],
+                         environ={}, check_secrets=False)
     retrain = loaded.config.delivery.retrain
     assert retrain.require_pin
     expected = (r"delivery.retrain.require_pin is set and the data-version pin 'configs/models/fraud.data_version' "

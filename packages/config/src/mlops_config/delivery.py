@@ -102,8 +102,8 @@ class RetrainConfig(Section):
     data-version pin; merging it is what trains (``train.yml`` watches the pin)."""
 
     require_pin: bool = False
-    """Training refuses to register a version unless the model's pin (``pin_path``) names a data version:
-    the cluster profiles set it, so what trains is what a merged pull request pinned. Local/demo: off."""
+    """Training refuses to register a version unless the model's pin (``pin_path``) names a data version. Off in
+    every shipped profile for now: ``mlops data pull`` does not yet pull the pinned version."""
 
     pin_path: str = "configs/models/{model}.data_version"
     """The pin, relative to the repository root: one line, the accepted data version (DVC md5) to train on."""
