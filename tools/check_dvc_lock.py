@@ -92,7 +92,7 @@ def check(root: Path, dvcfile: str = "dvc.yaml") -> Report:
 
     report = Report()
     with Repo(str(root)) as repo:
-        project = load_file(repo, dvcfile)
+        project = load_file(repo, os.path.join(repo.root_dir, dvcfile))
         stages = dict(project.stages)
         lock_path = Path(project._lockfile.path)
         if not lock_path.is_file():
@@ -197,12 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     report = check(root, args.dvcfile)
     for line in report.lines():
         if args.verbose or not line.startswith("ok: "):
-            print(line)
+            sys.stdout.write(f"{line}\n")
     if report.stale:
-        print(f"{len(report.stale)} stale: dvc.lock is not what the stages write from this code; rerun the stages "
-              "(`dvc repro`, or the ones named) and commit dvc.lock", file=sys.stderr)
+        sys.stderr.write(f"check_dvc_lock: {len(report.stale)} stale: dvc.lock is not what the stages write from "
+                         "this code; rerun them (`make repro`, or `dvc repro <stage>`) and commit dvc.lock\n")
         return 1
-    print(f"dvc.lock is current: {len(report.ok)} checked, {len(report.unchecked)} left to running the stages")
+    sys.stdout.write(f"check_dvc_lock: dvc.lock is current: {len(report.ok)} records checked, "
+                     f"{len(report.unchecked)} left to running the stages\n")
     return 0
 
 
