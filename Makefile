@@ -15,7 +15,7 @@ export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
-	@echo "make test   lint + the test suite (sets up first)"
+	@echo "make test   lint + the dvc.lock check + the test suite (sets up first)"
 	@echo "make setup  create $(VENV) and install every package from constraints.txt (no-op when unchanged)"
 	@echo "make bench  run every benchmark in benchmarks/ (one JSON line each)"
 	@echo "make sbom   CycloneDX SBOM of the serving image from the lock (reports/sbom/serving.cdx.json)"
