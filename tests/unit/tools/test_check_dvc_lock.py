@@ -136,3 +136,24 @@ def test_a_folder_that_is_no_dvc_project_is_refused_by_name(tmp_path: Path) -> N
     proc = subprocess.run([sys.executable, str(TOOL), "--root", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"--root {tmp_path}: no dvc.yaml there" in proc.stderr
+
+
+def test_the_validate_stages_reports_are_the_same_bytes_from_any_checkout(tmp_path: Path) -> None:
+    """The gate's reports are DVC outputs (data/quarantine) the lock records: a clone elsewhere must write the same
+    bytes, so their paths are relative to the checkout (they were absolute: another md5 in every other folder)."""
+    from mlops_config import DataConfig
+    from mlops_features import validate_batches
+    from mlops_features.sample import generate_transactions
+
+    data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
+    written = []
+    for root in (tmp_path / "a", tmp_path / "checkout-somewhere-else"):
+        [batch] = generate_transactions(root / "raw", rows=300, days=1, seed=3)
+        result = validate_batches([batch], data, root).batches[0]
+        assert result.validated_path == str(root / "data/validated" / f"{batch.stem}.parquet")  # callers: full
+        report = root / "data/quarantine" / f"{batch.stem}.report.json"
+        written.append(report.read_bytes())
+    assert written[0] == written[1]
+    doc = yaml.safe_load(written[0])
+    assert doc["validated_path"] == f"data/validated/{batch.stem}.parquet"
+    assert doc["report_path"] == f"data/quarantine/{batch.stem}.report.json"
