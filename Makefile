@@ -11,11 +11,11 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
 
 .PHONY: setup browser java prometheus demo test unit lint bench lock lock-hashes clean help checkov-setup gitops-check \
-	repro repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom
+	repro repro-smoke rehearse rehearsal-deps rehearse-test sbom release-sbom dvc-lock-check
 
 help:
 	@echo "make demo   run the whole loop on the embedded defaults (sets up first)"
-	@echo "make test   lint + the test suite (sets up first)"
+	@echo "make test   lint + the dvc.lock check + the test suite (sets up first)"
 	@echo "make setup  create $(VENV) and install every package from constraints.txt (no-op when unchanged)"
 	@echo "make bench  run every benchmark in benchmarks/ (one JSON line each)"
 	@echo "make sbom   CycloneDX SBOM of the serving image from the lock (reports/sbom/serving.cdx.json)"
@@ -80,7 +80,7 @@ rehearse: setup prometheus
 # 2 cores stay busy; a file's tests share their module fixtures on one worker. Files go out in the order
 # tests/conftest.py gives them (heaviest markers first) instead of xdist's "most tests first", which handed out
 # the few-test, many-minute end-to-end files last.
-test: setup browser java prometheus checkov-setup lint
+test: setup browser java prometheus checkov-setup lint dvc-lock-check
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not gpu" --durations=30 $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).
@@ -100,6 +100,12 @@ $(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt
 # The offline GitOps checks alone: actionlint, kustomize + schemas, checkov, workflow run steps, promtool.
 gitops-check: setup prometheus checkov-setup
 	$(BIN)/pytest tests/gitops $(PYTEST_ARGS)
+
+# The committed dvc.lock must be what the stages write from the committed code: every stage recorded, its cmd,
+# its source deps' md5s (DVC's hashing), the resolved config's md5/size and each param (the `config` stage's
+# command run to a temp file). Runs no stage (~5 s); data outputs are left to running them. `make test` runs it.
+dvc-lock-check: setup
+	$(BIN)/python tools/check_dvc_lock.py
 
 # The data pipeline (dvc.yaml; params come from the resolved config its `config` stage writes).
 repro: setup

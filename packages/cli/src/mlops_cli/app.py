@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 from mlops_cli.commands import canary as canary_cmd
 from mlops_cli.commands import config as config_cmd
 from mlops_cli.commands import data as data_cmd
+from mlops_cli.commands import doctor as doctor_cmd
 from mlops_cli.commands import evaluate as evaluate_cmd
 from mlops_cli.commands import features as features_cmd
 from mlops_cli.commands import gitops as gitops_cmd
@@ -72,6 +73,7 @@ app.add_typer(evaluate_cmd.app, name="evaluate")
 app.add_typer(registry_cmd.app, name="registry")
 app.add_typer(retrain_cmd.app, name="retrain")
 app.add_typer(pipeline_cmd.app, name="pipeline")
+app.command("doctor")(doctor_cmd.doctor)
 
 
 def main() -> None:

@@ -140,7 +140,7 @@ def validate_batches(
         result = _validate_one(path, runner, validated_dir, quarantine_dir)
         report = quarantine_dir / f"{_stem(path)}.report.json"
         result.report_path = str(report)
-        atomic_write_text(report, json.dumps(asdict(result), indent=2) + "\n")
+        atomic_write_text(report, json.dumps(_report_record(result, root), indent=2) + "\n")
         assert result.accepted_rows + result.quarantined_rows == result.input_rows, "gate lost rows"
         logger.info("%s: %d in, %d accepted, %d quarantined%s", path.name, result.input_rows, result.accepted_rows,
                     result.quarantined_rows, " (batch rejected)" if result.batch_rejected else "")
@@ -200,6 +200,19 @@ class _SuiteRunner:
                 raise DataError(f"expectation {name} could not be evaluated on this batch: {r.exception_info}")
             out[name] = list(r.result["unexpected_index_list"])
         return out
+
+
+def _report_record(result: BatchResult, root: Path) -> dict[str, Any]:
+    """The report file's form of ``result``: its paths under ``root`` relative to it (the report is an output of
+    the DVC ``validate`` stage, so what ``dvc.lock`` records must not depend on where the checkout is); a path
+    elsewhere stays as it is. The returned :class:`BatchResult` keeps the full paths."""
+    record = asdict(result)
+    base = root.resolve()
+    for key in ("validated_path", "quarantine_path", "report_path"):
+        path = None if record[key] is None else Path(record[key]).resolve()
+        if path is not None and path.is_relative_to(base):
+            record[key] = path.relative_to(base).as_posix()
+    return record
 
 
 def _validate_one(
