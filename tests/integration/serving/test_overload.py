@@ -254,3 +254,80 @@ def test_the_limit_adapts_down_when_admitted_requests_run_past_half_the_deadline
     finally:
         source.delay = 0.0
         srv.stop()
+
+
+def _start(kit: Any, tmp_path: Path, redis_url: str, prefix: str, max_inflight: int,
+           deadline_ms: float) -> tuple[str, subprocess.Popen[bytes]]:
+    port = kit.free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(CONFTEST), str(tmp_path), redis_url, prefix, str(port),
+                             str(max_inflight), str(deadline_ms)], env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    stop = time.monotonic() + 90
+    while time.monotonic() < stop and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return url, proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"server process did not get ready: {proc.communicate()[1].decode()[-2000:]}")
+
+
+async def trickle(port: int, seconds: float, answers: list[int]) -> None:
+    """One slow client after another for ``seconds``: headers, then a byte of a 200-byte body every 0.2 s (40 s
+    for the whole body); each answer's status is recorded."""
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST {V1} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 200\r\n\r\n".encode())
+        await writer.drain()
+        head = asyncio.ensure_future(reader.readline())
+        while not head.done() and time.monotonic() < stop:
+            writer.write(b" ")
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.wait([head], timeout=0.2)
+        if head.done() and not head.exception() and head.result():
+            answers.append(int(head.result().split()[1]))
+        else:
+            head.cancel()
+        writer.close()
+
+
+def test_clients_trickling_their_bodies_hold_no_place_and_get_408(kit: Any, tmp_path: Path, redis_features: Any,
+                                                                 redis_url: str) -> None:
+    """24 slow clients against 8 places: their bodies are read before admission, so ordinary requests keep being
+    answered (before: every place held by a body still arriving, every ordinary request 503), and each slow one
+    is answered 408 when its deadline (2 s) passes."""
+    url, proc = _start(kit, tmp_path, redis_url, redis_features.prefix, max_inflight=8, deadline_ms=2000)
+    port = int(url.rsplit(":", 1)[1])
+    slow: list[int] = []
+    ordinary: list[int] = []
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            async def steady() -> None:
+                await asyncio.sleep(0.5)  # the slow clients are in by now
+                for i in range(30):
+                    r = await client.post(V1, json={"instances": [kit.instance(i)]})
+                    ordinary.append(r.status_code)
+                    await asyncio.sleep(0.05)
+
+            await asyncio.gather(steady(), *(trickle(port, 5.0, slow) for _ in range(24)))
+
+    try:
+        asyncio.run(run())
+        assert ordinary.count(200) == len(ordinary) == 30, ordinary
+        assert slow and set(slow) == {408}, slow  # every slow client that was answered got 408
+        with httpx.Client(base_url=url, timeout=10) as client:
+            text = client.get("/metrics").text
+        assert metric(text, "mlops_serving_shed_requests_total", reason="body_timeout") == len(slow)
+        assert metric(text, "mlops_serving_shed_requests_total", reason="inflight") == 0
+    finally:
+        proc.kill()
+        proc.wait(20)

@@ -16,14 +16,23 @@ comes late and memory follows the queue. Here, as in any admission controller:
   instead of being scored, and the batch's feature lookup is abandoned at the latest deadline of its requests
   (:meth:`mlops_serving.lookup.FeatureLookup.get`), so a slow online store cannot hold answers past the objective.
 
+- the body is read **before** admission, under the request's deadline (counted from its arrival): a client that
+  trickles its body holds no in-flight place (160 such clients once left 0 of 13,906 ordinary requests
+  answered, every place taken by a body still arriving) and is answered 408 when the deadline passes. At most
+  ``READERS_PER_PLACE`` × ``serving.max_inflight`` bodies are read at once (the rest 503, ``reason="reading"``),
+  and no more than ``serving.max_payload_bytes`` of one is held here: past it the body streams on to the size
+  limit of :class:`mlops_serving.server.RequestGuard`, which answers 413.
+
 The deadline reaches the model through a :class:`Ticket` in a context variable: the request's task runs the
 middleware and KServe's ``Model.__call__``, so :func:`current_ticket` in ``preprocess`` sees it.
-Shed requests are counted in ``mlops_serving_shed_requests{reason}`` (``inflight`` | ``deadline``),
+Shed requests are counted in ``mlops_serving_shed_requests{reason}`` (``inflight`` | ``deadline`` | ``reading``
+| ``body_timeout``),
 abandoned lookups in ``mlops_serving_feature_lookups_abandoned``; ``mlops_serving_inflight`` is the gauge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -31,10 +40,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mlops_serving.errors import BadRequestError, ServingError
+from mlops_serving.errors import BadRequestError, RequestTimeoutError, ServingError
 
 DEADLINE_HEADER = "x-request-deadline-ms"
 DECREASE_EVERY_S = 0.1
+READERS_PER_PLACE = 4
+"""Bodies read at once, per in-flight place: reading costs a coroutine and at most one body's bytes each."""
 ADMITTED_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=None)
 
@@ -61,10 +72,13 @@ class AdmissionLimits:
     max_inflight: int
     deadline_ms: float
     retry_after_s: int = 1
+    max_body_bytes: int = 1 << 20
+    """What one body may hold here before it streams on to the size limit (``serving.max_payload_bytes``)."""
 
     @classmethod
     def from_config(cls, serving: Any) -> AdmissionLimits:
-        return cls(serving.max_inflight, serving.request_deadline_ms, serving.shed_retry_after_s)
+        return cls(serving.max_inflight, serving.request_deadline_ms, serving.shed_retry_after_s,
+                   serving.max_payload_bytes)
 
 
 @dataclass
@@ -79,6 +93,18 @@ class Ticket:
     def expired_error(self) -> DeadlineExceededError:
         return DeadlineExceededError("the request's deadline passed before it could be scored (the server is "
                                      "overloaded); retry later", retry_after_s=self.retry_after_s)
+
+
+def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
+    """A ``receive`` that gives the messages already read, then the connection's own."""
+    pending = list(messages)
+
+    async def replay() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
 
 
 def current_ticket() -> Ticket | None:
@@ -102,8 +128,9 @@ class AdmissionMetrics:
     """The shedding series, in the server's registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.shed = Counter("mlops_serving_shed_requests", "Predict requests refused with 503 for overload, by "
-                            "reason (inflight: over serving.max_inflight; deadline: not scored in time).",
+        self.shed = Counter("mlops_serving_shed_requests", "Predict requests refused for overload, by reason "
+                            "(inflight: over serving.max_inflight; deadline: not scored in time; reading: too many "
+                            "bodies arriving at once, 503; body_timeout: the body not in by the deadline, 408).",
                             ["model", "reason"], registry=registry)
         self.inflight = Gauge("mlops_serving_inflight", "Predict requests held now (read, queued or scored).",
                               ["model"], registry=registry)
@@ -134,12 +161,14 @@ class AdmissionGuard:
         self.limits = limits
         self.errors = errors
         self.inflight = 0
+        self.reading = 0
         self.peak = 0
         self.limit = float(limits.max_inflight)
         self._target_s = limits.deadline_ms / 2000.0
         self._floor = float(max(1, limits.max_inflight // 4))
         self._last_decrease = 0.0
-        self._shed = {r: metrics.shed.labels(model_name, r) for r in ("inflight", "deadline")}
+        self._shed = {r: metrics.shed.labels(model_name, r) for r in ("inflight", "deadline", "reading",
+                                                                      "body_timeout")}
         self._gauge = metrics.inflight.labels(model_name)
         self._abandoned = metrics.abandoned.labels(model_name)
         self._admitted = metrics.admitted.labels(model_name)
@@ -151,6 +180,33 @@ class AdmissionGuard:
         if scope.get("method") != "POST" or not (path.endswith(":predict") or path.endswith("/infer")):
             await self.app(scope, receive, send)
             return
+        arrived = time.monotonic()
+        try:
+            deadline_ms = self._deadline_ms(scope)
+        except BadRequestError as exc:
+            await self.errors.send(send, exc)
+            return
+        deadline = arrived + deadline_ms / 1000.0
+        if self.reading >= READERS_PER_PLACE * self.limits.max_inflight:
+            self._shed["reading"].inc()
+            await self.errors.send(send, OverloadedError(
+                f"{self.reading} request bodies are arriving at once (at most {READERS_PER_PLACE} x "
+                f"serving.max_inflight={self.limits.max_inflight}); retry later",
+                retry_after_s=self.limits.retry_after_s))
+            return
+        self.reading += 1
+        try:
+            body = await self._read_body(receive, deadline)
+        finally:
+            self.reading -= 1
+        if body is None:
+            self._shed["body_timeout"].inc()
+            await self.errors.send(send, RequestTimeoutError(
+                f"the request body did not arrive within its deadline of {deadline_ms:g} ms "
+                "(serving.request_deadline_ms, or X-Request-Deadline-Ms)"))
+            return
+        if body[-1]["type"] == "http.disconnect":  # the client left before its body was in: no one to answer
+            return
         if self.inflight >= int(self.limit):
             self._shed["inflight"].inc()
             await self.errors.send(send, OverloadedError(
@@ -158,13 +214,9 @@ class AdmissionGuard:
                 f"serving.max_inflight={self.limits.max_inflight}); retry later",
                 retry_after_s=self.limits.retry_after_s))
             return
-        try:
-            deadline_ms = self._deadline_ms(scope)
-        except BadRequestError as exc:
-            await self.errors.send(send, exc)
-            return
+        receive = _replay(body, receive)
         admitted = time.monotonic()
-        ticket = Ticket(admitted + deadline_ms / 1000.0, self.limits.retry_after_s)
+        ticket = Ticket(deadline, self.limits.retry_after_s)
         token = _ticket.set(ticket)
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
@@ -180,6 +232,26 @@ class AdmissionGuard:
                 self._shed["deadline"].inc()
             if ticket.lookup_abandoned:
                 self._abandoned.inc()
+
+    async def _read_body(self, receive: Any, deadline: float) -> list[dict[str, Any]] | None:
+        """The body's ``http.request`` messages as they came, read until the last one, the client's disconnect,
+        or ``max_body_bytes`` (the rest then streams on); ``None`` when the deadline passed first."""
+        messages: list[dict[str, Any]] = []
+        held = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                message = await asyncio.wait_for(receive(), timeout=remaining)
+            except TimeoutError:
+                return None
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return messages
+            held += len(message.get("body", b""))
+            if held > self.limits.max_body_bytes:
+                return messages
 
     def _adapt(self, now: float, took_s: float) -> None:
         """Record one admitted request's time inside and move the limit (see the module docstring)."""

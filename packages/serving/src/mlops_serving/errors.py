@@ -23,6 +23,12 @@ class PayloadTooLargeError(ServingError):
     http_status = 413
 
 
+class RequestTimeoutError(ServingError):
+    """The body did not arrive within the request's deadline: 408, and the connection closes."""
+
+    http_status = 408
+
+
 class UnsupportedMediaTypeError(ServingError):
     """The ``Content-Type`` is not one the predict/infer endpoints read."""
 
