@@ -184,12 +184,10 @@ def test_spark_source_is_the_file_sources_parquet(tmp_path: Path) -> None:
 def test_an_unparseable_online_ttl_as_of_names_the_value_and_the_layer(value: str, layer: str) -> None:
     from mlops_config import ConfigError
 
+    overrides = [f"features.online_ttl_as_of={value}"] if layer == "--set" else []
+    environ = {} if layer == "--set" else {"MLOPS__FEATURES__ONLINE_TTL_AS_OF": value}
     with pytest.raises(ConfigError) as err:
-        if layer == "--set":
-            load_config(profile="local", overrides=[f"features.online_ttl_as_of={value}"], environ={},
-                        check_secrets=False)
-        else:
-            load_config(profile="local", environ={"MLOPS__FEATURES__ONLINE_TTL_AS_OF": value}, check_secrets=False)
+        load_config(profile="local", overrides=overrides, environ=environ, check_secrets=False)
     message = str(err.value)
     origin = "--set" if layer == "--set" else "env:MLOPS__FEATURES__ONLINE_TTL_AS_OF"
     assert message.startswith(origin) and "online_ttl_as_of" in message.lower() and repr(value) in message, message

@@ -1,16 +1,16 @@
 """Online feature lookup for serving: one FeatureStore per process, defaults for unknown or expired entities.
 
 On the serving hot path: the store, the FeatureService and the feature names are resolved once in the
-constructor; ``get`` is one ``get_online_features`` call.
+constructor; ``get`` is one ``get_online_features`` call. When Redis is down ``get`` raises
+:class:`FeatureStoreUnavailableError` quickly (the caller may serve degraded); redis-py drops broken
+connections from its pool, so the first call after Redis is back succeeds again with no restart.
 
 A view's ``ttl`` is applied here, at request time: Feast's online read (Redis, SQLite) returns an entity's last
 value however old it is, while the point-in-time join that builds the training set gives a view's features
 nulls (then their defaults) when its latest row is older than ``as_of - ttl``. So a value stamped before
 ``as_of - ttl`` is treated as absent, exactly as an unknown entity's: its default, and the entity's flag. An
 on-demand view reading an expired view is recomputed from the absent values, as the offline join computes it.
-``as_of`` is ``features.online_ttl_as_of`` when pinned, else now; a ttl of 0 never expires (Feast's rule). When Redis is down ``get`` raises
-:class:`FeatureStoreUnavailableError` quickly (the caller may serve degraded); redis-py drops broken
-connections from its pool, so the first call after Redis is back succeeds again with no restart.
+``as_of`` is ``features.online_ttl_as_of`` when pinned, else now; a ttl of 0 never expires (Feast's rule).
 """
 
 from __future__ import annotations
