@@ -135,3 +135,27 @@ def test_the_skew_replay_finds_no_mismatch_for_the_stale_entity(env: tuple[Path,
     report = replay_skew(features, root, log, model="fraud")
     assert report.rows_compared == 2 and report.mismatch_rate == 0.0, report.examples
     assert report.features["user_txn_count_7d"].compared == 2
+
+
+
+def test_a_request_time_feature_reading_an_expired_view_is_computed_as_offline(
+        env: tuple[Path, FeaturesConfig, Any]) -> None:
+    """fraud_rt_v1's on-demand z-score reads the user's stored mean and deviation: past their ttl offline it sees
+    nulls (z = 0 by its udf); online it must not compute it from the expired values Redis still holds."""
+    root, features, last = env
+    rt = features.model_copy(update={"feature_service": "fraud_rt_v1"})
+    tx = read_validated(root / DATA.validated_dir)
+    tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
+    spread = tx.groupby("user_id")["amount"].agg(lambda a: a.nunique())  # 2+ distinct amounts: a deviation
+    user = str(last[last.index.isin(spread[spread >= 2].index)].index[0])  # the earliest last seen of those
+    as_of = last[user] + pd.Timedelta(days=8)
+    request = {"user_id": user, "merchant_id": _merchant(root), "amount": 900.0}
+    online = OnlineFeatures(rt, root)
+    before = online.get([request], as_of=last[user] + pd.Timedelta(hours=1))[0]  # unexpired: its stored values
+    assert before["user_amount_std_7d"] > 1e-9, before
+    assert before["amount_zscore_user_7d"] == pytest.approx(
+        (900.0 - before["user_amount_mean_7d"]) / before["user_amount_std_7d"], rel=1e-9) != 0.0
+    got = online.get([request], as_of=as_of)[0]
+    offline = historical_features(rt, root, pd.DataFrame([{**request, "event_timestamp": as_of}]))
+    assert got["unknown_user"] is True and got["user_amount_std_7d"] == 0.0
+    assert got["amount_zscore_user_7d"] == 0.0 == offline["amount_zscore_user_7d"].iloc[0]
