@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support import sample_as_of
+
 from .harness import REPO, record
 
 INGEST_STEPS = ("validate", "dvc_add", "dvc_push", "publish")
@@ -205,7 +207,7 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     root = workdir / f"materialize-{seed}"
     shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     data = DataConfig()
-    features = FeaturesConfig(feast_project=f"chaos_{seed}")
+    features = FeaturesConfig(feast_project=f"chaos_{seed}", online_ttl_as_of=sample_as_of())
     raw = generate_transactions(root / data.raw_dir, rows=600, days=2, seed=seed, users=40, merchants=15)
     validate_batches(raw, data, root)
     ingest(root / data.validated_dir, root / features.source_dir)

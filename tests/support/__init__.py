@@ -6,5 +6,6 @@ from .mlflow_server import start_mlflow_server
 from .ports import free_port, wait_port
 from .postgres import own_database
 from .redis_server import RedisServer
+from .sample_time import sample_as_of
 
-__all__ = ["RedisServer", "free_port", "own_database", "start_mlflow_server", "wait_port"]
+__all__ = ["RedisServer", "free_port", "own_database", "sample_as_of", "start_mlflow_server", "wait_port"]

@@ -17,6 +17,7 @@ from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, historical_features, open_store, prepare_local_data
 from mlops_features.backfill import backfill
 from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
+from tests.support import sample_as_of
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def test_new_transactions_reach_the_online_1h_count_within_the_bound(redis_url: 
     shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     project = f"t_{uuid.uuid4().hex[:10]}"
     features = FeaturesConfig(online_store="redis", redis_url=redis_url, feast_project=project,
-                              stream_key=f"{project}:transactions")
+                              stream_key=f"{project}:transactions", online_ttl_as_of=sample_as_of())
     data = DataConfig(rows=800, days=2, users=30, merchants=10)
     client = redis.Redis.from_url(redis_url)
     try:

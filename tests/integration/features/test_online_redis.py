@@ -19,7 +19,7 @@ import redis
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, materialize, open_store, prepare_local_data
-from tests.support import RedisServer
+from tests.support import RedisServer, sample_as_of
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,8 @@ class TestRedis(_suite.OnlineSuite):  # type: ignore[name-defined,misc]
     @pytest.fixture(scope="class")
     @classmethod
     def online_overrides(cls, redis_url_class: str) -> dict[str, Any]:
-        return {"online_store": "redis", "redis_url": redis_url_class, "feast_project": f"t_{uuid.uuid4().hex[:10]}"}
+        return {"online_store": "redis", "redis_url": redis_url_class, "feast_project": f"t_{uuid.uuid4().hex[:10]}",
+                "online_ttl_as_of": sample_as_of()}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,8 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
     own_redis_server: RedisServer, tmp_path: Path
 ) -> None:
     _copy_repo(tmp_path)
-    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0")
+    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0",
+                              online_ttl_as_of=sample_as_of())
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
     online = OnlineFeatures(features, tmp_path)
     row = {"user_id": "U000001", "merchant_id": "M00001"}

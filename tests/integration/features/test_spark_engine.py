@@ -18,6 +18,7 @@ import pytest
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import apply_repo, materialize, open_store, prepare_local_data
 from mlops_features.repo import in_repo
+from tests.support import sample_as_of
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Fe
         pytest.fail("java is not installed; Spark needs a JVM: run `make java`")
     root = tmp_path_factory.mktemp("spark-engine")
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo")
-    common = {"online_store": "redis", "redis_url": "redis://127.0.0.1:6379/0"}
+    common = {"online_store": "redis", "redis_url": "redis://127.0.0.1:6379/0", "online_ttl_as_of": sample_as_of()}
     local = FeaturesConfig(**common, feast_project=f"t_{uuid.uuid4().hex[:10]}", registry=".mlops/feast/local.db")
     spark = FeaturesConfig(**common, feast_project=f"t_{uuid.uuid4().hex[:10]}", registry=".mlops/feast/spark.db",
                            batch_engine="spark", spark_master="local[2]", spark_partitions=3)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
+from tests.support import sample_as_of
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SMALL = {"rows": 6_000, "days": 3, "users": 300, "merchants": 60}
@@ -35,6 +36,7 @@ def features_cfg(root: Path, *, ttl_days: int | None = None, **over: object) -> 
         "online_store_path": ".mlops/feast/online.db",
         "registry": ".mlops/feast/registry.db",
         "source_dir": "data/features",
+        "online_ttl_as_of": sample_as_of(),  # the sample's dates are fixed: serve it as the demo does
     }
     return FeaturesConfig(**{**base, **over})
 

@@ -29,6 +29,7 @@ from mlops_features import (
     prepare_local_data,
 )
 from mlops_features.schema import RAW_SCHEMA
+from tests.support import sample_as_of
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
@@ -42,7 +43,8 @@ DEFAULTS = {**dict.fromkeys(ALL, 0), "merchant_fraud_rate_7d": 0.03}  # as fraud
 def _cfg(root: Path, overrides: dict[str, Any], **more: Any) -> FeaturesConfig:
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    return FeaturesConfig(**{**overrides, **more})
+    # served as the demo serves the sample (its dates are fixed): as of the day after it, inside every view's ttl
+    return FeaturesConfig(**{"online_ttl_as_of": sample_as_of(), **overrides, **more})
 
 
 class OnlineSuite:

@@ -177,3 +177,45 @@ def test_spark_source_is_the_file_sources_parquet(tmp_path: Path) -> None:
     assert spark_source(declared, repo) is declared
     with pytest.raises(FeatureStoreError, match=r"source 'delta' \(DeltaFormat\) cannot be read by Spark's executors"):
         spark_source(FileSource(name="delta", path="/data/tx", file_format=DeltaFormat(), timestamp_field="ts"), repo)
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2026-11-04 25:00", "2026-13-40T00:00:00Z"])
+@pytest.mark.parametrize("layer", ["--set", "env"])
+def test_an_unparseable_online_ttl_as_of_names_the_value_and_the_layer(value: str, layer: str) -> None:
+    from mlops_config import ConfigError
+
+    overrides = [f"features.online_ttl_as_of={value}"] if layer == "--set" else []
+    environ = {} if layer == "--set" else {"MLOPS__FEATURES__ONLINE_TTL_AS_OF": value}
+    with pytest.raises(ConfigError) as err:
+        load_config(profile="local", overrides=overrides, environ=environ, check_secrets=False)
+    message = str(err.value)
+    origin = "--set" if layer == "--set" else "env:MLOPS__FEATURES__ONLINE_TTL_AS_OF"
+    assert message.startswith(origin) and "online_ttl_as_of" in message.lower() and repr(value) in message, message
+    assert "ISO 8601" in message and "2026-11-04T00:00:00Z" in message, message
+
+
+def test_an_invalid_time_in_a_config_file_is_a_config_error(tmp_path: Path, repo_root: Path) -> None:
+    import shutil
+
+    from mlops_config import ConfigError
+
+    shutil.copytree(repo_root / "configs", tmp_path / "configs")
+    local = tmp_path / "configs/profiles/local.yaml"
+    local.write_text(local.read_text().replace('online_ttl_as_of: "2026-11-04T00:00:00Z"',
+                                               "online_ttl_as_of: 2026-13-40T00:00:00Z"))
+    with pytest.raises(ConfigError, match=r"local\.yaml: .*month must be in 1\.\.12.*ISO 8601"):
+        load_config(profile="local", config_dir=tmp_path / "configs", environ={}, check_secrets=False)
+
+
+def test_online_ttl_as_of_is_pinned_in_local_and_the_wall_clock_elsewhere() -> None:
+    from datetime import UTC, datetime
+
+    local = load_config(profile="local", environ={}, check_secrets=False).config
+    # the sample's last event is before start_date + days (one batch per UTC day): the pin is that day's 00:00
+    end = datetime.fromisoformat(local.data.start_date).replace(tzinfo=UTC).timestamp() + local.data.days * 86_400
+    assert local.features.online_ttl_as_of == datetime.fromtimestamp(end, UTC)
+    for profile in ("staging", "production"):
+        assert load_config(profile=profile, environ={}, check_secrets=False).config.features.online_ttl_as_of is None
+    naive = load_config(profile="local", overrides=["features.online_ttl_as_of=2026-11-04T06:00:00"], environ={},
+                        check_secrets=False).config.features.online_ttl_as_of
+    assert naive == datetime(2026, 11, 4, 6, tzinfo=UTC)  # no zone: UTC

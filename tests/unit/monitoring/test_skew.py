@@ -39,15 +39,18 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DataConfig, F
     return root, data, features
 
 
-def served_log(features: FeaturesConfig, root: Path, entities: pd.DataFrame, ts: pd.Timestamp) -> pd.DataFrame:
-    """Prediction-log rows for ``entities`` served at ``ts``: the online store's answer, as the transformer logs it."""
+def served_log(features: FeaturesConfig, root: Path, entities: pd.DataFrame, ts: pd.Timestamp,
+               looked_up_at: pd.Timestamp | None = None) -> pd.DataFrame:
+    """Prediction-log rows for ``entities`` served at ``ts``: the online store's answer, as the transformer logs it.
+    ``looked_up_at`` (default ``ts``) is the instant the lookup applied each view's ttl from: an earlier one logs
+    what a store that kept values past their ttl would have served at ``ts``."""
     from mlops_features import OnlineFeatures
 
     online = OnlineFeatures(features, root)
     rows = entities[["user_id", "merchant_id"]].astype(str).to_dict("records")
     for row, (_, entity) in zip(rows, entities.iterrows(), strict=True):  # request fields on-demand views read
         row.update({k: float(entity[k]) for k in online.request_fields})
-    got = online.get(rows)
+    got = online.get(rows, as_of=ts if looked_up_at is None else looked_up_at)
     frame = pd.DataFrame([{**r, **{n: g[n] for n in online.names}} for r, g in zip(rows, got, strict=True)])
     frame["ts"] = ts
     frame["request_id"] = [f"r{i}" for i in range(len(frame))]
@@ -127,7 +130,7 @@ def test_request_time_feature_is_replayed_and_its_skew_named(store: tuple[Path, 
     from mlops_features import open_store  # served past the stored view's TTL: the z-score read expired values
 
     later = ts + open_store(rt, root).get_feature_view("user_transactions").ttl + pd.Timedelta(days=1)
-    stale = served_log(rt, root, seen.sample(120, random_state=4), later)
+    stale = served_log(rt, root, seen.sample(120, random_state=4), later, looked_up_at=ts)
     z = replay(rt, root, stale).features["amount_zscore_user_7d"]
     assert z.mismatches == int((stale["amount_zscore_user_7d"] != 0).sum()) > 0
     assert z.causes == {"stale_ttl": z.mismatches}  # its input's cause, not "transformation"
@@ -140,12 +143,16 @@ def test_value_kept_online_past_its_ttl_is_named(store: tuple[Path, DataConfig, 
 
     ttl = open_store(features, root).get_feature_view("user_transactions").ttl  # declared in feature_repo/
     later = serving_time(root, features) + ttl + pd.Timedelta(days=1)
-    log = served_log(features, root, seen.sample(100, random_state=3), later)
+    # a store that kept the values past their ttl: looked up as of serving_time, logged at `later`
+    log = served_log(features, root, seen.sample(100, random_state=3), later, looked_up_at=serving_time(root, features))
     report = replay(features, root, log)
     causes = report.causes()
     assert causes["stale_ttl"] > 0 and sum(causes.values()) == causes["stale_ttl"], causes
     # every value that differs from the default the offline store answers past its TTL is an expired one
     assert report.features["user_amount_sum_7d"].mismatches == int((log["user_amount_sum_7d"] != 0).sum())
+    # the platform's lookup applies the ttl itself: served at `later`, it answers the defaults training sees
+    honest = replay(features, root, served_log(features, root, seen.sample(100, random_state=3), later))
+    assert honest.rows_compared == 100 and honest.mismatch_rate == 0.0, honest.examples
 
 
 def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, DataConfig, FeaturesConfig],

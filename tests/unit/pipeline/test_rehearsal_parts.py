@@ -11,6 +11,7 @@ import yaml
 from mlops_pipeline.rehearsal.context import config_env, load_rehearsal_config
 from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
 from mlops_pipeline.rehearsal.topology import Platform, prometheus_rules
+from tests.support import sample_as_of
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,6 +35,7 @@ def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names
     assert (cfg.tracking.username_env, cfg.tracking.password_env) == ("MLFLOW_TRACKING_USERNAME",
                                                                       "MLFLOW_TRACKING_PASSWORD")
     assert cfg.tracking.uri == "http://127.0.0.1:5001"
+    assert cfg.features.online_ttl_as_of == sample_as_of()  # the generated sample's dates, as the local profile pins
     # the profile's Spark engine, on this run's master, executors sized to its one 2-core worker
     assert (cfg.features.batch_engine, cfg.features.spark_master) == ("spark", "spark://127.0.0.1:7177")
     assert cfg.features.spark_conf["spark.executor.cores"] == "2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -61,6 +62,13 @@ class FeaturesConfig(Section):
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""
 
+    online_ttl_as_of: datetime | None = None
+    """The instant the online lookup measures each feature view's ``ttl`` back from, as the offline point-in-time
+    join does from a label's time: a view's online value stamped before ``as_of - ttl`` is expired and served as
+    its default, the entity flagged unknown. ``None`` (production): the request's wall-clock time. A pinned ISO
+    8601 time (``2026-11-04T00:00:00Z``; no zone: UTC) serves fixed synthetic data as if just after its end:
+    the ``local`` profile pins the day after the sample's last event, else every value would be expired."""
+
     batch_engine: Literal["local", "spark"] = "local"
     """Feast's materialization engine: ``local`` (in this process) or ``spark`` (Feast's Spark compute engine
     on ``spark_master``: ``local[*]`` on one machine, ``spark://host:7077`` or ``k8s://https://…`` for a
@@ -88,6 +96,21 @@ class FeaturesConfig(Section):
                 f"batch_engine 'spark' needs offline_store 'duckdb', got offline_store {self.offline_store!r}: the "
                 "Spark engine's executors read the sources and the training sets are joined by the DuckDB store")
         return self
+
+    @field_validator("online_ttl_as_of", mode="before")
+    @classmethod
+    def _iso_time(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"online_ttl_as_of {value!r} is not an ISO 8601 time: expected e.g. "
+                                 "'2026-11-04T00:00:00Z', or null for the request's wall-clock time") from None
+        elif isinstance(value, date) and not isinstance(value, datetime):
+            value = datetime(value.year, value.month, value.day)
+        if isinstance(value, datetime) and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
 
     @field_validator("spark_conf", mode="before")
     @classmethod

@@ -146,6 +146,9 @@ def _file_layer(path: Path, root: Path) -> Layer:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{name}{where}: malformed YAML: {problem}; expected a mapping of sections") from None
+    except ValueError as exc:  # PyYAML's timestamp resolver builds a datetime of e.g. 2026-13-40 and lets it raise
+        raise ConfigError(f"{name}: a timestamp-shaped value is no valid time ({exc}); expected ISO 8601, "
+                          "e.g. 2026-11-04T00:00:00Z") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -158,6 +161,9 @@ def _parse_scalar(text: str, origin: str) -> Any:
         return yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         raise ConfigError(f"{origin}: value {text!r} is not a valid YAML scalar or list") from None
+    except ValueError as exc:  # PyYAML's timestamp resolver builds a datetime of e.g. 2026-13-40 and lets it raise
+        raise ConfigError(f"{origin}: value {text!r} is no valid time ({exc}); expected ISO 8601, "
+                          "e.g. 2026-11-04T00:00:00Z") from None
 
 
 def _env_layer(env: Mapping[str, str]) -> Layer:

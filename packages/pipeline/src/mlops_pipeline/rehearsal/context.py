@@ -38,6 +38,8 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         "MLOPS__TRACKING__S3_ENDPOINT_URL_ENV": "null",
         "MLOPS__FEATURES__REDIS_URL": platform.redis_url,
         "MLOPS__FEATURES__REGISTRY": platform.feast_registry_url,
+        # the generated sample has fixed dates: its views' ttl counts from the local profile's pin, not the wall clock
+        "MLOPS__FEATURES__ONLINE_TTL_AS_OF": "2026-11-04T00:00:00Z",
         # the environment's Spark cluster (spark://fraud-spark-master:7077) is this run's master, and its one worker
         # offers 2 cores and 2g: executors sized to fit it, one shuffle partition per core
         "MLOPS__FEATURES__SPARK_MASTER": platform.spark_master_url,
