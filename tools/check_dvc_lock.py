@@ -13,9 +13,9 @@ of its outputs. This checks, without running a stage, every part of that record 
   record of that output, and each stage's params read from it the lock's values.
 
 It cannot check, and says so, what only running the stages gives: data outputs and the dependencies on them
-(``data/raw`` … ``data/features``: seeded and deterministic, but absent from a clean clone) and run-specific
-outputs (``reports/train.json`` holds the MLflow run id, the version, paths and timings, so the train stage's
-output md5 changes with every run). Run by ``make test`` (``make dvc-lock-check``):
+(``data/raw`` … ``data/features``: seeded and deterministic, but absent from a clean clone) and what training
+writes (``reports/train.json``: the run's hashes, steps and metrics, the same for the same code, config and data,
+but only a run of the train stage makes it). Run by ``make test`` (``make dvc-lock-check``):
 ``python tools/check_dvc_lock.py [--root DIR] [--dvcfile dvc.yaml]``. Exit 0 current, 1 stale, 2 unusable.
 """
 

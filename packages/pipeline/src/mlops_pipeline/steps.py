@@ -25,7 +25,7 @@ from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows, run_server, send_traffic
 
 log = logging.getLogger(__name__)
-TRAIN_RESULT = Path("reports/train.json")
+TRAIN_RESULT = Path("reports/train-run.json")  # the train stage's --out (dvc.yaml)
 
 
 def _dvc(ctx: PipelineContext, stage: str) -> dict[str, Any]:

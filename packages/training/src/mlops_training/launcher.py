@@ -63,6 +63,15 @@ class TrainResult:
     def to_json(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
+    def record(self) -> dict[str, Any]:
+        """What the run made of its inputs and nothing of the run itself: the weights, data and config hashes,
+        steps, evaluation metrics and trajectory; no run id, version, folder or timing. The train stage's DVC
+        output, so a re-run of the same code, config and data writes the same bytes (and ``dvc.lock`` stays as
+        committed); :meth:`to_json` has the rest."""
+        return {"weights_sha256": self.weights_sha256, "data_hash": self.data_hash,
+                "config_sha256": self.config_sha256, "steps": self.steps, "metrics": dict(sorted(self.metrics.items())),
+                "trajectory": dict(self.trajectory)}
+
 
 def new_run_name(model: str) -> str:
     """``<model>-<UTC time>-<random>``: unique per launch, stable across torchrun restarts."""

@@ -29,6 +29,9 @@ def run(
     run_name: Annotated[str | None, typer.Option("--run-name", help="Resume this run's checkpoints.")] = None,
     no_track: Annotated[bool, typer.Option("--no-track", help="Export only; no MLflow run or version.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the result JSON to this file.")] = None,
+    record: Annotated[Path | None, typer.Option(
+        "--record", help="Also write what the run made of its inputs (hashes, steps, metrics; no run id, version "
+        "or timing) to this file: the same bytes for the same code, config and data.")] = None,
 ) -> None:
     """Check the config (doctor), train under torchrun, export, log to MLflow and register a version."""
     from mlops_training import train_model
@@ -40,9 +43,10 @@ def run(
     if result is None:
         console.print("this node's workers finished; rank 0's node holds the result")
         return
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    for path, doc in ((out, result.to_json()), (record, result.record())):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
     if as_json:
         print_json(result.to_json())
         return
