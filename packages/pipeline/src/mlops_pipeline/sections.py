@@ -98,15 +98,16 @@ def canary_section(ctx: PipelineContext) -> Section | None:
     ms = {v: (a[v]["p99_s"] or 0.0) * 1000 for v in ("stable", "canary")}
     err = {v: a[v]["error_rate"] or 0.0 for v in ("stable", "canary")}
     reqs = {v: a[v]["requests"] for v in ("stable", "canary")}
-    scores = {f"v{k} ({'canary' if k == canary['canary'] else 'stable'})": v for k, v in canary["scores"].items()}
+    figures = [plots.grouped_bar_chart("canary-compare", {"requests": reqs, "p99 ms": ms, "error rate": err},
+                                       title="stable vs canary")]
+    # the local loop keeps the served scores; the rehearsal's canary (Prometheus and the shared log) does not
+    if canary.get("scores"):
+        scores = {f"v{k} ({'canary' if k == canary['canary'] else 'stable'})": v for k, v in canary["scores"].items()}
+        figures.append(plots.distribution_chart("canary-scores", scores, title="prediction scores", xlabel="score"))
     return Section("canary", f"Canary analysis: {a['decision']}",
                    text=f"stable v{canary['stable']} vs canary v{canary['canary']} at {canary['percent']}%; "
                    f"prediction PSI {_fmt(a['prediction_psi'])}" + _verdict_text(a, canary.get("looks") or []),
-                   table={"header": ["check"], "rows": [[r] for r in a["reasons"]]},
-                   plots=[plots.grouped_bar_chart("canary-compare", {"requests": reqs, "p99 ms": ms,
-                                                                     "error rate": err}, title="stable vs canary"),
-                          plots.distribution_chart("canary-scores", scores, title="prediction scores",
-                                                   xlabel="score")])
+                   table={"header": ["check"], "rows": [[r] for r in a["reasons"]]}, plots=figures)
 
 
 def lm_canary_section(ctx: PipelineContext) -> Section | None:
