@@ -18,10 +18,13 @@ comes late and memory follows the queue. Here, as in any admission controller:
 
 - the body is read **before** admission, under the request's deadline (counted from its arrival): a client that
   trickles its body holds no in-flight place (160 such clients once left 0 of 13,906 ordinary requests
-  answered, every place taken by a body still arriving) and is answered 408 when the deadline passes. At most
-  ``READERS_PER_PLACE`` × ``serving.max_inflight`` bodies are read at once (the rest 503, ``reason="reading"``),
-  and no more than ``serving.max_payload_bytes`` of one is held here: past it the body streams on to the size
-  limit of :class:`mlops_serving.server.RequestGuard`, which answers 413.
+  answered, every place taken by a body still arriving) and is answered 408 when the deadline passes. The bodies
+  being read hold at most ``serving.max_inflight`` × ``serving.max_payload_bytes`` together (what the admitted
+  requests may hold; a request arriving past it is refused, 503 ``reason="reading"``): a bound on bytes, not on
+  readers, so a burst of small requests, which all wait on ``receive`` at once for an instant, is not shed (a cap
+  of 4 readers per place shed 64 of 96 clients' bursts). No more than ``serving.max_payload_bytes`` of one body is
+  held here: past it the body streams on to the size limit of :class:`mlops_serving.server.RequestGuard`, which
+  answers 413.
 
 The deadline reaches the model through a :class:`Ticket` in a context variable: the request's task runs the
 middleware and KServe's ``Model.__call__``, so :func:`current_ticket` in ``preprocess`` sees it.
@@ -44,8 +47,6 @@ from mlops_serving.errors import BadRequestError, RequestTimeoutError, ServingEr
 
 DEADLINE_HEADER = "x-request-deadline-ms"
 DECREASE_EVERY_S = 0.1
-READERS_PER_PLACE = 4
-"""Bodies read at once, per in-flight place: reading costs a coroutine and at most one body's bytes each."""
 ADMITTED_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=None)
 
@@ -129,8 +130,9 @@ class AdmissionMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.shed = Counter("mlops_serving_shed_requests", "Predict requests refused for overload, by reason "
-                            "(inflight: over serving.max_inflight; deadline: not scored in time; reading: too many "
-                            "bodies arriving at once, 503; body_timeout: the body not in by the deadline, 408).",
+                            "(inflight: over serving.max_inflight; deadline: not scored in time; reading: the "
+                            "bodies being read hold too many bytes, 503; body_timeout: the body not in by the "
+                            "deadline, 408).",
                             ["model", "reason"], registry=registry)
         self.inflight = Gauge("mlops_serving_inflight", "Predict requests held now (read, queued or scored).",
                               ["model"], registry=registry)
@@ -161,7 +163,8 @@ class AdmissionGuard:
         self.limits = limits
         self.errors = errors
         self.inflight = 0
-        self.reading = 0
+        self.reading_bytes = 0
+        self._reading_budget = limits.max_inflight * limits.max_body_bytes
         self.peak = 0
         self.limit = float(limits.max_inflight)
         self._target_s = limits.deadline_ms / 2000.0
@@ -187,18 +190,18 @@ class AdmissionGuard:
             await self.errors.send(send, exc)
             return
         deadline = arrived + deadline_ms / 1000.0
-        if self.reading >= READERS_PER_PLACE * self.limits.max_inflight:
+        if self.reading_bytes >= self._reading_budget:
             self._shed["reading"].inc()
             await self.errors.send(send, OverloadedError(
-                f"{self.reading} request bodies are arriving at once (at most {READERS_PER_PLACE} x "
-                f"serving.max_inflight={self.limits.max_inflight}); retry later",
+                f"the bodies being read hold {self.reading_bytes} bytes (at most serving.max_inflight x "
+                f"serving.max_payload_bytes = {self._reading_budget}); retry later",
                 retry_after_s=self.limits.retry_after_s))
             return
-        self.reading += 1
+        held = [0]
         try:
-            body = await self._read_body(receive, deadline)
+            body = await self._read_body(receive, deadline, held)
         finally:
-            self.reading -= 1
+            self.reading_bytes -= held[0]
         if body is None:
             self._shed["body_timeout"].inc()
             await self.errors.send(send, RequestTimeoutError(
@@ -233,11 +236,11 @@ class AdmissionGuard:
             if ticket.lookup_abandoned:
                 self._abandoned.inc()
 
-    async def _read_body(self, receive: Any, deadline: float) -> list[dict[str, Any]] | None:
+    async def _read_body(self, receive: Any, deadline: float, held: list[int]) -> list[dict[str, Any]] | None:
         """The body's ``http.request`` messages as they came, read until the last one, the client's disconnect,
-        or ``max_body_bytes`` (the rest then streams on); ``None`` when the deadline passed first."""
+        or ``max_body_bytes`` (the rest then streams on); ``None`` when the deadline passed first. ``held[0]``
+        counts the bytes held, which are in :attr:`reading_bytes` until the caller takes them out."""
         messages: list[dict[str, Any]] = []
-        held = 0
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -247,10 +250,12 @@ class AdmissionGuard:
             except TimeoutError:
                 return None
             messages.append(message)
+            size = len(message.get("body", b""))
+            held[0] += size
+            self.reading_bytes += size
             if message["type"] != "http.request" or not message.get("more_body", False):
                 return messages
-            held += len(message.get("body", b""))
-            if held > self.limits.max_body_bytes:
+            if held[0] > self.limits.max_body_bytes:
                 return messages
 
     def _adapt(self, now: float, took_s: float) -> None:
