@@ -137,7 +137,8 @@ def test_overlay_at_remote_head_names_the_fallback(rehearsal: tuple[Path, dict],
                               capture_output=True, text=True, check=True).stdout
     isvc = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "InferenceService")
     assert isvc["metadata"]["annotations"]["mlops.platform/stable-version"] == "1"
-    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/models/fraud/v1")
+    # a version's storage URI ends in "/" (KServe lists a prefix: ".../v1" also matched v10/)
+    assert isvc["spec"]["predictor"]["model"]["storageUri"].endswith("/models/fraud/v1/")
     assert "mlops.platform/canary-version" not in isvc["metadata"]["annotations"]
 
 
