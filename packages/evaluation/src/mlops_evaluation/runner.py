@@ -7,6 +7,7 @@ candidate's run. A gate that fails is a verdict (exit 1); anything that stops th
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import tempfile
@@ -21,7 +22,14 @@ from pydantic import ValidationError
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig, TrainingConfig
 from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name, restore_credentials
 from mlops_evaluation.errors import EvaluationError
-from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
+from mlops_evaluation.gates import (
+    GATES,
+    GateResult,
+    contract_gate,
+    latency_rounds,
+    quality_gate,
+    reproducibility_gate,
+)
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
@@ -151,19 +159,31 @@ def _max_rel_diff(a: Path, b: Path) -> float:
     return worst
 
 
-def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig
-                  ) -> GateResult:
-    """Interleaved A B A′ timing of the champion's and candidate's predictors on holdout requests."""
+def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig, *,
+                  seed: int = 0) -> GateResult:
+    """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
+
+    Each timed call is what serving does per batch (:meth:`mlops_model.ExportedModel.score_records`): encode
+    ``latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
+    ``latency_requests`` requests are measured until the gate can tell, at most ``latency_max_rounds``
+    (:func:`mlops_evaluation.gates.latency_rounds`).
+    """
     n = section.latency_batch_rows
-    frame = holdout.frame.iloc[: max(n * 64, n)]
-    cand_x = candidate.encode(frame)
     ref = champion or candidate
-    ref_x = ref.encode(frame) if champion is not None else cand_x
-    cand_p, ref_p = candidate.predict_encoded(), ref.predict_encoded()
-    pairs = [(ref_x[i:i + n], cand_x[i:i + n]) for i in range(0, len(frame) - n + 1, n)]
-    run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs, timed=section.latency_requests,
-                              warmup=section.latency_warmup, repeats=section.latency_repeats)
-    gate = latency_gate(run, section.latency_tolerance, section.latency_max_noise, confidence=section.confidence)
+    cand_cols, cand_p = candidate.serving_predictor()
+    ref_cols, ref_p = ref.serving_predictor()
+    frame = holdout.frame.iloc[: max(n * 64, n)]
+    rows = frame[[c for c in sorted({*cand_cols, *ref_cols}) if c in frame.columns]]
+    records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    batches = [records[i:i + n] for i in range(0, len(records) - n + 1, n)]
+
+    def one_round() -> Any:
+        return measure_interleaved(ref_p, cand_p, batches, timed=section.latency_requests,
+                                   warmup=section.latency_warmup, repeats=section.latency_repeats)
+
+    gate = latency_rounds(one_round, section.latency_tolerance, section.latency_max_noise,
+                          max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed)
+    gate.evidence["timed"] = "ExportedModel.score_records per batch (encode + forward), as serving scores"
     if champion is None:
         return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                           + gate.reason, {**gate.evidence, "champion": None})
@@ -192,11 +212,11 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
             live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
             results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client, live=live))
         elif gate == "latency":
-            results.append(check_latency(cand, champ, holdout, evaluation))
+            results.append(check_latency(cand, champ, holdout, evaluation, seed=seed))
         else:
             results.append(contract_gate(cand.meta, feature_service=features.feature_service,
                                          available=serving_inputs(features, root)))
-        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        log.info("gate %s: %s", gate, results[-1].label)
     return results, holdout.describe()
 
 
@@ -229,18 +249,20 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
 
                 return call
 
-            run = measure_interleaved(forward(ref.module), forward(cand.module), requests,
-                                      timed=min(evaluation.latency_requests, 100), warmup=evaluation.latency_warmup,
-                                      repeats=evaluation.latency_repeats)
-            result = latency_gate(run, evaluation.latency_tolerance, evaluation.latency_max_noise,
-                                  confidence=evaluation.confidence, seed=seed)
+            one_round = functools.partial(measure_interleaved, forward(ref.module), forward(cand.module), requests,
+                                          timed=min(evaluation.latency_requests, 100),
+                                          warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
+            result = latency_rounds(
+                one_round,
+                evaluation.latency_tolerance, evaluation.latency_max_noise, max_rounds=evaluation.latency_max_rounds,
+                confidence=evaluation.confidence, seed=seed)
             if champ is None:
                 result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                                     + result.reason, {**result.evidence, "champion": None})
             results.append(result)
         else:
             results.append(lm_contract_gate(cand.meta))
-        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        log.info("gate %s: %s", gate, results[-1].label)
     return results, described
 
 
