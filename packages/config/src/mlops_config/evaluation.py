@@ -63,6 +63,12 @@ class EvaluationConfig(Section):
     repro_steps: int = Field(default=20, ge=1)
     """Optimizer steps of the short re-run for the reproducibility gate."""
 
+    reproducibility: Literal["trajectory", "determinism_only"] = "trajectory"
+    """``trajectory``: the reproducibility gate must re-derive the candidate's own weights (its recorded hash at
+    ``repro_steps``, or its final weights for a run no longer than that); a candidate without that record is "not
+    verifiable" and fails. ``determinism_only`` (opt-out, for runs trained before trajectories were recorded):
+    such a candidate is re-run twice and only the pipeline's determinism is checked, and the reason says so."""
+
     repro_gpu_rtol: float = Field(default=1e-3, ge=0)
     """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU): a trajectory
     replay's weights sketch must match the recorded one within rtol x each tensor's norm."""

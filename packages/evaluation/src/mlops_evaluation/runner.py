@@ -34,7 +34,7 @@ from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
-from mlops_evaluation.trajectory import check_trajectory, recorded_differences
+from mlops_evaluation.trajectory import NAME, check_trajectory, recorded_differences
 from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
@@ -66,11 +66,12 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
                           live: Mapping[str, Any] | None = None) -> GateResult:
     """Re-run the candidate's recorded training (config, seed, data) and compare weights.
 
-    When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
-    candidate's own weights hash. A longer run that recorded its trajectory is replayed for ``repro_steps``
-    steps and must reproduce the hash it recorded then (:mod:`mlops_evaluation.trajectory`). A longer run from
-    before trajectories were recorded is re-run twice for ``repro_steps`` steps and the two must agree: the
-    pipeline is deterministic, though the candidate's weights are not re-derived (the reason says so).
+    The candidate's exported weights must be the end of its recorded trajectory. When the recorded run is no
+    longer than ``repro_steps`` it is re-run whole and must reproduce the candidate's own weights hash. A longer
+    run that recorded its trajectory is replayed for ``repro_steps`` steps and must reproduce the hash it
+    recorded then (:mod:`mlops_evaluation.trajectory`). A longer run without that hash is "not verifiable" and
+    fails, unless ``evaluation.reproducibility`` is ``determinism_only`` (see :func:`_rerun_and_compare`).
+    Config and code are checked against the record on every path.
 
     ``live`` holds this process's config sections (``{"features": ..., "data": ...}``, JSON-dumped): the run's
     ``config.json`` was recorded without the passwords of its URLs (:mod:`mlops_core.redact`), and the re-run
@@ -105,37 +106,88 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
                           f"{first}", {"error": str(exc)[:2000], "steps": steps})
 
 
+def _trajectory_end(version: str, lineage: Mapping[str, Any], steps: int, weights: Any) -> str | None:
+    """Why the candidate's exported weights are not the end of its recorded trajectory (None when they are)."""
+    trajectory = dict(lineage.get("trajectory") or {})
+    last = trajectory.get(str(steps))
+    if last is None:
+        return (f"v{version}'s recorded trajectory has no hash at its last step {steps} (recorded at steps "
+                f"{sorted(trajectory, key=int)}): its exported weights cannot be tied to the run that made them")
+    if last != weights:
+        return (f"v{version}'s exported weights (sha256 {str(weights)[:12]}…) are not the end of its recorded "
+                f"trajectory (step {steps}: {str(last)[:12]}…): these weights did not come out of that run")
+    return None
+
+
 def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dict[str, Any], steps: int,
                        root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
+    """The checks in order, each stopping at the first difference: the exported weights are the end of the
+    recorded trajectory (when one was recorded); config and code match the record; then the weights are
+    re-derived: a replay of ``repro_steps`` steps against the recorded hash, or, for a run no longer than that,
+    a whole re-run against the candidate's own weights.
+
+    A longer run with no hash at ``repro_steps`` cannot have its weights re-derived: under
+    ``evaluation.reproducibility: trajectory`` (the default) it is "not verifiable" and fails; under
+    ``determinism_only`` it is re-run twice for ``repro_steps`` steps and the two must agree, which shows the
+    pipeline is deterministic but not that the candidate's weights came from it (the reason says so).
+    """
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
-    if steps > section.repro_steps and str(section.repro_steps) in (lineage.get("trajectory") or {}):
-        gate = check_trajectory(candidate.version, lineage, recorded, root, section.repro_steps, rerun, device=device,
-                                rtol=section.repro_gpu_rtol)
+    mode = section.reproducibility
+    version = candidate.version
+    trajectory = dict(lineage.get("trajectory") or {})
+    weights = candidate.meta.get("weights_sha256")
+    base = {"mode": mode, "recorded": trajectory, "weights_sha256": weights, "steps": steps}
+
+    def verdict(gate: GateResult) -> GateResult:
+        gate.evidence.setdefault("mode", mode)
+        gate.evidence["reproducibility"] = mode
         gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
         return gate
-    if steps and steps <= section.repro_steps:
-        problems = recorded_differences(lineage, recorded, root)
-        if problems:
-            return GateResult("reproducibility", False, f"v{candidate.version}: " + "; ".join(problems),
-                              {"differences": problems})
+
+    if trajectory and (broken := _trajectory_end(version, lineage, steps, weights)):
+        return verdict(GateResult(NAME, False, broken, base))
+    replayable = steps > section.repro_steps and str(section.repro_steps) in trajectory
+    if replayable:
+        return verdict(check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
+                                        rtol=section.repro_gpu_rtol))
+    whole = 0 < steps <= section.repro_steps
+    problems = recorded_differences(lineage, recorded, root)
+    if not whole and mode == "trajectory":
+        missing = ("no weights trajectory" if not trajectory else
+                   f"no weights hash at step {section.repro_steps} (recorded at steps {sorted(trajectory, key=int)})")
+        also = f"; also {'; '.join(problems)}" if problems else ""
+        return verdict(GateResult(
+            NAME, False, f"not verifiable: v{version}'s {steps}-step run recorded {missing}, so a "
+            f"{section.repro_steps}-step replay has nothing of the candidate's to match and its weights cannot be "
+            "re-derived (evaluation.reproducibility: trajectory); retrain it to record its trajectory, or set "
+            f"evaluation.reproducibility=determinism_only to check only that training is deterministic{also}",
+            {**base, "verifiable": False, "differences": problems}))
+    if problems:
+        return verdict(GateResult(NAME, False, f"v{version}: " + "; ".join(problems),
+                                  {**base, "differences": problems}))
+    if whole:
         result = rerun(recorded, root, None)
-        expected = {"weights_sha256": candidate.meta.get("weights_sha256"), "data_hash": lineage.get("data_hash"),
-                    "steps": steps, "source": f"v{candidate.version}'s own weights"}
+        expected = {"weights_sha256": weights, "data_hash": lineage.get("data_hash"),
+                    "steps": steps, "source": f"v{version}'s own weights"}
         reruns = [_facts(result, "full re-run")]
         max_rel = _max_rel_diff(candidate.folder, Path(result.export_dir)) if device != "cpu" else None
-    else:
-        first = rerun(recorded, root, section.repro_steps)
-        second = rerun(recorded, root, section.repro_steps)
-        expected = {**_facts(first, f"first {section.repro_steps}-step re-run"),
-                    "recorded_data_hash": lineage.get("data_hash")}
-        if lineage.get("data_hash"):
-            expected["data_hash"] = lineage["data_hash"]
-        reruns = [_facts(second, f"second {section.repro_steps}-step re-run")]
-        max_rel = _max_rel_diff(Path(first.export_dir), Path(second.export_dir)) if device != "cpu" else None
+        gate = reproducibility_gate(expected, reruns, device=device, max_rel_diff=max_rel,
+                                    rtol=section.repro_gpu_rtol)
+        return verdict(GateResult(NAME, gate.passed, gate.reason, {**base, **gate.evidence}))
+    first = rerun(recorded, root, section.repro_steps)
+    second = rerun(recorded, root, section.repro_steps)
+    expected = {**_facts(first, f"first {section.repro_steps}-step re-run"),
+                "recorded_data_hash": lineage.get("data_hash")}
+    if lineage.get("data_hash"):
+        expected["data_hash"] = lineage["data_hash"]
+    reruns = [_facts(second, f"second {section.repro_steps}-step re-run")]
+    max_rel = _max_rel_diff(Path(first.export_dir), Path(second.export_dir)) if device != "cpu" else None
     gate = reproducibility_gate(expected, reruns, device=device, max_rel_diff=max_rel, rtol=section.repro_gpu_rtol)
-    gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
-    return gate
+    reason = (f"determinism only (evaluation.reproducibility: determinism_only): v{version}'s own weights were not "
+              f"re-derived (its run recorded no hash at step {section.repro_steps}); two {section.repro_steps}-step "
+              f"re-runs of its recorded config were compared with each other: {gate.reason}")
+    return verdict(GateResult(NAME, gate.passed, reason, {**base, **gate.evidence, "verifiable": False}))
 
 
 def _facts(result: Any, source: str) -> dict[str, Any]:
