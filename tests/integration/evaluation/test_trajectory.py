@@ -165,6 +165,68 @@ def test_a_moved_checkout_is_caught(world: dict[str, Any]) -> None:
     assert f"trained at commit {recorded[:12]}" in gate.reason
 
 
+def _gate_under(world: dict[str, Any], scorer: Any, **section: Any) -> Any:
+    """The gate on ``scorer`` with ``evaluation`` fields overridden (the candidate was trained with repro_steps=5)."""
+    from mlops_core import mlflow_client
+    from mlops_evaluation.runner import check_reproducibility
+    from mlops_training import reproduce
+
+    cfg = world["loaded"].config
+    rerun = lambda recorded, root, max_steps: reproduce(recorded, root, max_steps=max_steps)  # noqa: E731
+    return check_reproducibility(scorer, world["root"], cfg.evaluation.model_copy(update=section), rerun,
+                                 client=mlflow_client(cfg.tracking, world["root"]))
+
+
+def test_no_hash_at_repro_steps_is_not_verifiable_unless_determinism_only_is_chosen(world: dict[str, Any]) -> None:
+    """Evaluated with repro_steps=7, the 12-step candidate recorded no hash at step 7. The old gate re-ran 7 steps
+    twice, compared the two re-runs with each other and passed "bit-identical weights" without the candidate."""
+    _, scorer = _gate(world, str(world["honest"].model_version))
+    refused = _gate_under(world, scorer, repro_steps=7)
+    assert not refused.passed and refused.reason.startswith("not verifiable"), refused.reason
+    assert "no weights hash at step 7 (recorded at steps ['5', '12'])" in refused.reason
+    assert "bit-identical" not in refused.reason
+    opted = _gate_under(world, scorer, repro_steps=7, reproducibility="determinism_only")
+    assert opted.passed, opted.reason
+    assert "determinism only (evaluation.reproducibility: determinism_only)" in opted.reason
+    assert "own weights were not re-derived" in opted.reason
+    assert opted.evidence["reruns"][0]["steps"] == 7 and opted.evidence["mode"] == "determinism_only"
+
+
+def test_determinism_only_still_checks_config_and_code(world: dict[str, Any]) -> None:
+    """The old two-re-runs path skipped the config and code checks: a moved checkout passed."""
+    root = world["root"]
+    _, scorer = _gate(world, str(world["honest"].model_version))
+    recorded = _git(root, "rev-parse", "HEAD")
+    (root / "packages" / "recipe.py").write_text("LEARNING = 'a later commit'\n")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "later code")
+    try:
+        gate = _gate_under(world, scorer, repro_steps=7, reproducibility="determinism_only")
+    finally:
+        _git(root, "reset", "-q", "--hard", recorded)
+    assert not gate.passed and f"trained at commit {recorded[:12]}" in gate.reason, gate.reason
+
+
+def test_weights_that_are_not_the_end_of_the_trajectory_fail(world: dict[str, Any], tmp_path: Path) -> None:
+    """The honest lineage beside other weights: the step-5 replay still matches its record, so the old gate
+    passed; the weights are not what step 12 recorded, and the gate now says so before replaying."""
+    import dataclasses
+
+    from mlops_model import load_exported, save_exported, weights_hash
+
+    _, scorer = _gate(world, str(world["honest"].model_version))
+    tensors, meta = load_exported(scorer.folder)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3  # weights from some other recipe
+    folder = save_exported(tmp_path / "swapped", tensors, {k: v for k, v in meta.items() if k != "weights_sha256"})
+    _, swapped_meta = load_exported(folder)
+    swapped = dataclasses.replace(scorer, meta=swapped_meta, folder=folder)
+    assert swapped_meta["lineage"] == meta["lineage"] and swapped_meta["weights_sha256"] == weights_hash(tensors)
+    gate = _gate_under(world, swapped)
+    assert not gate.passed, gate.reason
+    assert (f"exported weights (sha256 {weights_hash(tensors)[:12]}…) are not the end of its recorded trajectory "
+            f"(step 12: {meta['lineage']['trajectory']['12'][:12]}…)") in gate.reason
+
+
 def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: dict[str, Any]) -> None:
     import json
 

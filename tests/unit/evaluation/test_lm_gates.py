@@ -22,7 +22,7 @@ from mlops_evaluation.lm_evaluate import hf_gates, load_hf
 from mlops_evaluation.lm_gates import GenerationTiming, latency_gate, perplexity_gate, reproducibility_gate
 
 SECTION = EvaluationConfig(bootstrap_samples=400, hf_latency_requests=3, hf_latency_warmup=1, hf_max_new_tokens=4,
-                           latency_max_noise=100.0, latency_tolerance=100.0)
+                           latency_max_noise=100.0, hf_latency_max_noise=100.0, latency_tolerance=100.0)
 
 
 def test_perplexity_bootstrap_equals_numpy_by_hand() -> None:

@@ -38,23 +38,36 @@ class EvaluationConfig(Section):
     """Slices with fewer holdout rows are reported but not gated."""
 
     latency_tolerance: float = Field(default=0.10, ge=0)
-    """Allowed p99 regression of the candidate over the champion, on top of the measured A/A noise."""
+    """Allowed regression of the candidate over the champion, at the centre (median per-request ratio) and in the
+    tail (p95): the gate passes when both paired-bootstrap CIs end at or below it, fails when either begins above
+    it, and measures another round otherwise (the CIs hold the noise; nothing is added for it)."""
 
     latency_requests: int = Field(default=400, ge=20)
-    """Timed requests per model in the interleaved latency run."""
+    """Timed requests per model in one round of the interleaved latency run."""
+
+    latency_max_rounds: int = Field(default=5, ge=1)
+    """Rounds of ``latency_requests`` the latency gate measures at most while it cannot tell; still undecided
+    after the last, it fails as "inconclusive: could not tell within N rounds"."""
 
     latency_repeats: int = Field(default=5, ge=1)
     """Back-to-back calls per timed request; the sample is their median, so one scheduler hiccup on a shared
     machine does not become the p99 (1: every call is a sample)."""
 
-    latency_max_noise: float = Field(default=1.0, gt=0)
-    """Largest A/A p99 difference the latency gate trusts; noisier runs fail as "too noisy to judge"."""
+    latency_max_noise: float = Field(default=0.25, gt=0)
+    """Largest A/A spread (the champion against its own interleaved control series, centre or p95) the latency
+    gate trusts; a noisier run is inconclusive ("too noisy to judge") and measures another round."""
 
     latency_warmup: int = Field(default=50, ge=0)
     """Requests per model discarded before timing."""
 
     repro_steps: int = Field(default=20, ge=1)
     """Optimizer steps of the short re-run for the reproducibility gate."""
+
+    reproducibility: Literal["trajectory", "determinism_only"] = "trajectory"
+    """``trajectory``: the reproducibility gate must re-derive the candidate's own weights (its recorded hash at
+    ``repro_steps``, or its final weights for a run no longer than that); a candidate without that record is "not
+    verifiable" and fails. ``determinism_only`` (opt-out, for runs trained before trajectories were recorded):
+    such a candidate is re-run twice and only the pipeline's determinism is checked, and the reason says so."""
 
     repro_gpu_rtol: float = Field(default=1e-3, ge=0)
     """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU): a trajectory
@@ -94,6 +107,10 @@ class EvaluationConfig(Section):
 
     hf_latency_warmup: int = Field(default=3, ge=0)
     """Hugging Face causal LMs: generations per model discarded before timing."""
+
+    hf_latency_max_noise: float = Field(default=1.0, gt=0)
+    """Hugging Face causal LMs: largest A/A difference (paired medians of TTFT and tokens/s over the
+    ``hf_latency_requests`` generations) the generation latency gate trusts; noisier runs fail as "too noisy"."""
 
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""

@@ -2,8 +2,16 @@
 
 from mlops_evaluation.bootstrap import BootstrapResult, paired_bootstrap_f1
 from mlops_evaluation.errors import EvaluationError
-from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
-from mlops_evaluation.latency import LatencyRun, measure_interleaved, percentiles
+from mlops_evaluation.gates import (
+    GATES,
+    GateResult,
+    contract_gate,
+    latency_gate,
+    latency_rounds,
+    quality_gate,
+    reproducibility_gate,
+)
+from mlops_evaluation.latency import LatencyRun, measure_interleaved, paired_regression, percentiles
 from mlops_evaluation.metrics import binary_metrics, perplexity, slice_metrics
 from mlops_evaluation.report import EvaluationReport, to_markdown
 from mlops_evaluation.runner import evaluate
@@ -21,8 +29,10 @@ __all__ = [
     "contract_gate",
     "evaluate",
     "latency_gate",
+    "latency_rounds",
     "measure_interleaved",
     "paired_bootstrap_f1",
+    "paired_regression",
     "percentiles",
     "perplexity",
     "quality_gate",

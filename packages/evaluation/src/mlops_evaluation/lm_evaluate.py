@@ -203,11 +203,11 @@ def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFMo
             a, b, a2 = interleaved(ref, cand, prompts, timed=evaluation.hf_latency_requests,
                                    warmup=evaluation.hf_latency_warmup, new_tokens=evaluation.hf_max_new_tokens)
             results.append(latency_gate(a, b, a2, tolerance=evaluation.latency_tolerance,
-                                        max_noise=evaluation.latency_max_noise, reference=ref_name,
+                                        max_noise=evaluation.hf_latency_max_noise, reference=ref_name,
                                         warmup=evaluation.hf_latency_warmup, clock="cpu"))
         else:
             results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
                                          contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,
                                          seq_len=described["seq_len"]))
-        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        log.info("gate %s: %s", gate, results[-1].label)
     return results, described

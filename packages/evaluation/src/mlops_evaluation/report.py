@@ -77,7 +77,7 @@ def to_markdown(report: EvaluationReport) -> str:
              f"Champion: {champ} · holdout {report.holdout.get('rows')} rows, {report.holdout.get('positives')} "
              f"positives, fingerprint `{str(report.holdout.get('fingerprint'))[:16]}`", "",
              "| gate | verdict | reason |", "| --- | --- | --- |"]
-    lines += [f"| {g.name} | {'pass' if g.passed else '**FAIL**'} | {g.reason.replace('|', '/')} |"
+    lines += [f"| {g.name} | {g.label if g.passed else f'**{g.label}**'} | {g.reason.replace('|', '/')} |"
               for g in report.gates]
     quality = next((g for g in report.gates if g.name == "quality"), None)
     if quality is not None and quality.evidence.get("metric") == "perplexity":
@@ -124,5 +124,4 @@ def log_report(client: MlflowClient, report: EvaluationReport, files: Sequence[P
             if key in ("f1", "precision", "recall", "pr_auc", "roc_auc", "perplexity") and value == value:  # no NaN
                 client.log_metric(run_id, f"holdout_{key}", float(value))
     client.set_tag(run_id, "mlops.evaluation.passed", str(report.passed).lower())
-    client.set_tag(run_id, "mlops.evaluation.gates", ",".join(f"{g.name}={'pass' if g.passed else 'fail'}"
-                                                                for g in report.gates))
+    client.set_tag(run_id, "mlops.evaluation.gates", ",".join(f"{g.name}={g.verdict}" for g in report.gates))

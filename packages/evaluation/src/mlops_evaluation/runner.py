@@ -7,6 +7,7 @@ candidate's run. A gate that fails is a verdict (exit 1); anything that stops th
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import tempfile
@@ -21,12 +22,19 @@ from pydantic import ValidationError
 from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig, TrainingConfig
 from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name, restore_credentials
 from mlops_evaluation.errors import EvaluationError
-from mlops_evaluation.gates import GATES, GateResult, contract_gate, latency_gate, quality_gate, reproducibility_gate
+from mlops_evaluation.gates import (
+    GATES,
+    GateResult,
+    contract_gate,
+    latency_rounds,
+    quality_gate,
+    reproducibility_gate,
+)
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
-from mlops_evaluation.trajectory import check_trajectory, recorded_differences
+from mlops_evaluation.trajectory import NAME, check_trajectory, recorded_differences
 from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
@@ -58,11 +66,12 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
                           live: Mapping[str, Any] | None = None) -> GateResult:
     """Re-run the candidate's recorded training (config, seed, data) and compare weights.
 
-    When the recorded run is no longer than ``repro_steps`` it is re-run whole and must reproduce the
-    candidate's own weights hash. A longer run that recorded its trajectory is replayed for ``repro_steps``
-    steps and must reproduce the hash it recorded then (:mod:`mlops_evaluation.trajectory`). A longer run from
-    before trajectories were recorded is re-run twice for ``repro_steps`` steps and the two must agree: the
-    pipeline is deterministic, though the candidate's weights are not re-derived (the reason says so).
+    The candidate's exported weights must be the end of its recorded trajectory. When the recorded run is no
+    longer than ``repro_steps`` it is re-run whole and must reproduce the candidate's own weights hash. A longer
+    run that recorded its trajectory is replayed for ``repro_steps`` steps and must reproduce the hash it
+    recorded then (:mod:`mlops_evaluation.trajectory`). A longer run without that hash is "not verifiable" and
+    fails, unless ``evaluation.reproducibility`` is ``determinism_only`` (see :func:`_rerun_and_compare`).
+    Config and code are checked against the record on every path.
 
     ``live`` holds this process's config sections (``{"features": ..., "data": ...}``, JSON-dumped): the run's
     ``config.json`` was recorded without the passwords of its URLs (:mod:`mlops_core.redact`), and the re-run
@@ -97,37 +106,88 @@ def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConf
                           f"{first}", {"error": str(exc)[:2000], "steps": steps})
 
 
+def _trajectory_end(version: str, lineage: Mapping[str, Any], steps: int, weights: Any) -> str | None:
+    """Why the candidate's exported weights are not the end of its recorded trajectory (None when they are)."""
+    trajectory = dict(lineage.get("trajectory") or {})
+    last = trajectory.get(str(steps))
+    if last is None:
+        return (f"v{version}'s recorded trajectory has no hash at its last step {steps} (recorded at steps "
+                f"{sorted(trajectory, key=int)}): its exported weights cannot be tied to the run that made them")
+    if last != weights:
+        return (f"v{version}'s exported weights (sha256 {str(weights)[:12]}…) are not the end of its recorded "
+                f"trajectory (step {steps}: {str(last)[:12]}…): these weights did not come out of that run")
+    return None
+
+
 def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dict[str, Any], steps: int,
                        root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
+    """The checks in order, each stopping at the first difference: the exported weights are the end of the
+    recorded trajectory (when one was recorded); config and code match the record; then the weights are
+    re-derived: a replay of ``repro_steps`` steps against the recorded hash, or, for a run no longer than that,
+    a whole re-run against the candidate's own weights.
+
+    A longer run with no hash at ``repro_steps`` cannot have its weights re-derived: under
+    ``evaluation.reproducibility: trajectory`` (the default) it is "not verifiable" and fails; under
+    ``determinism_only`` it is re-run twice for ``repro_steps`` steps and the two must agree, which shows the
+    pipeline is deterministic but not that the candidate's weights came from it (the reason says so).
+    """
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
-    if steps > section.repro_steps and str(section.repro_steps) in (lineage.get("trajectory") or {}):
-        gate = check_trajectory(candidate.version, lineage, recorded, root, section.repro_steps, rerun, device=device,
-                                rtol=section.repro_gpu_rtol)
+    mode = section.reproducibility
+    version = candidate.version
+    trajectory = dict(lineage.get("trajectory") or {})
+    weights = candidate.meta.get("weights_sha256")
+    base = {"mode": mode, "recorded": trajectory, "weights_sha256": weights, "steps": steps}
+
+    def verdict(gate: GateResult) -> GateResult:
+        gate.evidence.setdefault("mode", mode)
+        gate.evidence["reproducibility"] = mode
         gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
         return gate
-    if steps and steps <= section.repro_steps:
-        problems = recorded_differences(lineage, recorded, root)
-        if problems:
-            return GateResult("reproducibility", False, f"v{candidate.version}: " + "; ".join(problems),
-                              {"differences": problems})
+
+    if trajectory and (broken := _trajectory_end(version, lineage, steps, weights)):
+        return verdict(GateResult(NAME, False, broken, base))
+    replayable = steps > section.repro_steps and str(section.repro_steps) in trajectory
+    if replayable:
+        return verdict(check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
+                                        rtol=section.repro_gpu_rtol))
+    whole = 0 < steps <= section.repro_steps
+    problems = recorded_differences(lineage, recorded, root)
+    if not whole and mode == "trajectory":
+        missing = ("no weights trajectory" if not trajectory else
+                   f"no weights hash at step {section.repro_steps} (recorded at steps {sorted(trajectory, key=int)})")
+        also = f"; also {'; '.join(problems)}" if problems else ""
+        return verdict(GateResult(
+            NAME, False, f"not verifiable: v{version}'s {steps}-step run recorded {missing}, so a "
+            f"{section.repro_steps}-step replay has nothing of the candidate's to match and its weights cannot be "
+            "re-derived (evaluation.reproducibility: trajectory); retrain it to record its trajectory, or set "
+            f"evaluation.reproducibility=determinism_only to check only that training is deterministic{also}",
+            {**base, "verifiable": False, "differences": problems}))
+    if problems:
+        return verdict(GateResult(NAME, False, f"v{version}: " + "; ".join(problems),
+                                  {**base, "differences": problems}))
+    if whole:
         result = rerun(recorded, root, None)
-        expected = {"weights_sha256": candidate.meta.get("weights_sha256"), "data_hash": lineage.get("data_hash"),
-                    "steps": steps, "source": f"v{candidate.version}'s own weights"}
+        expected = {"weights_sha256": weights, "data_hash": lineage.get("data_hash"),
+                    "steps": steps, "source": f"v{version}'s own weights"}
         reruns = [_facts(result, "full re-run")]
         max_rel = _max_rel_diff(candidate.folder, Path(result.export_dir)) if device != "cpu" else None
-    else:
-        first = rerun(recorded, root, section.repro_steps)
-        second = rerun(recorded, root, section.repro_steps)
-        expected = {**_facts(first, f"first {section.repro_steps}-step re-run"),
-                    "recorded_data_hash": lineage.get("data_hash")}
-        if lineage.get("data_hash"):
-            expected["data_hash"] = lineage["data_hash"]
-        reruns = [_facts(second, f"second {section.repro_steps}-step re-run")]
-        max_rel = _max_rel_diff(Path(first.export_dir), Path(second.export_dir)) if device != "cpu" else None
+        gate = reproducibility_gate(expected, reruns, device=device, max_rel_diff=max_rel,
+                                    rtol=section.repro_gpu_rtol)
+        return verdict(GateResult(NAME, gate.passed, gate.reason, {**base, **gate.evidence}))
+    first = rerun(recorded, root, section.repro_steps)
+    second = rerun(recorded, root, section.repro_steps)
+    expected = {**_facts(first, f"first {section.repro_steps}-step re-run"),
+                "recorded_data_hash": lineage.get("data_hash")}
+    if lineage.get("data_hash"):
+        expected["data_hash"] = lineage["data_hash"]
+    reruns = [_facts(second, f"second {section.repro_steps}-step re-run")]
+    max_rel = _max_rel_diff(Path(first.export_dir), Path(second.export_dir)) if device != "cpu" else None
     gate = reproducibility_gate(expected, reruns, device=device, max_rel_diff=max_rel, rtol=section.repro_gpu_rtol)
-    gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
-    return gate
+    reason = (f"determinism only (evaluation.reproducibility: determinism_only): v{version}'s own weights were not "
+              f"re-derived (its run recorded no hash at step {section.repro_steps}); two {section.repro_steps}-step "
+              f"re-runs of its recorded config were compared with each other: {gate.reason}")
+    return verdict(GateResult(NAME, gate.passed, reason, {**base, **gate.evidence, "verifiable": False}))
 
 
 def _facts(result: Any, source: str) -> dict[str, Any]:
@@ -151,19 +211,31 @@ def _max_rel_diff(a: Path, b: Path) -> float:
     return worst
 
 
-def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig
-                  ) -> GateResult:
-    """Interleaved A B A′ timing of the champion's and candidate's predictors on holdout requests."""
+def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig, *,
+                  seed: int = 0) -> GateResult:
+    """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
+
+    Each timed call is what serving does per batch (:meth:`mlops_model.ExportedModel.score_records`): encode
+    ``latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
+    ``latency_requests`` requests are measured until the gate can tell, at most ``latency_max_rounds``
+    (:func:`mlops_evaluation.gates.latency_rounds`).
+    """
     n = section.latency_batch_rows
-    frame = holdout.frame.iloc[: max(n * 64, n)]
-    cand_x = candidate.encode(frame)
     ref = champion or candidate
-    ref_x = ref.encode(frame) if champion is not None else cand_x
-    cand_p, ref_p = candidate.predict_encoded(), ref.predict_encoded()
-    pairs = [(ref_x[i:i + n], cand_x[i:i + n]) for i in range(0, len(frame) - n + 1, n)]
-    run = measure_interleaved(lambda p: ref_p(p[0]), lambda p: cand_p(p[1]), pairs, timed=section.latency_requests,
-                              warmup=section.latency_warmup, repeats=section.latency_repeats)
-    gate = latency_gate(run, section.latency_tolerance, section.latency_max_noise, confidence=section.confidence)
+    cand_cols, cand_p = candidate.serving_predictor()
+    ref_cols, ref_p = ref.serving_predictor()
+    frame = holdout.frame.iloc[: max(n * 64, n)]
+    rows = frame[[c for c in sorted({*cand_cols, *ref_cols}) if c in frame.columns]]
+    records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    batches = [records[i:i + n] for i in range(0, len(records) - n + 1, n)]
+
+    def one_round() -> Any:
+        return measure_interleaved(ref_p, cand_p, batches, timed=section.latency_requests,
+                                   warmup=section.latency_warmup, repeats=section.latency_repeats)
+
+    gate = latency_rounds(one_round, section.latency_tolerance, section.latency_max_noise,
+                          max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed)
+    gate.evidence["timed"] = "ExportedModel.score_records per batch (encode + forward), as serving scores"
     if champion is None:
         return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                           + gate.reason, {**gate.evidence, "champion": None})
@@ -192,11 +264,11 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
             live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
             results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client, live=live))
         elif gate == "latency":
-            results.append(check_latency(cand, champ, holdout, evaluation))
+            results.append(check_latency(cand, champ, holdout, evaluation, seed=seed))
         else:
             results.append(contract_gate(cand.meta, feature_service=features.feature_service,
                                          available=serving_inputs(features, root)))
-        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        log.info("gate %s: %s", gate, results[-1].label)
     return results, holdout.describe()
 
 
@@ -229,18 +301,20 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
 
                 return call
 
-            run = measure_interleaved(forward(ref.module), forward(cand.module), requests,
-                                      timed=min(evaluation.latency_requests, 100), warmup=evaluation.latency_warmup,
-                                      repeats=evaluation.latency_repeats)
-            result = latency_gate(run, evaluation.latency_tolerance, evaluation.latency_max_noise,
-                                  confidence=evaluation.confidence, seed=seed)
+            one_round = functools.partial(measure_interleaved, forward(ref.module), forward(cand.module), requests,
+                                          timed=min(evaluation.latency_requests, 100),
+                                          warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
+            result = latency_rounds(
+                one_round,
+                evaluation.latency_tolerance, evaluation.latency_max_noise, max_rounds=evaluation.latency_max_rounds,
+                confidence=evaluation.confidence, seed=seed)
             if champ is None:
                 result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                                     + result.reason, {**result.evidence, "champion": None})
             results.append(result)
         else:
             results.append(lm_contract_gate(cand.meta))
-        log.info("gate %s: %s", gate, "pass" if results[-1].passed else "FAIL")
+        log.info("gate %s: %s", gate, results[-1].label)
     return results, described
 
 

@@ -7,7 +7,7 @@ the gates judge exactly the scores production returns; a ``causal_lm`` version i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,12 @@ class Scorer:
     def predict_encoded(self) -> Callable[[np.ndarray], np.ndarray]:
         """A predictor over encoded rows (what the latency gate times): forward + sigmoid, no autograd."""
         return self._tabular().score_encoded
+
+    def serving_predictor(self) -> tuple[list[str], Callable[[Sequence[Mapping[str, Any]]], np.ndarray]]:
+        """The columns serving must send and serving's scorer over row dicts (encode + forward), which the
+        latency gate times."""
+        model = self._tabular()
+        return sorted(model.encoder.input_columns), model.score_records
 
     def score(self, frame: pd.DataFrame) -> np.ndarray:
         """Probability of fraud for every row."""

@@ -48,7 +48,7 @@ def gates_section(ctx: PipelineContext) -> Section | None:
     report = ctx.facts.get("gates")
     if report is None:
         return None
-    rows = [[g.name, "pass" if g.passed else "FAIL", g.reason] for g in report.gates]
+    rows = [[g.name, g.label, g.reason] for g in report.gates]
     figures: list[str] = []
     by_name = {g.name: g for g in report.gates}
     quality = by_name.get("quality")

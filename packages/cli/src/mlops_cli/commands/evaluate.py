@@ -45,6 +45,6 @@ def run(
         print_json({**report.to_dict(), "paths": report.paths})
     else:
         for g in report.gates:
-            console.print(f"{'PASS' if g.passed else 'FAIL'} {g.name}: {g.reason}", markup=False)
+            console.print(f"{g.label.upper()} {g.name}: {g.reason}", markup=False)
         console.print(f"{'passed' if report.passed else 'BLOCKED'}; report: {report.paths.get('markdown')}")
     raise typer.Exit(report.exit_code)
