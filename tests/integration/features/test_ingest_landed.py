@@ -80,3 +80,44 @@ def test_missing_landing_area_or_version_is_a_clear_error(tmp_path: Path) -> Non
         pull_accepted(data, _workspace(tmp_path, "b"))
     with pytest.raises(DataError, match=r"data\.landing_uri is not set"):
         ingest_landed(DataConfig(), _workspace(tmp_path, "c"))
+
+
+@pytest.mark.timeout(1200)
+def test_data_pull_takes_the_models_pin_over_the_newest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mlops data pull` in a checkout whose pin names the first version pulls the first, though a second one is
+    the newest; without the pin (or with --data-version latest) it pulls the newest."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    landing, remote = tmp_path / "landing", tmp_path / "dvc-remote"
+    data = DataConfig(raw_dir="data/landed", validated_dir="data/accepted", landing_uri=landing.as_uri(),
+                      dvc_remote=str(remote))
+    days = generate_transactions(tmp_path / "gen", rows=600, days=2, seed=11)
+    landing.mkdir()
+    shutil.copy(days[0], landing / days[0].name)
+    first = ingest_landed(data, _workspace(tmp_path, "pod-1"))
+    shutil.copy(days[1], landing / days[1].name)
+    second = ingest_landed(data, _workspace(tmp_path, "pod-2"))
+    assert first.data_md5 and second.data_md5 and first.data_md5 != second.data_md5
+    sets = ["--set", "data.raw_dir=data/landed", "--set", "data.validated_dir=data/accepted",
+            "--set", f"data.landing_uri={landing.as_uri()}", "--set", f"data.dvc_remote={remote}"]
+
+    def pull(name: str, *extra: str, pin: str | None = None) -> dict:
+        checkout = _workspace(tmp_path, name)
+        shutil.copytree(Path(__file__).resolve().parents[3] / "configs", checkout / "configs")
+        if pin is not None:
+            (checkout / "configs/models/fraud.data_version").write_text(pin + "\n")
+        monkeypatch.chdir(checkout)
+        monkeypatch.delenv("MLOPS_CONFIG_DIR", raising=False)
+        res = CliRunner().invoke(app, ["data", "pull", *sets, "--json", *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    pinned = pull("runner-pinned", pin=first.data_md5)
+    assert pinned == {"data_md5": first.data_md5, "asked": first.data_md5, "from": "configs/models/fraud.data_version"}
+    assert pull("runner-unpinned") == {"data_md5": second.data_md5, "asked": "latest", "from": "latest"}
+    overridden = pull("runner-flag", "--data-version", "latest", pin=first.data_md5)
+    assert overridden["data_md5"] == second.data_md5 and overridden["from"] == "--data-version"

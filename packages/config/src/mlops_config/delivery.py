@@ -103,7 +103,8 @@ class RetrainConfig(Section):
 
     require_pin: bool = False
     """Training refuses to register a version unless the model's pin (``pin_path``) names a data version. Off in
-    every shipped profile for now: ``mlops data pull`` does not yet pull the pinned version."""
+    every shipped profile for now: ``mlops data pull`` takes the pinned version, but training does not yet check
+    that the data it read is that version."""
 
     pin_path: str = "configs/models/{model}.data_version"
     """The pin, relative to the repository root: one line, the accepted data version (DVC md5) to train on."""

@@ -124,15 +124,23 @@ def ingest(
 @app.command("pull")
 def pull(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
-    data_version: Annotated[str, typer.Option("--data-version", help="md5 of a published version, or latest.")
-                            ] = "latest",
+    data_version: Annotated[str | None, typer.Option(
+        "--data-version", help="md5 of a published version, or latest; default: the model's data-version pin "
+        "(delivery.retrain.pin_path) when the checkout has one, else latest.")] = None,
 ) -> None:
-    """Fetch a published version of the accepted area from data.dvc_remote (what training reads)."""
+    """Fetch a published version of the accepted area from data.dvc_remote (what training reads): the version
+    asked for, else the one the model's pin names (what a merged retraining pull request chose), else the newest."""
+    from mlops_config import read_data_pin
     from mlops_features import pull_accepted
 
     loaded = load(profile, model, sets, check_secrets=False)
-    md5 = pull_accepted(loaded.config.data, loaded.root, data_version)
+    cfg = loaded.config
+    pinned = None if data_version else read_data_pin(cfg.delivery.retrain, loaded.root, cfg.project.model)
+    version, source = ((data_version, "--data-version") if data_version
+                       else (pinned, cfg.delivery.retrain.pin_path.format(model=cfg.project.model)) if pinned
+                       else ("latest", "latest"))
+    md5 = pull_accepted(cfg.data, loaded.root, version)
     if as_json:
-        print_json({"data_md5": md5})
+        print_json({"data_md5": md5, "asked": version, "from": source})
         return
-    console.print(f"pulled accepted area {md5}")
+    console.print(f"pulled accepted area {md5} ({version} from {source})")
