@@ -432,6 +432,10 @@ def test_a_prompt_too_long_in_characters_is_refused_before_tokenizing(server: LM
         assert r.status_code == 400, r.text
         message = r.json()["error"]["message"]
         assert f"{limit + 1} characters" in message and f"at most {limit}" in message
+    # the KServe v2 generate route holds the same bound (it tokenized any length before)
+    r = httpx.post(f"{server.url}/v2/models/{MODEL}/generate", timeout=30,
+                   json={"text_input": "a" * (limit + 1), "parameters": {"max_tokens": 4}})
+    assert r.status_code == 400 and f"{limit + 1} characters" in r.text, r.text
     ok = httpx.post(f"{server.openai_base}/completions", json={"model": MODEL, "prompt": "stone", "max_tokens": 2},
                     timeout=30)
     assert ok.status_code == 200  # the server went on answering

@@ -159,7 +159,8 @@ class LMRoutes:
                 raise BadRequestError("parameters must be an object")
             check_supported(params, "v2_generate")
             sampling = parse_sampling({"temperature": 0.0, **params}, self.cfg, chat=False)
-            ids = self.model.encode(text)
+            self._check_chars(len(text))
+            ids = await asyncio.to_thread(self.model.encode, text)  # off the loop: the other streams go on
             self.model.check_fits(len(ids), sampling.max_tokens)
             out = await self._run(ids, sampling, text, "v2_generate")
         except ServingError as exc:
@@ -172,7 +173,8 @@ class LMRoutes:
         try:
             body = await self._body(request)
             check_supported(body, "chat" if chat else "completions")
-            prompt_ids, prompt_text = self._prompt(body, chat=chat)
+            # tokenizing (bounded by _check_chars) runs off the event loop, so the streams already running go on
+            prompt_ids, prompt_text = await asyncio.to_thread(self._prompt, body, chat=chat)
             sampling = parse_sampling(body, self.cfg, chat=chat)
             self.model.check_fits(len(prompt_ids), sampling.max_tokens)
             endpoint = "chat" if chat else "completions"
