@@ -195,7 +195,7 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
 
 def _rebuild_non_persistent_buffers(model: torch.nn.Module, device: torch.device) -> None:
     for module in model.modules():
-        names = getattr(module, "_non_persistent_buffers_set", set())
+        names: set[str] = getattr(module, "_non_persistent_buffers_set", set())
         if not names:
             continue
         config = getattr(module, "config", None)

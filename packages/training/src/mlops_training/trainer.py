@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mlops_config import TrainingConfig
 from mlops_training.checkpoint import Checkpointer, latest_checkpoint
@@ -257,7 +257,9 @@ def _record_weights(model: torch.nn.Module, dist_info: Dist, trajectory: dict[st
 
     from mlops_model import weights_hash, weights_sketch
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # full_state_dict=True: every value is a (CPU) tensor, though the signature says a nested ValueType
+    full = cast("dict[str, torch.Tensor]",
+                get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
     if dist_info.is_main:
         trajectory[str(step)] = weights_hash(full)
         sketches[str(step)] = weights_sketch(full)
