@@ -69,25 +69,28 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture
-def server_process(tmp_path: Path, kit: Any, redis_features: Any, redis_url: str) -> Iterator[tuple[str, int]]:
+def _start(kit: Any, tmp_path: Path, redis_url: str, prefix: str, max_inflight: int,
+           deadline_ms: float) -> tuple[str, subprocess.Popen[bytes]]:
     port = kit.free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(CONFTEST), str(tmp_path), redis_url,
-                             redis_features.prefix, str(port), "8", "250"], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(CONFTEST), str(tmp_path), redis_url, prefix, str(port),
+                             str(max_inflight), str(deadline_ms)], env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
+    stop = time.monotonic() + 90
+    while time.monotonic() < stop and proc.poll() is None:
         try:
             if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                break
+                return url, proc
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail(f"server process did not get ready: {proc.communicate()[1].decode()[-2000:]}")
+    proc.kill()
+    pytest.fail(f"server process did not get ready: {proc.communicate()[1].decode()[-2000:]}")
+
+
+@pytest.fixture
+def server_process(tmp_path: Path, kit: Any, redis_features: Any, redis_url: str) -> Iterator[tuple[str, int]]:
+    url, proc = _start(kit, tmp_path, redis_url, redis_features.prefix, max_inflight=8, deadline_ms=250)
     yield url, proc.pid
     proc.terminate()
     proc.wait(20)
@@ -254,25 +257,6 @@ def test_the_limit_adapts_down_when_admitted_requests_run_past_half_the_deadline
     finally:
         source.delay = 0.0
         srv.stop()
-
-
-def _start(kit: Any, tmp_path: Path, redis_url: str, prefix: str, max_inflight: int,
-           deadline_ms: float) -> tuple[str, subprocess.Popen[bytes]]:
-    port = kit.free_port()
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(CONFTEST), str(tmp_path), redis_url, prefix, str(port),
-                             str(max_inflight), str(deadline_ms)], env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    stop = time.monotonic() + 90
-    while time.monotonic() < stop and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                return url, proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"server process did not get ready: {proc.communicate()[1].decode()[-2000:]}")
 
 
 async def trickle(port: int, seconds: float, answers: list[int]) -> None:
