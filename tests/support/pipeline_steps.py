@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("WARNING")  # as the CLI's default
     steps = STEPS[: names.index(args.until) + 1]
     started = time.perf_counter()
-    results = run_steps(steps, PipelineContext(loaded=load_config(), fast=args.fast), show=False)
+    results = run_steps(steps, PipelineContext(loaded=load_config(), fast=args.fast))
     ok = all(s.status == "ok" for s in results)
     doc = {"ok": ok, "seconds": round(time.perf_counter() - started, 2),
            "steps": [{"name": s.name, "title": s.title, "status": s.status, "seconds": round(s.seconds, 2),

@@ -40,7 +40,7 @@ def test_runner_stops_at_first_failure_and_keeps_results() -> None:
         raise RuntimeError("disk full")
 
     results = run_steps([Step("a", "A", lambda c: {"n": 1}), Step("b", "B", boom), Step("c", "C", lambda c: {})],
-                        ctx=None, show=False)
+                        ctx=None)
     assert [r.status for r in results] == ["ok", "failed", "skipped"]
     assert results[0].outputs == {"n": 1}
     assert results[1].error == "RuntimeError: disk full"

@@ -30,7 +30,7 @@ from mlops_core.lifecycle import (
     versions,
 )
 from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
-from mlops_core.logs import RedactingFormatter, setup_logging
+from mlops_core.logs import KNOWN_WARNINGS, RedactingFormatter, filter_known_warnings, setup_logging
 from mlops_core.redact import redact_credentials, redact_tree, restore_credentials
 from mlops_core.seed import seed_everything
 from mlops_core.spark_cluster import spark_class, spark_master_args, spark_worker_args
@@ -76,6 +76,7 @@ __all__ = [
     "CODE_PATHS",
     "FALLBACK",
     "GATE_REPORT_ARTIFACT",
+    "KNOWN_WARNINGS",
     "MODEL_DIGEST_TAG",
     "ChainVerdict",
     "ConfigError",
@@ -100,6 +101,7 @@ __all__ = [
     "edge_probs",
     "ensure_experiment",
     "fetch_gate_report",
+    "filter_known_warnings",
     "flatten",
     "git_info",
     "hash_files",

@@ -165,6 +165,9 @@ def open_store(features: FeaturesConfig, root: str | Path) -> Any:
     """
     from feast import FeatureStore, RepoConfig
 
+    from mlops_core import filter_known_warnings
+
+    filter_known_warnings()  # after Feast's import, whose own "once" filters would otherwise come first
     repo = repo_dir(features, root)
     raw = repo_config_dict(features, root, relative_to=repo, environ=os.environ)  # secrets never through YAML
     for key in ("registry", "online_store"):

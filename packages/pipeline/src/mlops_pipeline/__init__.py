@@ -1,6 +1,7 @@
 """The whole loop on one machine, as `mlops pipeline run` and `make demo` run it, the staging rehearsal, and
 monitoring decisions carried out."""
 
+from mlops_pipeline.console import StepConsole, new_run_dir
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.pipeline import STEPS, PipelineResult, run_pipeline
 from mlops_pipeline.provenance import VersionAudit, attach_sbom, verify_version
@@ -14,9 +15,11 @@ __all__ = [
     "PipelineResult",
     "RehearsalResult",
     "RollbackOutcome",
+    "StepConsole",
     "VersionAudit",
     "attach_sbom",
     "execute_rollback",
+    "new_run_dir",
     "rollback_executor",
     "run_monitoring",
     "run_pipeline",

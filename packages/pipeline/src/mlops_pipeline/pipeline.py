@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from mlops_config import LoadedConfig
+from mlops_pipeline.console import StepConsole
 from mlops_pipeline.context import PipelineContext
+from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.lm_loop import LM_STEPS, is_lm, summarize_lm
 from mlops_pipeline.report import render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
@@ -77,20 +78,39 @@ def summarize(step: StepResult) -> str:
     if step.name == "drift":
         return (f"{o['level']} on {', '.join(o['drifted_features'][:4]) or 'nothing'}; champion v{o['champion_before']}"
                 f" → v{o['champion_after']} (rollback {'recorded' if o['rolled_back'] else 'NOT done'})")
-    return json.dumps(o, default=str)[:120]
+    return brief(o)
 
 
-def run_pipeline(loaded: LoadedConfig, *, fast: bool = False, show: bool = True,
-                 console: Console | None = None) -> PipelineResult:
-    """Run every step, print the summary table, write ``reports/latest/index.html``."""
+def brief(outputs: dict[str, Any]) -> str:
+    """A step's scalar figures as ``key=value`` (a step with no sentence of its own; never its raw JSON)."""
+    parts = [f"{k}={v}" for k, v in outputs.items() if isinstance(v, str | int | float | bool) and len(str(v)) <= 40]
+    return ", ".join(parts[:6]) or "done"
+
+
+def run_pipeline(loaded: LoadedConfig, *, fast: bool = False, show: bool = True, console: Console | None = None,
+                 reporter: StepConsole | None = None, until: str | None = None) -> PipelineResult:
+    """Run every step (up to and including ``until``), print the summary table, write
+    ``reports/latest/index.html``.
+
+    ``reporter`` shows the steps and keeps their output in per-step logs (default: nothing shown or kept).
+    """
     console = console or Console(stderr=True)
+    reporter = reporter or StepConsole.quiet()
     ctx = PipelineContext(loaded=loaded, fast=fast)
     started = time.perf_counter()
-    results = run_steps(LM_STEPS if is_lm(ctx) else STEPS, ctx, console=console, show=show)
+    steps = LM_STEPS if is_lm(ctx) else STEPS
+    if until is not None:
+        names = [s.name for s in steps]
+        if until not in names:
+            raise PipelineError(f"--until {until!r} is not a step of this pipeline; expected one of {names}")
+        steps = steps[: names.index(until) + 1]
+    results = run_steps(steps, ctx, reporter=reporter, summarize=summarize)
     out_dir = loaded.root / loaded.config.project.reports_dir / "latest"
     summaries = {s.name: summarize(s) for s in results}
-    report = render_report(out_dir, steps=results, sections=build_sections(ctx), profile=loaded.config.project.profile,
-                           model=loaded.config.project.model, summaries=summaries)
+    with reporter.captured("report"):  # the report's queries (MLflow, plots) log and warn like a step
+        report = render_report(out_dir, steps=results, sections=build_sections(ctx),
+                               profile=loaded.config.project.profile, model=loaded.config.project.model,
+                               summaries=summaries)
     result = PipelineResult(results, report, time.perf_counter() - started)
     if show:
         table = Table(title="mlops pipeline run")

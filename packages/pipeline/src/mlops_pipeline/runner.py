@@ -1,4 +1,4 @@
-"""Runs named steps in order, each timed and shown with a Rich progress display.
+"""Runs named steps in order, each timed, shown and logged by a :class:`~mlops_pipeline.console.StepConsole`.
 
 A step is a plain function ``(ctx) -> dict`` returning the figures it wants in the summary. The first
 failing step stops the run; what ran before is kept in the result so the report can still be written.
@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from mlops_pipeline.console import StepConsole
 
 log = logging.getLogger(__name__)
 
@@ -35,34 +34,43 @@ class Step:
     run: Callable[[Any], dict[str, Any]]
 
 
-def run_steps(steps: list[Step], ctx: Any, *, console: Console | None = None, show: bool = True) -> list[StepResult]:
-    """Run ``steps`` against ``ctx``; stop at the first failure (later steps are marked skipped)."""
+def _status_line(result: StepResult) -> str:
+    return result.error or result.status
+
+
+def run_steps(steps: list[Step], ctx: Any, *, reporter: StepConsole | None = None,
+              summarize: Callable[[StepResult], str] = _status_line) -> list[StepResult]:
+    """Run ``steps`` against ``ctx``; stop at the first failure (later steps are marked skipped).
+
+    ``reporter`` shows each step and keeps its output in the step's log (default: shows and keeps nothing);
+    ``summarize`` turns an ended step into its one line of what happened.
+    """
+    reporter = reporter or StepConsole.quiet()
     results: list[StepResult] = []
-    console = console or Console(stderr=True)
-    progress = Progress(
-        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
-        console=console, disable=not show, transient=False,
-    )
     failed = False
-    with progress:
-        overall = progress.add_task("pipeline", total=len(steps))
-        for i, step in enumerate(steps, 1):
-            if failed:
-                results.append(StepResult(step.name, step.title, "skipped", 0.0))
-                continue
-            task = progress.add_task(f"{i}. {step.title}", total=1)
-            started = time.perf_counter()
+    total = len(steps)
+    reporter.begin(total)
+    for i, step in enumerate(steps, 1):
+        if failed:
+            results.append(StepResult(step.name, step.title, "skipped", 0.0))
+            reporter.skipped(i, total, results[-1])
+            continue
+        reporter.started(i, total, step.name, step.title)
+        started = time.perf_counter()
+        with reporter.captured(step.name):
             try:
                 outputs = step.run(ctx) or {}
             except Exception as exc:  # a step's failure is reported, not re-raised: the report still gets written
-                log.debug("step %s failed", step.name, exc_info=True)
-                results.append(StepResult(step.name, step.title, "failed", time.perf_counter() - started,
-                                          error=f"{type(exc).__name__}: {exc}"))
-                progress.update(task, description=f"{i}. {step.title} [red]failed")
+                result = StepResult(step.name, step.title, "failed", time.perf_counter() - started,
+                                    error=f"{type(exc).__name__}: {exc}")
+                log.info("step %s failed: %s", step.name, result.error, exc_info=True)  # the traceback, in its log
                 failed = True
             else:
-                results.append(StepResult(step.name, step.title, "ok", time.perf_counter() - started, outputs))
-                progress.update(task, completed=1, description=f"{i}. {step.title} [green]ok "
-                                f"({results[-1].seconds:.1f}s)")
-            progress.advance(overall)
+                result = StepResult(step.name, step.title, "ok", time.perf_counter() - started, outputs)
+        results.append(result)
+        try:
+            line = summarize(result)
+        except Exception as exc:  # a summary missing a figure must not lose the step's outcome
+            line = f"(no summary: {type(exc).__name__}: {exc})"
+        reporter.finished(i, total, result, line)
     return results

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, load_config
-from mlops_core import RedactingFormatter, atomic_write_text
+from mlops_core import RedactingFormatter, atomic_write_text, filter_known_warnings
 from mlops_training.errors import TrainingError
 from mlops_training.lifeline import die_with_agent
 
@@ -58,6 +58,7 @@ def _setup_worker_logging(rank: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
     for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "feast"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    filter_known_warnings()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingError as exc:
         log.error("%s", exc)
         return 2
-    if result is not None:
-        log.info("result: %s", json.dumps(result))
+    if result is not None:  # the whole result is in the run folder's result.json; a person reads one line
+        log.info("result: version %s, weights %s, metrics %s", result.get("model_version"),
+                 str(result.get("weights_sha256", ""))[:16], result.get("metrics"))
     return 0
 
 

@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, load, print_json
 
+if TYPE_CHECKING:
+    from mlops_pipeline import StepConsole
+
 app = typer.Typer(help="The whole loop on one machine (what `make demo` runs).", no_args_is_help=True)
+
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="Stream every process's output and every log record as it comes (no step logs).")]
+
+
+def step_console(root: Path, *, show: bool, verbose: bool) -> StepConsole:
+    """One line per step on stderr; each step's output in ``.mlops/runs/<UTC time>/<step>.log``."""
+    from mlops_pipeline import StepConsole, new_run_dir
+
+    return StepConsole(None if verbose else new_run_dir(root), show=show, verbose=verbose)
 
 
 @app.command("run")
 def run(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
     fast: Annotated[bool, typer.Option("--fast", help="Less traffic and fewer resamples; the same steps.")] = False,
+    until: Annotated[str | None, typer.Option("--until", help="Stop after this step (e.g. features).")] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Run every step with a progress display, print a summary table and write reports/latest/index.html."""
+    """Run every step (one line each; their output in per-step logs), print a summary table and write
+    reports/latest/index.html."""
     from mlops_pipeline import run_pipeline
 
-    result = run_pipeline(load(profile, model, sets), fast=fast, show=not as_json)
+    loaded = load(profile, model, sets)
+    with step_console(loaded.root, show=not as_json, verbose=verbose) as reporter:
+        result = run_pipeline(loaded, fast=fast, show=not as_json, reporter=reporter, until=until)
     if as_json:
         print_json(result.to_dict())
     if not result.ok:
@@ -32,18 +51,23 @@ def run(
 def rehearse(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the one JSON line on stdout.")] = False,
     fast: Annotated[bool, typer.Option("--fast", help="A smaller sample, shorter training, less traffic.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The staging topology on this machine (real servers, started and stopped here) and the whole loop through it.
 
-    Prints a summary table, writes .mlops/rehearsal/<time>/report/index.html, and ends with one JSON line:
+    Prints one line per step (their output in .mlops/runs/<time>/<step>.log) and a summary table, and writes
+    .mlops/rehearsal/<time>/report/index.html; with --json, only one JSON line on stdout:
     {"steps": [...], "alerts_received": n, "rollback_commit": sha, "served_at_head": version, "seconds": s}.
     """
     from mlops_config import find_config_dir
     from mlops_pipeline import run_rehearsal, stdout_to_stderr
 
-    with stdout_to_stderr():  # training and servers write to stdout; it carries the JSON line alone
-        result = run_rehearsal(find_config_dir().parent, fast=fast, show=not as_json)
-    typer.echo(result.to_line())
+    root = find_config_dir().parent
+    with stdout_to_stderr(), step_console(root, show=not as_json, verbose=verbose) as reporter:
+        # training and servers write to stdout; it carries the JSON line alone
+        result = run_rehearsal(root, fast=fast, show=not as_json, reporter=reporter)
+    if as_json:
+        typer.echo(result.to_line())
     if not result.ok:
         failed = next((s for s in result.steps if s.status == "failed"), None)
         reason = f"step {failed.name!r} failed: {failed.error}" if failed else f"processes left: {result.servers_left}"

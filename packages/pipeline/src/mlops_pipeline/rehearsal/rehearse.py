@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mlops_config import load_config
+from mlops_pipeline.console import StepConsole
+from mlops_pipeline.pipeline import brief
 from mlops_pipeline.rehearsal import loop
 from mlops_pipeline.rehearsal.context import RehearsalContext
 from mlops_pipeline.rehearsal.gitops import served_at_head
@@ -79,10 +81,14 @@ class RehearsalResult:
         return json.dumps(self.to_dict(), default=str, separators=(",", ":"))
 
 
-def run_rehearsal(repo_root: Path, *, fast: bool = False, show: bool = True,
-                  console: Console | None = None) -> RehearsalResult:
-    """Start the topology, run every step, write the report, stop every server; never leaves a process behind."""
+def run_rehearsal(repo_root: Path, *, fast: bool = False, show: bool = True, console: Console | None = None,
+                  reporter: StepConsole | None = None) -> RehearsalResult:
+    """Start the topology, run every step, write the report, stop every server; never leaves a process behind.
+
+    ``reporter`` shows the steps and keeps their output in per-step logs (default: nothing shown or kept).
+    """
     console = console or Console(stderr=True)
+    reporter = reporter or StepConsole.quiet()
     started = time.perf_counter()
     run_dir = repo_root / ".mlops" / "rehearsal" / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -93,12 +99,12 @@ def run_rehearsal(repo_root: Path, *, fast: bool = False, show: bool = True,
         with ProcessHarness(run_dir / "logs") as harness:
             ctx = RehearsalContext(loaded=loaded, fast=fast, actor="mlops-rehearsal", repo_root=repo_root,
                                    run_dir=run_dir, harness=harness, cleanup=cleanup)
-            results = run_steps(STEPS, ctx, console=console, show=show)
+            results = run_steps(STEPS, ctx, reporter=reporter, summarize=_summary)
             if ctx.gitops is not None and results[-1].status == "ok":
                 # what Argo CD would sync now: the overlay rendered at the remote's HEAD
                 served = str(served_at_head(ctx.gitops, ctx.prod_env, ctx.model,
                                             ctx.cfg.delivery.storage_uri_template).stable_version)
-            with contextlib.suppress(Exception):  # the report must not hide the outcome
+            with contextlib.suppress(Exception), reporter.captured("report"):  # must not hide the outcome
                 report = _write_report(ctx, results, run_dir)
         left = sorted({pid for pgid in harness.stopped for pid in group_members(pgid)}
                       | {s.pid for s in harness.servers.values()})
@@ -138,7 +144,7 @@ def _summary(step: StepResult) -> str:
     o = step.outputs
     keys = ("version", "commit", "decision", "level", "data_version", "alerts", "champion", "served")
     parts = [f"{k}={_short(o[k])}" for k in keys if k in o]
-    return ", ".join(parts) or json.dumps(o, default=str)[:120]
+    return ", ".join(parts) or brief(o)
 
 
 def _short(value: Any) -> str:
