@@ -6,6 +6,7 @@ from .mlflow_server import start_mlflow_server
 from .ports import free_port, wait_port
 from .postgres import own_database
 from .redis_server import RedisServer
+from .repo_copy import copy_repo
 from .sample_time import sample_as_of
 
-__all__ = ["RedisServer", "free_port", "own_database", "sample_as_of", "start_mlflow_server", "wait_port"]
+__all__ = ["RedisServer", "copy_repo", "free_port", "own_database", "sample_as_of", "start_mlflow_server", "wait_port"]

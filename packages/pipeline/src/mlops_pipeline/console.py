@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -25,8 +25,14 @@ from rich.text import Text
 
 from mlops_pipeline.capture import capture_output, tail
 
-if TYPE_CHECKING:
-    from mlops_pipeline.runner import StepResult
+
+class StepResult(Protocol):
+    """What the console reads of an ended step (the runner's ``StepResult``)."""
+
+    name: str
+    title: str
+    status: str
+    seconds: float
 
 TAIL_LINES = 20
 _MARK = {"ok": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("-", "yellow")}
