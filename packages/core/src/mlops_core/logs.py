@@ -19,6 +19,12 @@ KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     (DeprecationWarning, r"ibis\.backends\.duckdb", r"fetch_arrow_table\(\) is deprecated"),
     # SQLAlchemy's SADeprecationWarning (a DeprecationWarning) about a loader strategy MLflow's store uses
     (DeprecationWarning, r"mlflow\.store\.tracking\.sqlalchemy_store", "The ``noload`` loader strategy"),
+    # DVC's own use of its dependency's API (dvc.repo.reproduce through the pipeline's steps)
+    (DeprecationWarning, r"dvc\.repo\.(trie|graph)", r"_NoneStep\.value will soon raise"),
+    # Evidently importing numpy.core, Litestar's own deprecations (LitestarDeprecationWarning, a DeprecationWarning)
+    (DeprecationWarning, r"evidently\.legacy\.tests\.utils", r"numpy\.core is deprecated"),
+    (DeprecationWarning, r"litestar\.utils\.deprecation", "Call to deprecated function 'Dependency'"),
+    (DeprecationWarning, r"litestar\.params", "Use of deprecated class 'DependencyKwarg'"),
 )
 
 

@@ -73,6 +73,10 @@ def load_repo(features: FeaturesConfig, root: str | Path) -> Any:
     from feast import Project
     from feast.repo_operations import parse_repo
 
+    from mlops_core import filter_known_warnings
+
+    filter_known_warnings()  # after Feast's import, whose own "once" filters would otherwise come first
+
     repo = repo_dir(features, root)
     with _importable(repo):
         try:

@@ -7,7 +7,7 @@ agent but left the workers training, writing checkpoints nobody waits for and ra
 cannot be forwarded, so the kernel has to do it: each process asks for ``PR_SET_PDEATHSIG = SIGKILL``,
 delivered when its parent dies.
 
-The chain is launcher → agent (``python -m mlops_training.lifeline <torchrun args>``, which is torchrun
+The chain is launcher → agent (``python -c "...lifeline import main; main(...)" <torchrun args>``, torchrun
 itself after the ``prctl``) → workers (``mlops_training.worker`` calls :func:`die_with_agent` first).
 Each checks that its parent is still the one that started it, since a parent dying before the ``prctl``
 would otherwise go unnoticed. Linux only; elsewhere this is a no-op.
@@ -61,7 +61,10 @@ def agent_command(torchrun_cmd: list[str]) -> list[str]:
     """``torchrun_cmd`` (``python -m torch.distributed.run ...``) run through this module's agent entrypoint."""
     if torchrun_cmd[1:3] != ["-m", "torch.distributed.run"]:
         raise ValueError(f"expected 'python -m torch.distributed.run ...', got {torchrun_cmd[:3]!r}")
-    return [torchrun_cmd[0], "-m", "mlops_training.lifeline", *torchrun_cmd[3:]]
+    # -c, not -m: the package's __init__ imports this module, and running it again as __main__ makes runpy warn
+    # (RuntimeWarning: 'mlops_training.lifeline' found in sys.modules) in every training's output.
+    return [torchrun_cmd[0], "-c", "import sys; from mlops_training.lifeline import main; main(sys.argv[1:])",
+            *torchrun_cmd[3:]]
 
 
 def main(argv: list[str] | None = None) -> None:
