@@ -158,9 +158,13 @@ def drift_section(ctx: PipelineContext) -> Section | None:
 
 
 def ledger_section(ctx: PipelineContext) -> Section | None:
-    from mlops_core import history
+    from mlops_core import LifecycleError, history
 
-    entries = [e.as_dict() for e in history(ctx.cfg.tracking, ctx.root, ctx.model)]
+    try:
+        entries = [e.as_dict() for e in history(ctx.cfg.tracking, ctx.root, ctx.model)]
+    except LifecycleError as exc:  # nothing registered yet (a run stopped before training): no ledger to show
+        log.debug("no ledger: %s", exc)
+        return None
     if not entries:
         return None
     t0 = datetime.fromisoformat(entries[0]["ts"])
