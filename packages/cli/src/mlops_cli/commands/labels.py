@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+if TYPE_CHECKING:
+    from mlops_delivery import RetrainOutcome
 
 app = typer.Typer(help="Delayed labels: the labels gate and the label store beside the prediction log.",
                   no_args_is_help=True)
@@ -46,22 +49,18 @@ def performance(
     reference_f1: Annotated[float | None, typer.Option(
         "--reference-f1", help="F1 the realized drop is measured against (e.g. the champion's validation F1).")] = None,
 ) -> None:
-    """Realized (from labels) and CBPE-estimated precision, recall, F1, AUC per window and served version."""
-    from mlops_core import atomic_write_text
-    from mlops_monitoring import performance_metrics_text, performance_report
-    from mlops_serving import resolve_prediction_log_uri
+    """Realized (from labels) and CBPE-estimated precision, recall, F1, AUC per window and served version; a
+    served version's drop beyond the policy opens or updates the retraining pull request (``delivery.retrain``).
+
+    Exits non-zero when that request failed (after printing the report)."""
+    from mlops_pipeline import run_performance
 
     loaded = load(profile, model, sets, check_secrets=False)
-    cfg, m = loaded.config, loaded.config.monitoring
-    uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
-    report = performance_report(uri, cfg.project.model, m.decision_threshold, window=window or m.performance_window,
-                                reference_f1=reference_f1, max_drop=m.max_f1_drop,
-                                min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
-                                interval=m.estimate_interval)
-    metrics = loaded.resolve_path(cfg.project.reports_dir) / m.performance_metrics_file
-    atomic_write_text(metrics, performance_metrics_text(report))
+    run = run_performance(loaded, window=window, reference_f1=reference_f1)
+    report = run.report
     if as_json:
-        print_json(report.to_dict())
+        print_json(run.to_dict())
+        run.check()
         return
     table = Table(title=f"{report.model}: performance at threshold {report.threshold}")
     for name in ("window", "version", "labelled", "F1 real", "F1 est", "AUC real", "AUC est", "ECE", "delay p50 h"):
@@ -77,4 +76,16 @@ def performance(
     console.print(table)
     for version, v in report.verdicts.items():
         console.print(f"version {version}: {v['verdict']} ({v['reason']})")
-    console.print(f"metrics: {metrics}")
+    console.print(f"metrics: {run.metrics}")
+    print_retrain(run.retrain)
+    run.check()
+
+
+def print_retrain(outcome: RetrainOutcome | None) -> None:
+    """One line for a trigger's retraining request (nothing when no trigger fired)."""
+    if outcome is None:
+        return
+    where = f" {outcome.url}" if outcome.url else ""
+    detail = f" — {outcome.detail}" if outcome.detail else ""
+    console.print(f"retrain {outcome.model} ({outcome.reason}): {outcome.status} "
+                  f"({outcome.branch} → data {outcome.data_version or '-'}){where}{detail}")

@@ -1,0 +1,249 @@
+"""The retraining triggers against a real bare git remote (the rehearsal's backend): drift, performance, data.
+
+Each test has a bare remote whose ``main`` pins data version ``V0`` and a DVC folder remote where ingestion's own
+``publish_pointer`` published ``V1``; the config is the repo's ``local`` profile pointed at both with ``--set``
+overrides. The drifted window is the sample generator's ``covariate`` drift scored by a fixed stand-in model,
+compared with a profile of undrifted rows (as the monitor's own tests build it). Every assertion on the pull
+request reads the remote back with plain git, never the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mlops_config import LoadedConfig, load_config
+from mlops_monitoring import MonitorRun, RetrainFailedError, run_monitor
+from mlops_pipeline import retrain_requester
+
+pytestmark = pytest.mark.integration
+
+V0, V1 = "0" * 31 + "a.dir", "1" * 31 + "b.dir"
+PIN = "configs/models/fraud.data_version"
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+NUMERIC = ["amount"]
+CATEGORICAL = ["currency", "category", "country", "device", "channel"]
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _score(df: pd.DataFrame) -> np.ndarray:
+    """A fixed stand-in model: riskier with larger amounts and at night."""
+    z = 0.8 * (np.log(df["amount"].to_numpy()) - 4.0) + 1.0 * (df["event_timestamp"].dt.hour < 5).to_numpy()
+    return np.asarray(1 / (1 + np.exp(-(z - 3.0))))
+
+
+def _rows(tmp: Path, seed: int, drift: str, n: int) -> pd.DataFrame:
+    from mlops_features import generate_transactions
+
+    paths = generate_transactions(tmp / f"{drift}-{seed}", rows=n, days=1, seed=seed, drift=drift)
+    df = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return df.assign(score=_score(df))
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The reference profile (undrifted rows) and a covariate-drifted window, written once."""
+    from mlops_core.profile import build_reference_profile
+
+    tmp = tmp_path_factory.mktemp("windows")
+    train = _rows(tmp, 1, "none", 8_000)
+    (tmp / "profile.json").write_text(json.dumps(
+        build_reference_profile(train, NUMERIC, CATEGORICAL, scores="score", labels="is_fraud")))
+    _rows(tmp, 5, "covariate", 2_000).to_parquet(tmp / "drifted.parquet")
+    return {"profile": tmp / "profile.json", "drifted": tmp / "drifted.parquet"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, config_dir: Path) -> dict[str, Any]:
+    """A bare remote whose main pins V0, a DVC folder remote where ingestion published V1, the repo's configs."""
+    from mlops_config import DataConfig
+    from mlops_features.landing import publish_pointer
+
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    work = tmp_path / "work"
+    (work / "configs" / "models").mkdir(parents=True)
+    (work / PIN).write_text(V0 + "\n")
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", ".")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
+    git(work, "remote", "add", "origin", str(remote))
+    git(work, "push", "-q", "origin", "main")
+    dvc = tmp_path / "dvc"
+    pointer = tmp_path / "accepted.dvc"
+    pointer.write_text(f"outs:\n- md5: {V1}\n  nfiles: 3\n  path: accepted\n")
+    publish_pointer(DataConfig(dvc_remote=str(dvc)), tmp_path, pointer)
+    return {"remote": remote, "dvc": dvc, "config_dir": config_dir, "root": config_dir.parent,
+            "main0": git(remote, "rev-parse", "main")}
+
+
+def loaded(world: dict[str, Any], *sets: str) -> LoadedConfig:
+    """The local profile pointed at the world's remotes (the rate limit at its 24 h default), plus ``sets``."""
+    return load_config(profile="local", config_dir=world["config_dir"], environ={}, check_secrets=False, overrides=[
+        f"delivery.retrain.repo={world['remote']}", f"data.dvc_remote={world['dvc']}", "monitoring.webhook_url=null",
+        "monitoring.auto_rollback=false", *sets])
+
+
+def monitor(world: dict[str, Any], windows: dict[str, Path], cfg: LoadedConfig, at: datetime, **kw: Any) -> Any:
+    c = cfg.config
+    return run_monitor(MonitorRun(c.monitoring, c.serving, c.tracking, c.project, cfg.root, "fraud",
+                                  current=windows["drifted"], reference=windows["profile"], html=False, now=at,
+                                  retrain=retrain_requester(cfg), **kw))
+
+
+def retrain_action(result: Any) -> Any:
+    found = [a for a in result.actions if a.action == "retrain"]
+    assert len(found) == 1, [a.action for a in result.actions]
+    return found[0]
+
+
+def record(remote: Path) -> dict[str, Any]:
+    return json.loads(git(remote, "show", "refs/retrain-prs/fraud:record.json"))
+
+
+def refs(remote: Path) -> str:
+    return git(remote, "for-each-ref", "--format=%(refname) %(objectname)")
+
+
+def ledger(world: dict[str, Any]) -> list[dict[str, Any]]:
+    path = world["root"] / ".mlops" / "retrain" / "triggers.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- drift: `mlops monitor run` ----------------------------------------------------------------------------------
+
+
+def test_critical_drift_opens_the_pr_with_its_evidence_then_updates_then_is_rate_limited(
+        world: dict[str, Any], windows: dict[str, Path]) -> None:
+    remote, cfg = world["remote"], loaded(world)
+    first = monitor(world, windows, cfg, T0)
+    assert (first.level, first.report.level) == ("CRITICAL", "CRITICAL"), first.reasons
+    action = retrain_action(first)
+    assert action.ok and (action.extra["status"], action.extra["reason"]) == ("opened", "drift"), action.detail
+    assert [a.action for a in first.actions][-1] == "retrain"  # after the alert and the rollback decision
+    head = git(remote, "rev-parse", "refs/heads/retrain/fraud")
+    assert action.extra["head_sha"] == head and git(remote, "show", f"{head}:{PIN}") == V1  # the newest published
+    assert git(remote, "rev-parse", "main") == world["main0"]  # never merged: auto_merge is off
+    rec = record(remote)
+    assert (rec["state"], rec["reason"], rec["data_version"], rec["previous"]) == ("open", "drift", V1, V0)
+    evidence = rec["evidence"]
+    psi = {name: col.psi for name, col in first.report.columns.items()}
+    assert evidence["level"] == evidence["drift_level"] == "CRITICAL"
+    assert evidence["max_psi"] == pytest.approx(max(psi.values()))
+    assert evidence["max_psi"] > cfg.config.monitoring.psi_critical
+    assert "amount" in evidence["drifted"]
+    assert evidence["columns"]["amount"]["psi"] == pytest.approx(psi["amount"])
+    assert evidence["report"] == first.outputs["json"]
+    assert f"| max_psi | {evidence['max_psi']} |" in rec["body"]
+    # the run's own report carries the outcome, the JSON document and the file alike
+    written = json.loads(Path(first.outputs["json"]).read_text())
+    assert [a for a in written["actions"] if a["action"] == "retrain"][0]["extra"]["status"] == "opened"
+    first.check()  # nothing failed
+
+    second = monitor(world, windows, cfg, T0 + timedelta(hours=25))  # past the 24 h limit: the same PR, updated
+    assert retrain_action(second).extra["status"] == "updated"
+    head2 = git(remote, "rev-parse", "refs/heads/retrain/fraud")
+    assert head2 != head and git(remote, "rev-parse", f"{head2}^") == world["main0"]
+    rec = record(remote)
+    assert (rec["updates"], rec["opened_at"], rec["requested_at"]) == (1, "2026-03-02T09:00:00Z",
+                                                                       "2026-03-03T10:00:00Z")
+    assert git(remote, "for-each-ref", "--format=%(refname)", "refs/heads/") == "refs/heads/main\nrefs/heads/retrain/fraud"
+
+    before = refs(remote)
+    third = monitor(world, windows, cfg, T0 + timedelta(hours=26))  # an hour later: inside the rate limit
+    limited = retrain_action(third)
+    assert limited.ok and limited.extra["status"] == "rate-limited" and limited.extra["pushed"] is False
+    assert "2026-03-04T10:00:00Z" in limited.detail  # the next trigger allowed: the last push + 24 h
+    assert refs(remote) == before
+    third.check()  # rate-limited is policy, not a failure
+    assert [x["status"] for x in ledger(world)] == ["opened", "updated", "rate-limited"]
+
+
+def test_a_disabled_trigger_pushes_nothing_and_says_which_switch(world: dict[str, Any],
+                                                                 windows: dict[str, Path]) -> None:
+    remote = world["remote"]
+    for switch in ("delivery.retrain.on_drift=false", "delivery.retrain.enabled=false"):
+        result = monitor(world, windows, loaded(world, switch), T0)
+        action = retrain_action(result)
+        assert result.level == "CRITICAL" and action.ok and action.extra["status"] == "disabled"
+        assert switch.removesuffix("=false") + " is false" in action.detail
+        result.check()
+    no_repo = loaded(world, "delivery.retrain.repo=null")
+    action = retrain_action(monitor(world, windows, no_repo, T0))
+    assert action.extra["status"] == "disabled" and "no repository" in action.detail
+    assert git(remote, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+    assert [x["status"] for x in ledger(world)] == ["disabled"] * 3
+
+
+def test_dry_run_asks_nothing(world: dict[str, Any], windows: dict[str, Path]) -> None:
+    result = monitor(world, windows, loaded(world), T0, dry_run=True)
+    action = retrain_action(result)
+    assert action.extra["status"] == "dry-run" and "would request a retraining, reason drift" in action.detail
+    assert git(world["remote"], "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+
+
+def test_a_failed_request_leaves_the_rollback_done_and_fails_the_run(world: dict[str, Any], windows: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    """The registry is real (MLflow on SQLite, champion v2, fallback v1); the repository does not exist."""
+    from mlops_core import lifecycle, mlflow_client
+    from mlops_core.tracking import ensure_experiment
+    from mlops_pipeline import rollback_executor
+
+    cfg = loaded(world, "monitoring.auto_rollback=true", f"delivery.retrain.repo={tmp_path / 'missing.git'}")
+    tracking, root = cfg.config.tracking, cfg.root
+    client = mlflow_client(tracking, root)
+    experiment = ensure_experiment(tracking, root)
+    client.create_registered_model("fraud")
+    for _ in range(2):
+        run = client.create_run(experiment)
+        mv = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run.info.run_id)
+        for to in ("candidate", "staging", "canary", "champion"):
+            lifecycle.promote(tracking, root, "fraud", mv.version, to, reason="setup", actor="test", required_gates={})
+    result = monitor(world, windows, cfg, T0, execute=rollback_executor(cfg.config.delivery, tracking, root))
+    rollback, action = next(a for a in result.actions if a.action == "rollback"), retrain_action(result)
+    assert rollback.ok, rollback.detail
+    assert lifecycle.aliases(tracking, root, "fraud")["champion"] == "1"  # the rollback stands
+    assert not action.ok and action.extra["status"] == "failed" and "cannot clone" in action.detail
+    written = json.loads(Path(result.outputs["json"]).read_text())
+    assert written["level"] == "CRITICAL"
+    with pytest.raises(RetrainFailedError, match=r"verdict and rollback done\): the retraining pull request was not "
+                                                 r"opened: GitError: cannot clone"):
+        result.check()
+    assert ledger(world)[-1]["status"] == "failed"
+
+
+def test_cli_monitor_run_reports_the_outcome_and_exits_non_zero_on_failure(world: dict[str, Any],
+                                                                          windows: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    env = {**os.environ, "MLOPS_CONFIG_DIR": str(world["config_dir"]), "MLOPS_PROFILE": "local"}
+    args = ["monitor", "run", "--current", str(windows["drifted"]), "--reference", str(windows["profile"]),
+            "--no-html", "--set", f"data.dvc_remote={world['dvc']}", "--set", "monitoring.auto_rollback=false",
+            "--set", "monitoring.webhook_url=null"]
+    ok = CliRunner().invoke(app, [*args, "--json", "--set", f"delivery.retrain.repo={world['remote']}"], env=env)
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.stdout)
+    assert doc["level"] == "CRITICAL"
+    assert [a["extra"]["status"] for a in doc["actions"] if a["action"] == "retrain"] == ["opened"]
+    assert git(world["remote"], "show", f"refs/heads/retrain/fraud:{PIN}") == V1
+    text = CliRunner().invoke(app, [*args, "--set", f"delivery.retrain.repo={world['remote']}"], env=env)
+    assert text.exit_code == 0 and "retrain: ok — rate-limited: retrain/fraud" in text.stdout
+    bad = CliRunner().invoke(app, [*args, "--json", "--set", f"delivery.retrain.repo={tmp_path / 'nope.git'}"],
+                             env=env)
+    assert bad.exit_code == 1
+    assert json.loads(bad.stdout)["level"] == "CRITICAL"  # the verdict is printed in full first
+    assert "the retraining pull request was not opened" in bad.stderr
