@@ -247,3 +247,124 @@ def test_cli_monitor_run_reports_the_outcome_and_exits_non_zero_on_failure(world
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["level"] == "CRITICAL"  # the verdict is printed in full first
     assert "the retraining pull request was not opened" in bad.stderr
+
+
+# --- performance: `mlops monitor performance` ----------------------------------------------------------------------
+
+DAY1 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _served(uri: str, days: dict[str, int], *, labelled: bool, flipped: str | None = None, seed: int = 3
+            ) -> pd.DataFrame:
+    """Predictions of each version on its day (``{version: day offset}``), calibrated scores; with ``labelled``
+    every one gets a label drawn from its score (from 1 - score for ``flipped``: a concept shift), arriving two
+    days later, through the labels gate."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mlops_features import LABEL_SCHEMA
+    from mlops_monitoring import ingest_label_batches
+    from mlops_serving import write_prediction_log
+
+    rng = np.random.default_rng(seed)
+    frames = []
+    for version, day in days.items():
+        n = 600
+        ts = [DAY1 + timedelta(days=day, seconds=120 * i) for i in range(n)]
+        frames.append(pd.DataFrame({"request_id": [f"r{version}-{i}" for i in range(n)], "ts": ts,
+                                    "model_name": "fraud", "model_version": version,
+                                    "transaction_id": [f"t{version}-{i}" for i in range(n)],
+                                    "score": rng.beta(0.8, 2.0, n)}))
+    log = pd.concat(frames, ignore_index=True)
+    write_prediction_log(uri, "fraud", log)
+    p = np.where(log["model_version"] == flipped, 1 - log["score"], log["score"])
+    log["label"] = (rng.random(len(log)) < p).astype(int)
+    if labelled:
+        log["label_time"] = log["ts"] + timedelta(days=2)
+        batch = Path(uri).parent / "labels.parquet"
+        pq.write_table(pa.Table.from_pandas(log[["transaction_id", "label", "label_time"]], schema=LABEL_SCHEMA,
+                                            preserve_index=False), batch)
+        summary = ingest_label_batches([batch], uri, "fraud", now=DAY1 + timedelta(days=30))
+        assert summary.quarantined_rows == 0
+    return log
+
+
+def test_a_realized_drop_of_the_served_version_opens_the_pr(world: dict[str, Any], tmp_path: Path) -> None:
+    from sklearn.metrics import f1_score
+
+    from mlops_pipeline import run_performance
+
+    uri = str(tmp_path / "log" / "predictions")
+    log = _served(uri, {"1": 0, "2": 1}, labelled=True)
+    served = log[log["model_version"] == "2"]
+    f1 = f1_score(served["label"], served["score"] >= 0.5)
+    cfg = loaded(world, f"serving.prediction_log_uri={uri}")
+    # version 2 (served in the latest window) at 2/3 of the reference: a 33 % drop, beyond the 10 % policy
+    run = run_performance(cfg, reference_f1=f1 * 1.5, now=T0)
+    assert run.retrain is not None and (run.retrain.status, run.retrain.reason) == ("opened", "performance")
+    rec = record(world["remote"])
+    ev = rec["evidence"]
+    assert (rec["reason"], rec["data_version"], ev["signal"], ev["version"]) == ("performance", V1, "realized", "2")
+    assert ev["realized_f1"] == pytest.approx(f1)
+    assert ev["realized_drop"] == pytest.approx(1 / 3)
+    assert ev["reference_f1"] == pytest.approx(f1 * 1.5) and ev["labelled"] == 600
+    doc = run.to_dict()
+    assert doc["retrain"]["status"] == "opened" and "evidence" not in doc["retrain"]
+    assert Path(doc["metrics"]).is_file()
+    run.check()
+
+
+def test_only_the_served_versions_drop_counts(world: dict[str, Any], tmp_path: Path) -> None:
+    from sklearn.metrics import f1_score
+
+    from mlops_pipeline import run_performance
+
+    uri = str(tmp_path / "log" / "predictions")
+    log = _served(uri, {"1": 0, "2": 1}, labelled=True, flipped="1")  # version 1 met a concept shift
+    old, new = (log[log["model_version"] == v] for v in ("1", "2"))
+    f1_old, f1_new = f1_score(old["label"], old["score"] >= 0.5), f1_score(new["label"], new["score"] >= 0.5)
+    # a reference that version 1 (replaced) misses by > 10 % and version 2 (served now) does not
+    reference = f1_new / 0.95
+    assert 1 - f1_old / reference > 0.1 >= 1 - f1_new / reference
+    run = run_performance(loaded(world, f"serving.prediction_log_uri={uri}"), reference_f1=reference, now=T0)
+    assert run.report.verdicts["1"]["verdict"] == "drop" and run.report.verdicts["2"]["verdict"] == "ok"
+    assert run.retrain is None and run.to_dict()["retrain"] is None
+    assert git(world["remote"], "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+
+
+def test_an_estimated_drop_asks_only_when_configured(world: dict[str, Any], tmp_path: Path) -> None:
+    from mlops_pipeline import run_performance
+
+    uri = str(tmp_path / "log" / "predictions")
+    _served(uri, {"2": 0}, labelled=False)  # no label has arrived: realized is inconclusive, the estimate is not
+    off = run_performance(loaded(world, f"serving.prediction_log_uri={uri}"), reference_f1=0.99, now=T0)
+    assert off.report.verdicts["2"]["verdict"] == "inconclusive"
+    assert off.retrain is not None and off.retrain.status == "disabled"
+    assert "delivery.retrain.on_estimated_performance is false" in off.retrain.detail
+    on = run_performance(loaded(world, f"serving.prediction_log_uri={uri}",
+                                "delivery.retrain.on_estimated_performance=true"), reference_f1=0.99, now=T0)
+    assert on.retrain is not None and on.retrain.status == "opened"
+    ev = record(world["remote"])["evidence"]
+    est = on.report.windows[-1].estimated["f1"]
+    assert (ev["signal"], ev["realized_drop"]) == ("estimated", None)
+    assert ev["estimated_drop"] == pytest.approx(1 - est / 0.99) and ev["estimated_drop"] > 0.1
+
+
+def test_cli_monitor_performance_prints_the_outcome(world: dict[str, Any], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    uri = str(tmp_path / "log" / "predictions")
+    _served(uri, {"2": 0}, labelled=True)
+    env = {**os.environ, "MLOPS_CONFIG_DIR": str(world["config_dir"]), "MLOPS_PROFILE": "local"}
+    sets = ["--set", f"serving.prediction_log_uri={uri}", "--set", f"data.dvc_remote={world['dvc']}"]
+    ok = CliRunner().invoke(app, ["monitor", "performance", "--reference-f1", "0.99", "--json", *sets, "--set",
+                                  f"delivery.retrain.repo={world['remote']}"], env=env)
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["retrain"]["status"] == "opened"
+    bad = CliRunner().invoke(app, ["monitor", "performance", "--reference-f1", "0.99", *sets, "--set",
+                                   f"delivery.retrain.repo={tmp_path / 'nope.git'}"], env=env)
+    assert bad.exit_code == 1
+    assert "retrain fraud (performance): failed" in bad.stdout and "version 2: drop" in bad.stdout
+    assert "performance dropped beyond the policy; the retraining pull request for 'fraud' was not opened" in bad.stderr
