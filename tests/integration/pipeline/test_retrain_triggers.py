@@ -368,3 +368,43 @@ def test_cli_monitor_performance_prints_the_outcome(world: dict[str, Any], tmp_p
     assert bad.exit_code == 1
     assert "retrain fraud (performance): failed" in bad.stdout and "version 2: drop" in bad.stdout
     assert "performance dropped beyond the policy; the retraining pull request for 'fraud' was not opened" in bad.stderr
+
+
+# --- data: `mlops data ingest` -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # a dozen real dvc processes; far longer when the cores are shared
+def test_a_new_accepted_version_pins_itself_when_on_data(world: dict[str, Any], tmp_path: Path) -> None:
+    import shutil
+
+    from mlops_features import generate_transactions
+    from mlops_pipeline import run_ingest
+
+    landing, dvc = tmp_path / "landing", tmp_path / "dvc-real"
+    landing.mkdir()
+    days = generate_transactions(tmp_path / "gen", rows=600, days=2, seed=7)
+    shutil.copy(days[0], landing / days[0].name)
+    sets = (f"data.landing_uri={landing.as_uri()}", f"data.dvc_remote={dvc}")
+    first = run_ingest(loaded(world, *sets, "delivery.retrain.on_data=true"), now=T0)
+    assert first.report.new_version and first.report.previous_md5 is None
+    md5 = first.report.data_md5
+    assert first.retrain is not None and (first.retrain.status, first.retrain.data_version) == ("opened", md5)
+    remote = world["remote"]
+    assert git(remote, "show", f"refs/heads/retrain/fraud:{PIN}") == md5  # the version ingestion just published
+    assert (dvc / "pointers" / f"{str(md5).removesuffix('.dir')}.dvc").is_file()
+    rec = record(remote)
+    assert (rec["reason"], rec["data_version"], rec["previous"]) == ("data", md5, V0)
+    assert (rec["evidence"]["data_md5"], rec["evidence"]["batches"]) == (md5, [days[0].name])
+    assert rec["evidence"]["accepted_rows"] == first.report.validation.accepted_rows  # type: ignore[union-attr]
+
+    again = run_ingest(loaded(world, *sets, "delivery.retrain.on_data=true"), now=T0 + timedelta(days=2))
+    assert (again.report.data_md5, again.report.new_version, again.retrain) == (md5, False, None)  # nothing new
+
+    shutil.copy(days[1], landing / days[1].name)
+    before = refs(remote)
+    default = run_ingest(loaded(world, *sets), now=T0 + timedelta(days=3))  # on_data is off by default
+    assert default.report.new_version and default.report.previous_md5 == md5 != default.report.data_md5
+    assert default.retrain is not None and default.retrain.status == "disabled"
+    assert default.to_dict()["retrain"]["detail"] == "data trigger off: delivery.retrain.on_data is false"
+    assert refs(remote) == before
