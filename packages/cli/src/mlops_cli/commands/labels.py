@@ -19,22 +19,33 @@ app = typer.Typer(help="Delayed labels: the labels gate and the label store besi
 
 @app.command("ingest")
 def ingest(
-    batches: Annotated[list[Path], typer.Argument(help="Label batches: parquet with transaction_id, label, "
-                                                       "label_time.")],
+    batches: Annotated[list[Path] | None, typer.Argument(
+        help="Label batches: parquet with transaction_id, label, label_time; default: the batches under "
+             "data.labels_landing_uri not gated yet (the labels CronJob).")] = None,
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Validate label batches against the served ids; accepted rows by label date, the rest to quarantine."""
-    from mlops_monitoring import ingest_label_batches
+    from mlops_features import DataError
+    from mlops_monitoring import ingest_label_batches, ingest_landed_labels
     from mlops_serving import resolve_prediction_log_uri
 
     loaded = load(profile, model, sets, check_secrets=False)
-    uri = resolve_prediction_log_uri(loaded.config.serving.prediction_log_uri, loaded.root)
-    summary = ingest_label_batches(list(batches), uri, loaded.config.project.model)
+    cfg = loaded.config
+    uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
+    skipped: list[str] = []
+    if batches:
+        summary = ingest_label_batches(list(batches), uri, cfg.project.model)
+    elif cfg.data.labels_landing_uri:
+        summary, skipped = ingest_landed_labels(cfg.data.labels_landing_uri, uri, cfg.project.model)
+    else:
+        raise DataError("no label batches given and data.labels_landing_uri is not set: pass batch files, or set "
+                        "data.labels_landing_uri to the folder (fsspec URL) where label batches land")
     if as_json:
-        print_json(summary.to_dict())
+        print_json({**summary.to_dict(), "skipped": skipped})
         return
     table = Table(title=f"labels: {summary.accepted_rows} accepted, {summary.quarantined_rows} quarantined "
-                        f"of {summary.input_rows}")
+                        f"of {summary.input_rows}" + (f" ({len(skipped)} landed batch(es) gated before)"
+                                                      if skipped else ""))
     for name in ("batch", "input", "accepted", "quarantined", "reasons"):
         table.add_column(name)
     for b in summary.batches:
