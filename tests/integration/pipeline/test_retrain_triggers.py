@@ -180,11 +180,12 @@ def test_a_disabled_trigger_pushes_nothing_and_says_which_switch(world: dict[str
         assert result.level == "CRITICAL" and action.ok and action.extra["status"] == "disabled"
         assert switch.removesuffix("=false") + " is false" in action.detail
         result.check()
-    no_repo = loaded(world, "delivery.retrain.repo=null")
-    action = retrain_action(monitor(world, windows, no_repo, T0))
-    assert action.extra["status"] == "disabled" and "no repository" in action.detail
+    # a profile that cannot hold the pull request: no repository (local, staging), no published data versions
+    for unset, why in (("delivery.retrain.repo", "no repository"), ("data.dvc_remote", "no published data version")):
+        action = retrain_action(monitor(world, windows, loaded(world, f"{unset}=null"), T0))
+        assert action.extra["status"] == "disabled" and why in action.detail
     assert git(remote, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
-    assert [x["status"] for x in ledger(world)] == ["disabled"] * 3
+    assert [x["status"] for x in ledger(world)] == ["disabled"] * 4
 
 
 def test_dry_run_asks_nothing(world: dict[str, Any], windows: dict[str, Path]) -> None:

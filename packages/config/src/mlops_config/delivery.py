@@ -130,7 +130,8 @@ class RetrainConfig(Section):
     enabled: bool = True
     """Master switch of the automatic triggers (``on_*``): off, no command opens a retraining pull request by
     itself (each reports ``disabled``). ``mlops retrain request``, a person asking, is not gated by it. A trigger
-    also reports ``disabled`` where no repository is configured (neither ``repo`` nor ``delivery.gitops_repo``)."""
+    also reports ``disabled`` where no repository is configured (neither ``repo`` nor ``delivery.gitops_repo``)
+    or, for drift and performance, no ``data.dvc_remote`` publishes the versions a pin names."""
 
     on_drift: bool = True
     """``mlops monitor run``: a CRITICAL drift verdict requests a retraining (reason ``drift``), after the

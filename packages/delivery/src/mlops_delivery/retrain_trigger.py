@@ -4,7 +4,9 @@ The monitor (drift, realized quality), ``mlops monitor performance`` (a realized
 ingestion (a new accepted data version) call :func:`trigger_retrain`; the layer above decides *when*. Here the
 policy of ``delivery.retrain`` decides *whether*: ``enabled``, the trigger's own ``on_*`` switch and a configured
 repository; then :func:`mlops_delivery.retrain.request_retrain` opens or updates the pull request (idempotent,
-rate-limited, merged only with ``auto_merge``).
+rate-limited, merged only with ``auto_merge``). Where the profile cannot hold such a pull request at all (no
+repository, or no DVC remote publishing the versions a pin names) the trigger is ``disabled`` too, so a laptop's
+or a registry-only profile's CRITICAL run does not fail for want of one.
 
 A trigger runs after its command has done its own job (a verdict, a rollback, a published version), so it never
 raises: a failure becomes the outcome ``failed`` with its reason, and the caller makes it visible (the commands
@@ -60,6 +62,8 @@ def trigger_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
         off = f"delivery.retrain.{SWITCHES[name]} is false"
     elif not (retrain.repo or delivery.gitops_repo):
         off = "no repository to open it on (delivery.retrain.repo and delivery.gitops_repo are unset)"
+    elif trigger.data_version is None and not data.dvc_remote:
+        off = "no published data version to pin (data.dvc_remote is unset)"
     if off is not None:
         return _record(_outcome(trigger, retrain.branch, moment, DISABLED, f"{name} trigger off: {off}"), ledger)
     try:
