@@ -210,3 +210,69 @@ def test_the_stream_updater_runs_the_platforms_commands_with_the_cronjobs_image_
         assert _profile(env).features.online_store == "redis" and _profile(env).features.stream_key
         accounts = {d["metadata"]["name"] for d in rendered[env] if d["kind"] == "ServiceAccount"}
         assert pod["serviceAccountName"] in accounts
+
+
+def _cronjob(docs: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    job = next(d for d in docs if d["kind"] == "CronJob" and d["metadata"]["name"] == name)
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return job, pod
+
+
+def test_the_labels_job_runs_the_labels_gate_on_what_the_platform_provides(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """`mlops data labels ingest` with no batch arguments (an existing command whose batches are optional) reads
+    the profile's labels landing area and writes beside the prediction log, both shared object storage; it runs
+    from the monitor image (whose Dockerfile installs every package), its profile from the overlay's ConfigMap,
+    its only writable path /tmp (where it copies the batches), its own ServiceAccount and NetworkPolicy."""
+    import tempfile
+
+    import typer
+
+    from mlops_cli.app import app as mlops_app
+
+    ingest = typer.main.get_command(mlops_app).commands["data"].commands["labels"].commands["ingest"]  # type: ignore[attr-defined]
+    batches = next(p for p in ingest.params if p.name == "batches")
+    assert not batches.required, "the CronJob passes no batches: they must be optional"
+    dockerfile = (REPO / "services" / "monitor" / "Dockerfile").read_text()
+    assert "packages/*/" in dockerfile and "COPY configs/ /app/configs/" in dockerfile
+    for env in ("staging", "production"):
+        docs, profile = rendered[env], _profile(env)
+        assert profile.data.labels_landing_uri and profile.data.labels_landing_uri.startswith("s3://"), env
+        assert profile.serving.prediction_log_uri.startswith("s3://"), env  # the label store sits beside it
+        job, pod = _cronjob(docs, "fraud-labels")
+        assert job["spec"]["concurrencyPolicy"] == "Forbid"
+        (c,) = pod["containers"]
+        assert c["command"][:4] == ["mlops", "data", "labels", "ingest"]
+        assert set(c["command"][4:]) <= {o for p in ingest.params for o in p.opts}
+        assert c["image"].split("@")[0].split(":")[0] == "ghcr.io/mlops-platform/monitor"
+        (source,) = c["envFrom"]
+        cm_name = source["configMapRef"]["name"]
+        cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name)
+        assert cm["data"]["MLOPS_PROFILE"] == env
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert [m["mountPath"] for m in c["volumeMounts"]] == [tempfile.gettempdir()]
+        assert "emptyDir" in _volume_of(pod, c, tempfile.gettempdir())
+        account = pod["serviceAccountName"]
+        assert account == "fraud-labels" and any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account
+                                                 for d in docs)
+        labels = job["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+        assert any(d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+                   and d["metadata"]["name"] == "fraud-labels" for d in docs)
+
+
+def test_the_drift_jobs_retraining_pull_request_targets_the_gitops_repository(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Where the profile opens retraining pull requests on GitHub, the drift job names the repository the API
+    needs (`GITHUB_REPOSITORY`) as the one its rollback pushes to, and holds the token the profile names."""
+    from urllib.parse import urlsplit
+
+    for env in ("staging", "production"):
+        delivery = _profile(env).delivery
+        repo = delivery.retrain.repo or delivery.gitops_repo
+        if not (delivery.retrain.enabled and repo and delivery.retrain.backend == "github"):
+            continue  # no pull request from this environment: a trigger reports `disabled`
+        _, pod = _cronjob(rendered[env], "fraud-drift")
+        (c,) = pod["containers"]
+        variables = {e["name"]: e for e in c["env"]}
+        assert variables["GITHUB_REPOSITORY"]["value"] == urlsplit(repo).path.strip("/").removesuffix(".git")
+        assert "secretKeyRef" in variables[delivery.github_token_var]["valueFrom"]

@@ -54,6 +54,7 @@ EXPECTED_WORKLOADS: dict[str, set[str]] = {
     "Deployment/fraud-spark-master:master": keys("fraud-spark-secrets", {"spark-auth-secret"}),
     "Deployment/fraud-spark-worker:worker": keys("fraud-spark-secrets", {"spark-auth-secret", "REDIS_PASSWORD"}),
     "CronJob/fraud-drift:monitor": keys("fraud-monitor-secrets", {*MLFLOW, *AWS, "GITHUB_TOKEN"}),
+    "CronJob/fraud-labels:labels": keys("fraud-labels-secrets", AWS),
 }
 EXPECTED = {
     "staging": EXPECTED_WORKLOADS,

@@ -61,3 +61,29 @@ def test_ingest_then_performance(config_dir: Path, tmp_path: Path) -> None:
     res = _run(["monitor", "performance", "--window", "fortnight", *sets], cwd=root)
     assert res.returncode != 0
     assert "'fortnight' is not a pandas frequency" in res.stderr
+
+
+def test_ingest_from_the_landing_area_takes_each_batch_once(config_dir: Path, tmp_path: Path) -> None:
+    """The labels CronJob's form: no batch arguments, the batches under data.labels_landing_uri."""
+    root, log_dir, landing = config_dir.parent, tmp_path / "log", tmp_path / "landing"
+    n = 50
+    log = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "ts": [T0 + timedelta(minutes=i) for i in range(n)],
+                        "model_name": "fraud", "model_version": "3", "transaction_id": [f"t{i}" for i in range(n)],
+                        "score": [i / n for i in range(n)]})
+    write_prediction_log(str(log_dir), "fraud", log)
+    (landing / "2026-11-08").mkdir(parents=True)
+    for name, ids in (("a", range(0, 20)), ("b", range(20, 50))):
+        pq.write_table(pa.Table.from_pydict({
+            "transaction_id": [f"t{i}" for i in ids], "label": [i % 2 for i in ids],
+            "label_time": [T0 + timedelta(days=3)] * len(ids)}, schema=LABEL_SCHEMA),
+            landing / "2026-11-08" / f"{name}.parquet")
+    sets = ["--set", f"serving.prediction_log_uri={log_dir}", "--set", f"data.labels_landing_uri={landing.as_uri()}"]
+    first = _run(["data", "labels", "ingest", "--json", *sets], cwd=root)
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    assert (doc["input_rows"], doc["accepted_rows"], doc["skipped"]) == (50, 50, [])
+    assert sorted(b["batch"] for b in doc["batches"]) == ["a", "b"]
+    again = json.loads(_run(["data", "labels", "ingest", "--json", *sets], cwd=root).stdout)
+    assert (again["input_rows"], len(again["skipped"])) == (0, 2)  # both gated before: nothing twice
+    none = _run(["data", "labels", "ingest", "--set", f"serving.prediction_log_uri={log_dir}"], cwd=root)
+    assert none.returncode != 0 and "data.labels_landing_uri is not set" in none.stderr

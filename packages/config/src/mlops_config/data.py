@@ -23,6 +23,11 @@ class DataConfig(Section):
     """Where raw batches land on a cluster (fsspec URL, e.g. ``s3://mlops-data/fraud/landing``);
     ``mlops data ingest`` validates the new ones. ``None``: nothing lands (the local profile generates data)."""
 
+    labels_landing_uri: str | None = None
+    """Where delayed label batches land on a cluster (fsspec URL, e.g. ``s3://mlops-data/fraud/labels-landing``):
+    ``mlops data labels ingest`` without batch arguments (the labels CronJob) gates the ones not gated yet.
+    ``None``: label batches are passed as arguments."""
+
     dvc_remote: str | None = None
     """DVC remote URL the accepted area (``validated_dir``) is pushed to and training pulls from (``s3://…``
     on a cluster, a folder in a rehearsal). ``None``: no remote, so no shared data version (local profile)."""

@@ -127,6 +127,31 @@ class RetrainConfig(Section):
     """Merge the pull request as soon as it is opened or updated. Off: a person merges it (the platform never
     merges its own pull request unless this is set)."""
 
+    enabled: bool = True
+    """Master switch of the automatic triggers (``on_*``): off, no command opens a retraining pull request by
+    itself (each reports ``disabled``). ``mlops retrain request``, a person asking, is not gated by it. A trigger
+    also reports ``disabled`` where no repository is configured (neither ``repo`` nor ``delivery.gitops_repo``)
+    or, for drift and performance, no ``data.dvc_remote`` publishes the versions a pin names."""
+
+    on_drift: bool = True
+    """``mlops monitor run``: a CRITICAL drift verdict requests a retraining (reason ``drift``), after the
+    rollback. On: the rollback only buys time on an older model; the pull request is reviewed and rate-limited."""
+
+    on_performance: bool = True
+    """``mlops monitor run`` (a CRITICAL realized-quality verdict) and ``mlops monitor performance`` (a served
+    version's realized F1 drop beyond ``monitoring.max_f1_drop``) request a retraining (reason ``performance``).
+    On: a measured drop is the strongest evidence there is."""
+
+    on_estimated_performance: bool = False
+    """``mlops monitor performance``: the CBPE *estimated* drop beyond ``monitoring.max_f1_drop`` also requests
+    a retraining. Off: the estimate holds only while the model stays calibrated (covariate shift); under concept
+    shift it can miss or invent a drop (docs/monitoring.md)."""
+
+    on_data: bool = False
+    """``mlops data ingest``: a newly published accepted data version requests a retraining on it (reason
+    ``data``, the new md5 pinned). Off: new data lands daily, and retraining on every batch is a choice (continuous
+    training), not a default; ``train.yml``'s schedule and the other triggers cover the rest."""
+
     @field_validator("pin_path", "branch")
     @classmethod
     def _names_model(cls, v: str) -> str:

@@ -29,6 +29,7 @@ from mlops_delivery.promotion import (
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.retrain import RetrainOutcome, RetrainTrigger, load_evidence, merge_retrain, request_retrain
+from mlops_delivery.retrain_trigger import trigger_retrain
 from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.shadow_stage import (
     ShadowChange,
@@ -111,6 +112,7 @@ __all__ = [
     "start_shadow",
     "stop_shadow",
     "summarize_shadow",
+    "trigger_retrain",
     "write_job_summary",
     "write_step_output",
 ]

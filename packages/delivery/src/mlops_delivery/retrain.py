@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from mlops_config import DATA_VERSION, DataConfig, DeliveryConfig, data_pin_path
 from mlops_delivery.errors import DeliveryError, GitError
 from mlops_delivery.git import run_git
 from mlops_delivery.retrain_pr import GitHubPulls, GitRecordPulls, PullRequests
+from mlops_delivery.rollback import _git_env
 
 logger = logging.getLogger(__name__)
 
@@ -175,19 +175,19 @@ def _repo(delivery: DeliveryConfig, root: Path) -> str:
     return repo if "://" in repo or repo.startswith("git@") or Path(repo).is_absolute() else str(root / repo)
 
 
-def _clone(repo: str, dest: Path, base: str) -> Path:
-    proc = run_git(None, "clone", "--quiet", "--origin", "origin", "--branch", base, repo, str(dest))
+def _clone(repo: str, dest: Path, base: str, env: dict[str, str] | None = None) -> Path:
+    proc = run_git(None, "clone", "--quiet", "--origin", "origin", "--branch", base, repo, str(dest), env=env)
     if proc.returncode != 0:
         raise GitError(f"cannot clone {repo!r} (branch {base!r}) to open the retraining pull request: "
                        f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
     return dest
 
 
-def _remote_branch(clone: Path, branch: str) -> str | None:
-    listed = _git(clone, "ls-remote", "origin", f"refs/heads/{branch}")
+def _remote_branch(clone: Path, branch: str, env: dict[str, str] | None = None) -> str | None:
+    listed = _git(clone, "ls-remote", "origin", f"refs/heads/{branch}", env=env)
     if not listed:
         return None
-    _git(clone, "fetch", "--quiet", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
+    _git(clone, "fetch", "--quiet", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}", env=env)
     return listed.split()[0]
 
 
@@ -224,11 +224,13 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
     rel_pin = retrain.pin_path.format(model=trigger.model)
     outcome = RetrainOutcome(model=trigger.model, reason=trigger.reason, status="", data_version=version,
                              branch=branch, requested_at=stamp, pushed=False, evidence=dict(trigger.evidence))
-    env = {**os.environ, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    repo = _repo(delivery, root)
+    # an https remote gets the token as a header (as the rollback's pushes do), never on a command line
+    env = {**_git_env(repo, delivery.github_token_var), "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
     with tempfile.TemporaryDirectory(prefix="mlops-retrain-") as tmp:
-        clone = _clone(_repo(delivery, root), Path(tmp) / "repo", base)
+        clone = _clone(repo, Path(tmp) / "repo", base, env)
         backend = backend_for(delivery, clone, env, environ)  # a GitHub backend without a token fails here
-        seen = _remote_branch(clone, branch)
+        seen = _remote_branch(clone, branch, env)
         if seen is not None:
             last = datetime.fromtimestamp(int(_git(clone, "log", "-1", "--format=%ct", seen)), UTC)
             wait = last + timedelta(hours=retrain.min_interval_hours) - moment
@@ -279,9 +281,11 @@ def merge_retrain(delivery: DeliveryConfig, root: Path, model: str) -> str:
     if delivery.retrain.backend != "git":
         raise DeliveryError(f"delivery.retrain.backend is {delivery.retrain.backend!r}: merge the pull request "
                             "there; `mlops retrain merge` is the bare git remote's (backend 'git')")
+    repo = _repo(delivery, root)
+    env = _git_env(repo, delivery.github_token_var)
     with tempfile.TemporaryDirectory(prefix="mlops-retrain-") as tmp:
-        clone = _clone(_repo(delivery, root), Path(tmp) / "repo", delivery.git_branch)
-        backend = GitRecordPulls(clone, "origin", delivery.git_author)
+        clone = _clone(repo, Path(tmp) / "repo", delivery.git_branch, env)
+        backend = GitRecordPulls(clone, "origin", delivery.git_author, env)
         return backend.merge(model=model, branch=delivery.retrain.branch.format(model=model),
                              base=delivery.git_branch)
 

@@ -15,7 +15,7 @@ from mlops_features.instructions import (
     read_examples,
     validate_instructions,
 )
-from mlops_features.labels import LABEL_SCHEMA, ingest_labels, read_labels
+from mlops_features.labels import LABEL_SCHEMA, fetch_landed_labels, ingest_labels, read_labels
 from mlops_features.landing import IngestReport, accepted_md5, ingest_landed, pull_accepted, read_pointer
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
@@ -51,6 +51,7 @@ __all__ = [
     "data_lineage",
     "data_version",
     "encode_example",
+    "fetch_landed_labels",
     "freshness",
     "freshness_metrics_text",
     "generate_transactions",

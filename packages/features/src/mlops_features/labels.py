@@ -95,6 +95,37 @@ def ingest_labels(
     return ValidationSummary(results)
 
 
+def fetch_landed_labels(landing_uri: str, store_uri: str, model: str, dest: Path) -> tuple[list[Path], list[str]]:
+    """Copy the label batches under ``landing_uri`` (any fsspec URL) that the store has not gated yet into ``dest``.
+
+    A batch counts as gated when the store holds its report (``quarantine/…/<batch>.report.json``, written for
+    every batch, accepted or not), so the labels CronJob takes each landed batch once.
+
+    Returns:
+        ``(local copies of the new batches, landed batches skipped)``.
+
+    Raises:
+        DataError: the landing folder does not exist.
+    """
+    from fsspec.core import url_to_fs
+
+    fs, base = url_to_fs(landing_uri[len("file://"):] if landing_uri.startswith("file://") else landing_uri)
+    if not fs.exists(base):
+        raise DataError(f"labels landing area {landing_uri!r} (data.labels_landing_uri) does not exist; expected a "
+                        "folder of label batches (parquet: transaction_id, label, label_time)")
+    store = _LabelStore(store_uri, model)
+    dest.mkdir(parents=True, exist_ok=True)
+    new, skipped = [], []
+    for path in sorted(p for p in fs.find(base) if str(p).endswith(".parquet")):
+        name = Path(str(path)).name
+        if store.fs.exists(f"{store.quarantine}/{_stem(Path(name))}.report.json"):
+            skipped.append(str(path))
+            continue
+        fs.get_file(path, str(dest / name))
+        new.append(dest / name)
+    return new, skipped
+
+
 def read_labels(store_uri: str, model: str) -> pd.DataFrame:
     """Every accepted label of ``model`` (``transaction_id``, ``label``, ``label_time``), oldest first."""
     return _LabelStore(store_uri, model).read()

@@ -48,12 +48,20 @@ class IngestReport:
     data_md5: str | None
     pushed: bool
     skipped: list[str] = field(default_factory=list)
+    previous_md5: str | None = None
+    """The version published as latest before this run (``None``: none, or ``push`` was off)."""
+
+    @property
+    def new_version(self) -> bool:
+        """Whether this run published a version that was not the latest before (what the data trigger asks)."""
+        return self.pushed and self.data_md5 is not None and self.data_md5 != self.previous_md5
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
         return {"landed": self.landed, "new": self.new, "skipped": self.skipped,
                 "validation": self.validation.to_dict() if self.validation else None, "dvc_file": self.dvc_file,
-                "data_md5": self.data_md5, "pushed": self.pushed}
+                "data_md5": self.data_md5, "previous_md5": self.previous_md5, "new_version": self.new_version,
+                "pushed": self.pushed}
 
 
 def _dvc_bin() -> str:
@@ -114,11 +122,12 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
                         "(e.g. s3://mlops-data/fraud/landing)")
     fs, landed = _landed(data.landing_uri)
     ensure_workspace(root)
+    previous = None
     if push and read_pointer(data, root, LATEST) is not None:
         # A fresh pod starts empty: build on the current version, never replace it. A run killed in this
         # workspace may have left accepted files of batches it never published, or a writer's temporary file:
         # DVC refuses to check out over those without --force. They are rebuilt from the landing area below.
-        pull_accepted(data, root, force=True)
+        previous = pull_accepted(data, root, force=True)
     validated = root / data.validated_dir
     seen = {p.stem for p in validated.glob("*.parquet")} if validated.is_dir() else set()
     raw = root / data.raw_dir
@@ -142,7 +151,7 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
         md5 = accepted_md5(pointer)
         pushed = push
     return IngestReport(landed=[str(p) for p in landed], new=new, validation=summary, dvc_file=str(pointer) if pointer
-                        else None, data_md5=md5, pushed=pushed, skipped=skipped)
+                        else None, data_md5=md5, pushed=pushed, skipped=skipped, previous_md5=previous)
 
 
 def version_accepted(data: DataConfig, root: Path, *, push: bool = True) -> Path:

@@ -2,7 +2,7 @@
 
 from mlops_monitoring.alert import ActionResult, Alert, RollbackDecision, RollbackExecutor
 from mlops_monitoring.drift import ColumnDrift, DriftReport, compare
-from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
+from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RetrainFailedError, RollbackFailedError
 from mlops_monitoring.estimation import EstimatedPerformance, estimate_performance, expected_auc, expected_confusion
 from mlops_monitoring.lm_drift import lm_drift, lm_reference
 from mlops_monitoring.monitor import MonitorResult, MonitorRun, run_monitor
@@ -11,11 +11,13 @@ from mlops_monitoring.performance import (
     PerformanceReport,
     WindowPerformance,
     ingest_label_batches,
+    ingest_landed_labels,
     join_labels,
     performance_metrics_text,
     performance_report,
 )
 from mlops_monitoring.policy import Level
+from mlops_monitoring.retrain_signal import RetrainRequest, RetrainRequester
 from mlops_monitoring.skew import FeatureSkew, SkewReport, replay_skew, skew_metrics_text
 
 __all__ = [
@@ -31,6 +33,9 @@ __all__ = [
     "MonitorRun",
     "MonitoringError",
     "PerformanceReport",
+    "RetrainFailedError",
+    "RetrainRequest",
+    "RetrainRequester",
     "RollbackDecision",
     "RollbackExecutor",
     "RollbackFailedError",
@@ -41,6 +46,7 @@ __all__ = [
     "expected_auc",
     "expected_confusion",
     "ingest_label_batches",
+    "ingest_landed_labels",
     "join_labels",
     "lm_drift",
     "lm_reference",

@@ -27,3 +27,9 @@ class RollbackFailedError(MonitoringError):
     """A rollback the monitor decided on could not be carried out (the alert itself went out)."""
 
     exit_code = 1
+
+
+class RetrainFailedError(MonitoringError):
+    """A CRITICAL run's retraining request failed; the verdict, the alert and the rollback stand."""
+
+    exit_code = 1

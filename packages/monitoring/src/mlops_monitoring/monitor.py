@@ -28,11 +28,18 @@ from mlops_monitoring.alert import (
     dispatch,
 )
 from mlops_monitoring.drift import SCORE, DriftReport, compare
-from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RollbackFailedError
+from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RetrainFailedError, RollbackFailedError
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
 from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
 from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.retrain_signal import (
+    RetrainRequest,
+    RetrainRequester,
+    request_retrain_on_critical,
+    retrain_evidence,
+    retrain_reason,
+)
 from mlops_monitoring.skew import SkewReport, replay_skew, skew_registry
 from mlops_monitoring.source import (
     fetch_reference_profile,
@@ -69,6 +76,7 @@ class MonitorResult:
         Raises:
             AlertDeliveryError: names the receiver's URL, its HTTP status and where the alert is kept.
             RollbackFailedError: the decided rollback failed.
+            RetrainFailedError: the retraining request failed (the verdict and the rollback stand).
         """
         failed = [a for a in self.actions if a.action == "webhook" and not a.ok and a.extra.get("url")]
         if failed:
@@ -81,6 +89,10 @@ class MonitorResult:
         broken = [a for a in self.actions if a.action == "rollback" and a.extra.get("failed")]
         if broken:
             raise RollbackFailedError(f"{self.level} for {self.model}: {broken[0].detail}")
+        unasked = [a for a in self.actions if a.action == "retrain" and a.extra.get("status") == "failed"]
+        if unasked:
+            raise RetrainFailedError(f"{self.level} for {self.model} (verdict and rollback done): the retraining pull "
+                                     f"request was not opened: {unasked[0].extra.get('detail') or unasked[0].detail}")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the drift report's fields plus quality, actions and output paths."""
@@ -170,6 +182,8 @@ class MonitorRun:
             ``None``: the decision is reported, not carried out).
         features: The ``features`` section the served model reads; with ``monitoring.skew_sample_rows`` > 0
             the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
+        retrain: Asked for a retraining after a CRITICAL verdict's rollback (the layer above supplies it and
+            applies ``delivery.retrain``'s policy; ``None``: nothing is asked).
     """
 
     monitoring: MonitoringConfig
@@ -187,6 +201,7 @@ class MonitorRun:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     execute: RollbackExecutor | None = None
     features: FeaturesConfig | None = None
+    retrain: RetrainRequester | None = None
 
     @property
     def want_html(self) -> bool:
@@ -332,6 +347,13 @@ def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str,
         decision = decide_rollback(run.tracking, root, model, run.serving.alias, alert)
     actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
                        decision=decision, execute=run.execute, dry_run=run.dry_run, now=now)
+    if level is Level.CRITICAL:  # after the rollback: a retraining is the slow fix, the rollback the fast one
+        evidence = retrain_evidence(model, level.value, reasons, report, quality, decision, actions,
+                                    str(out_dir / "drift.json"))
+        asked = request_retrain_on_critical(run.retrain, RetrainRequest(model, retrain_reason(report), evidence, now),
+                                            dry_run=run.dry_run)
+        if asked is not None:
+            actions.append(asked)
     done = {a.action: a.ok for a in actions}
     registry = build_registry(model, report, level, time.time(), quality, done)
     metrics_path = root / project.reports_dir / monitoring.metrics_file

@@ -70,6 +70,20 @@ def ingest_label_batches(paths: list[Any], log_uri: str, model: str, *, now: dat
     return ingest_labels(paths, log_uri, model, served, now=now)
 
 
+def ingest_landed_labels(landing_uri: str, log_uri: str, model: str, *, now: datetime | None = None
+                         ) -> tuple[ValidationSummary, list[str]]:
+    """The labels CronJob's run: gate the batches under ``landing_uri`` not gated yet; ``(summary, skipped)``."""
+    import tempfile
+    from pathlib import Path
+
+    from mlops_features import fetch_landed_labels
+
+    with tempfile.TemporaryDirectory(prefix="mlops-labels-") as tmp:
+        new, skipped = fetch_landed_labels(landing_uri, log_uri, model, Path(tmp))
+        summary = ingest_label_batches(list(new), log_uri, model, now=now) if new else ValidationSummary([])
+    return summary, skipped
+
+
 def window_performance(
     frame: pd.DataFrame, threshold: float, *, start: str, end: str, version: str, bins: int = 10,
     interval: float = 0.9,

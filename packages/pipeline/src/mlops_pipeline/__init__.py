@@ -8,20 +8,34 @@ from mlops_pipeline.provenance import VersionAudit, attach_sbom, verify_version
 from mlops_pipeline.rehearsal import RehearsalResult, run_rehearsal
 from mlops_pipeline.rollback import RollbackOutcome, execute_rollback, rollback_executor, run_monitoring
 from mlops_pipeline.steps import stdout_to_stderr
+from mlops_pipeline.triggers import (
+    IngestRun,
+    PerformanceRun,
+    RetrainTriggerError,
+    retrain_requester,
+    run_ingest,
+    run_performance,
+)
 
 __all__ = [
     "STEPS",
+    "IngestRun",
+    "PerformanceRun",
     "PipelineError",
     "PipelineResult",
     "RehearsalResult",
+    "RetrainTriggerError",
     "RollbackOutcome",
     "StepConsole",
     "VersionAudit",
     "attach_sbom",
     "execute_rollback",
     "new_run_dir",
+    "retrain_requester",
     "rollback_executor",
+    "run_ingest",
     "run_monitoring",
+    "run_performance",
     "run_pipeline",
     "run_rehearsal",
     "stdout_to_stderr",

@@ -118,12 +118,17 @@ def rollback_executor(delivery: DeliveryConfig, tracking: TrackingConfig, root: 
 def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: Path | None = None,
                    reference: Path | None = None, labels: Path | None = None, dry_run: bool = False,
                    html: bool | None = None) -> MonitorResult:
-    """``mlops monitor run``: one monitoring run whose CRITICAL rollback is carried out (git, then registry).
+    """``mlops monitor run``: one monitoring run whose CRITICAL rollback is carried out (git, then registry),
+    followed by a retraining request (``delivery.retrain``'s drift / performance triggers).
 
-    Call ``.check()`` on the result: it raises when an alert was not delivered or the rollback failed.
+    Call ``.check()`` on the result: it raises when an alert was not delivered, the rollback failed or the
+    retraining request failed.
     """
+    from mlops_pipeline.triggers import retrain_requester
+
     cfg = loaded.config
     return run_monitor(MonitorRun(
         cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
         current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
-        execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features))
+        execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features,
+        retrain=retrain_requester(loaded)))

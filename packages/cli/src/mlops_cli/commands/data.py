@@ -109,16 +109,24 @@ def ingest(
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
     no_push: Annotated[bool, typer.Option("--no-push", help="Version locally only (no dvc push).")] = False,
 ) -> None:
-    """Validate batches new under data.landing_uri; version the accepted area (dvc add + push to data.dvc_remote)."""
-    from mlops_features import ingest_landed
+    """Validate batches new under data.landing_uri; version the accepted area (dvc add + push to data.dvc_remote).
+
+    A newly published version opens or updates the retraining pull request pinning it when
+    delivery.retrain.on_data is set; exits non-zero when that request failed (the version stays published)."""
+    from mlops_cli.commands.labels import print_retrain
+    from mlops_pipeline import run_ingest
 
     loaded = load(profile, model, sets, check_secrets=False)
-    report = ingest_landed(loaded.config.data, loaded.root, push=not no_push)
+    run = run_ingest(loaded, push=not no_push)
+    report = run.report
     if as_json:
-        print_json(report.to_dict())
+        print_json(run.to_dict())
+        run.check()
         return
     console.print(f"{len(report.new)} new batch(es) of {len(report.landed)} landed; accepted area "
                   f"{report.data_md5 or '-'}{' pushed' if report.pushed else ''}")
+    print_retrain(run.retrain)
+    run.check()
 
 
 @app.command("pull")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
+
+if TYPE_CHECKING:
+    from mlops_delivery import RetrainOutcome
 
 app = typer.Typer(help="Delayed labels: the labels gate and the label store beside the prediction log.",
                   no_args_is_help=True)
@@ -16,22 +19,33 @@ app = typer.Typer(help="Delayed labels: the labels gate and the label store besi
 
 @app.command("ingest")
 def ingest(
-    batches: Annotated[list[Path], typer.Argument(help="Label batches: parquet with transaction_id, label, "
-                                                       "label_time.")],
+    batches: Annotated[list[Path] | None, typer.Argument(
+        help="Label batches: parquet with transaction_id, label, label_time; default: the batches under "
+             "data.labels_landing_uri not gated yet (the labels CronJob).")] = None,
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Validate label batches against the served ids; accepted rows by label date, the rest to quarantine."""
-    from mlops_monitoring import ingest_label_batches
+    from mlops_features import DataError
+    from mlops_monitoring import ingest_label_batches, ingest_landed_labels
     from mlops_serving import resolve_prediction_log_uri
 
     loaded = load(profile, model, sets, check_secrets=False)
-    uri = resolve_prediction_log_uri(loaded.config.serving.prediction_log_uri, loaded.root)
-    summary = ingest_label_batches(list(batches), uri, loaded.config.project.model)
+    cfg = loaded.config
+    uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
+    skipped: list[str] = []
+    if batches:
+        summary = ingest_label_batches(list(batches), uri, cfg.project.model)
+    elif cfg.data.labels_landing_uri:
+        summary, skipped = ingest_landed_labels(cfg.data.labels_landing_uri, uri, cfg.project.model)
+    else:
+        raise DataError("no label batches given and data.labels_landing_uri is not set: pass batch files, or set "
+                        "data.labels_landing_uri to the folder (fsspec URL) where label batches land")
     if as_json:
-        print_json(summary.to_dict())
+        print_json({**summary.to_dict(), "skipped": skipped})
         return
     table = Table(title=f"labels: {summary.accepted_rows} accepted, {summary.quarantined_rows} quarantined "
-                        f"of {summary.input_rows}")
+                        f"of {summary.input_rows}" + (f" ({len(skipped)} landed batch(es) gated before)"
+                                                      if skipped else ""))
     for name in ("batch", "input", "accepted", "quarantined", "reasons"):
         table.add_column(name)
     for b in summary.batches:
@@ -46,22 +60,18 @@ def performance(
     reference_f1: Annotated[float | None, typer.Option(
         "--reference-f1", help="F1 the realized drop is measured against (e.g. the champion's validation F1).")] = None,
 ) -> None:
-    """Realized (from labels) and CBPE-estimated precision, recall, F1, AUC per window and served version."""
-    from mlops_core import atomic_write_text
-    from mlops_monitoring import performance_metrics_text, performance_report
-    from mlops_serving import resolve_prediction_log_uri
+    """Realized (from labels) and CBPE-estimated precision, recall, F1, AUC per window and served version; a
+    served version's drop beyond the policy opens or updates the retraining pull request (``delivery.retrain``).
+
+    Exits non-zero when that request failed (after printing the report)."""
+    from mlops_pipeline import run_performance
 
     loaded = load(profile, model, sets, check_secrets=False)
-    cfg, m = loaded.config, loaded.config.monitoring
-    uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
-    report = performance_report(uri, cfg.project.model, m.decision_threshold, window=window or m.performance_window,
-                                reference_f1=reference_f1, max_drop=m.max_f1_drop,
-                                min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
-                                interval=m.estimate_interval)
-    metrics = loaded.resolve_path(cfg.project.reports_dir) / m.performance_metrics_file
-    atomic_write_text(metrics, performance_metrics_text(report))
+    run = run_performance(loaded, window=window, reference_f1=reference_f1)
+    report = run.report
     if as_json:
-        print_json(report.to_dict())
+        print_json(run.to_dict())
+        run.check()
         return
     table = Table(title=f"{report.model}: performance at threshold {report.threshold}")
     for name in ("window", "version", "labelled", "F1 real", "F1 est", "AUC real", "AUC est", "ECE", "delay p50 h"):
@@ -77,4 +87,16 @@ def performance(
     console.print(table)
     for version, v in report.verdicts.items():
         console.print(f"version {version}: {v['verdict']} ({v['reason']})")
-    console.print(f"metrics: {metrics}")
+    console.print(f"metrics: {run.metrics}")
+    print_retrain(run.retrain)
+    run.check()
+
+
+def print_retrain(outcome: RetrainOutcome | None) -> None:
+    """One line for a trigger's retraining request (nothing when no trigger fired)."""
+    if outcome is None:
+        return
+    where = f" {outcome.url}" if outcome.url else ""
+    detail = f" — {outcome.detail}" if outcome.detail else ""
+    console.print(f"retrain {outcome.model} ({outcome.reason}): {outcome.status} "
+                  f"({outcome.branch} → data {outcome.data_version or '-'}){where}{detail}")

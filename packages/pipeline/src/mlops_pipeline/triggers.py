@@ -1,0 +1,206 @@
+"""The three retraining triggers, composed here because each joins a package of one floor to delivery.
+
+- **drift** (``mlops monitor run``): a CRITICAL run hands its request to :func:`retrain_requester` after the
+  rollback (monitoring decides, this layer asks delivery).
+- **performance** (``mlops monitor performance``, :func:`run_performance`): a served version's realized F1
+  drop beyond ``monitoring.max_f1_drop``; the CBPE estimated drop only with ``on_estimated_performance``.
+- **data** (``mlops data ingest``, :func:`run_ingest`): the ingestion published a new accepted version; it is
+  what the pull request pins.
+
+Each goes through :func:`mlops_delivery.trigger_retrain` (the policy's switches, then the same
+``request_retrain`` that ``mlops retrain request`` calls) and every outcome lands in one ledger,
+``<state_dir>/retrain/triggers.jsonl``. A failed request never undoes the command's own work; the result's
+``check()`` raises after the command has printed it, so the command (and its CronJob) exits non-zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mlops_config import LoadedConfig
+from mlops_delivery import RetrainOutcome, RetrainTrigger, trigger_retrain
+from mlops_features import IngestReport, ingest_landed
+from mlops_monitoring import (
+    ActionResult,
+    PerformanceReport,
+    RetrainRequest,
+    RetrainRequester,
+    performance_metrics_text,
+    performance_report,
+)
+from mlops_pipeline.errors import PipelineError
+
+
+class RetrainTriggerError(PipelineError):
+    """A trigger fired and its retraining pull request could not be opened (the command's own work stands)."""
+
+    exit_code = 1
+
+
+def retrain_ledger(loaded: LoadedConfig) -> Path:
+    """The ledger every retraining request is appended to (``mlops retrain request`` writes the same one)."""
+    return loaded.root / loaded.config.project.state_dir / "retrain" / "triggers.jsonl"
+
+
+def outcome_action(outcome: RetrainOutcome) -> ActionResult:
+    """The monitor's ``retrain`` action for ``outcome`` (``ok`` unless it failed; the evidence stays out: the
+    run's report holds it)."""
+    where = f" {outcome.url}" if outcome.url else ""
+    detail = f"{outcome.status}: {outcome.branch} → data {outcome.data_version or '-'}{where}"
+    extra = {k: v for k, v in outcome.to_dict().items() if k != "evidence"}
+    return ActionResult("retrain", outcome.status != "failed", f"{detail} ({outcome.detail})" if outcome.detail
+                        else detail, extra)
+
+
+def retrain_requester(loaded: LoadedConfig) -> RetrainRequester:
+    """What a CRITICAL monitoring run asks: a retraining through ``delivery.retrain``'s policy."""
+    cfg, ledger = loaded.config, retrain_ledger(loaded)
+
+    def ask(request: RetrainRequest) -> ActionResult:
+        trigger = RetrainTrigger(model=request.model, reason=request.reason, evidence=request.evidence)
+        return outcome_action(trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=request.now,
+                                              ledger=ledger))
+
+    return ask
+
+
+def _check(outcome: RetrainOutcome | None, what: str) -> None:
+    if outcome is not None and outcome.status == "failed":
+        raise RetrainTriggerError(f"{what}; the retraining pull request for {outcome.model!r} was not opened: "
+                                  f"{outcome.detail}")
+
+
+def _retrain_dict(outcome: RetrainOutcome | None) -> dict[str, Any] | None:
+    return None if outcome is None else {k: v for k, v in outcome.to_dict().items() if k != "evidence"}
+
+
+@dataclass
+class PerformanceRun:
+    """``mlops monitor performance``: the report, its metrics file and the retraining it asked for (if any)."""
+
+    report: PerformanceReport
+    metrics: Path
+    retrain: RetrainOutcome | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON plus ``metrics`` and ``retrain`` (``null``: no drop, nothing asked)."""
+        return {**self.report.to_dict(), "metrics": str(self.metrics), "retrain": _retrain_dict(self.retrain)}
+
+    def check(self) -> None:
+        """Raise when the retraining request failed (the report and its metrics are written)."""
+        _check(self.retrain, f"{self.report.model}: performance dropped beyond the policy")
+
+
+def performance_drop(report: PerformanceReport) -> tuple[str, dict[str, Any]] | None:
+    """``(trigger, evidence)`` when a version served in the latest window dropped beyond ``report.max_drop``:
+    ``performance`` for a realized drop, else ``estimated_performance`` for the CBPE estimate's; else ``None``.
+
+    Only the versions of the latest window count: a version rolled back or replaced long ago keeps its drop in
+    the log, and retraining for it again every day would be noise.
+    """
+    if not report.windows:
+        return None
+    latest = max(w.window_start for w in report.windows)
+    served = sorted({w.version for w in report.windows if w.window_start == latest})
+    verdicts = {v: report.verdicts[v] for v in served if v in report.verdicts}
+    realized = {v: x for v, x in verdicts.items() if x["verdict"] == "drop"}
+    estimated = {v: x for v, x in verdicts.items()
+                 if x.get("estimated_drop") is not None and x["estimated_drop"] > report.max_drop}
+    hits, trigger = (realized, "performance") if realized else (estimated, "estimated_performance")
+    if not hits:
+        return None
+    worst = max(hits, key=lambda v: hits[v]["realized_drop" if realized else "estimated_drop"])
+    window = next(w for w in reversed(report.windows) if w.version == worst)
+    kind = "realized" if realized else "estimated (CBPE)"
+    evidence = {
+        "summary": f"served version {worst} of {report.model}: {kind} F1 drop beyond the policy; "
+                   + (hits[worst]["reason"] if realized else
+                      f"estimated F1 {window.estimated['f1']} vs reference {report.reference_f1}"),
+        "signal": "realized" if realized else "estimated",
+        "version": worst,
+        "reference_f1": report.reference_f1,
+        "max_drop": report.max_drop,
+        "realized_drop": hits[worst].get("realized_drop"),
+        "estimated_drop": hits[worst].get("estimated_drop"),
+        "threshold": report.threshold,
+        "window_start": window.window_start,
+        "realized_f1": window.realized.get("f1"),
+        "estimated_f1": window.estimated.get("f1"),
+        "label_coverage": window.label_coverage,
+        "labelled": window.n_labelled,
+        "verdicts": verdicts,
+        "latest_window": {"realized": window.realized, "estimated": window.estimated,
+                          "intervals": {k: list(v) for k, v in window.intervals.items()},
+                          "label_delay_hours": window.label_delay_hours},
+    }
+    return trigger, evidence
+
+
+def run_performance(loaded: LoadedConfig, *, window: str | None = None, reference_f1: float | None = None,
+                    now: datetime | None = None) -> PerformanceRun:
+    """``mlops monitor performance``: the report, its Prometheus file, and a retraining request on a drop."""
+    from mlops_core import atomic_write_text
+    from mlops_serving import resolve_prediction_log_uri
+
+    cfg, m = loaded.config, loaded.config.monitoring
+    uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
+    report = performance_report(uri, cfg.project.model, m.decision_threshold, window=window or m.performance_window,
+                                reference_f1=reference_f1, max_drop=m.max_f1_drop,
+                                min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
+                                interval=m.estimate_interval)
+    metrics = loaded.resolve_path(cfg.project.reports_dir) / m.performance_metrics_file
+    atomic_write_text(metrics, performance_metrics_text(report))
+    outcome = None
+    drop = performance_drop(report)
+    if drop is not None:
+        switch, evidence = drop
+        trigger = RetrainTrigger(model=cfg.project.model, reason="performance", evidence=evidence)
+        outcome = trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, switch=switch, now=now,
+                                  ledger=retrain_ledger(loaded))
+    return PerformanceRun(report, metrics, outcome)
+
+
+@dataclass
+class IngestRun:
+    """``mlops data ingest``: the ingestion's report and the retraining it asked for (if any)."""
+
+    report: IngestReport
+    retrain: RetrainOutcome | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ingestion's JSON plus ``retrain`` (``null``: no new version, nothing asked)."""
+        return {**self.report.to_dict(), "retrain": _retrain_dict(self.retrain)}
+
+    def check(self) -> None:
+        """Raise when the retraining request failed (the new version is published)."""
+        _check(self.retrain, f"data version {self.report.data_md5} is published")
+
+
+def run_ingest(loaded: LoadedConfig, *, push: bool = True, now: datetime | None = None) -> IngestRun:
+    """``mlops data ingest``: validate and version what landed; a newly published version asks for a retraining
+    that pins it (``delivery.retrain.on_data``)."""
+    cfg = loaded.config
+    report = ingest_landed(cfg.data, loaded.root, push=push)
+    outcome = None
+    if report.new_version:
+        assert report.data_md5 is not None
+        validation = report.validation
+        evidence = {
+            "summary": f"`mlops data ingest` published accepted data version {report.data_md5} "
+                       f"(previously {report.previous_md5 or 'none'}) from {len(report.new)} new batch(es)",
+            "data_md5": report.data_md5,
+            "previous_md5": report.previous_md5,
+            "new_batches": len(report.new),
+            "accepted_rows": validation.accepted_rows if validation else None,
+            "quarantined_rows": validation.quarantined_rows if validation else None,
+            "batches": [Path(p).name for p in report.new],
+            "ingested_at": (now or datetime.now(UTC)).astimezone(UTC).isoformat(),
+        }
+        trigger = RetrainTrigger(model=cfg.project.model, reason="data", evidence=evidence,
+                                 data_version=report.data_md5)
+        outcome = trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=now,
+                                  ledger=retrain_ledger(loaded))
+    return IngestRun(report, outcome)
