@@ -3,7 +3,9 @@
 data area hash and DVC lock → FeatureService → resolved config → git commit → recorded trajectory (replayed
 on request) → exported weights → signature → gate report → ledger chain → every alias move and the overlay
 commit that deployed it → SBOM. Each link is ``verified``, ``not verifiable`` (with why) or ``broken`` (with
-what differs). The walk composes the packages below the pipeline; it changes nothing.
+what differs); the trajectory link is ``recorded, not replayed`` unless ``--rerun`` replayed it: a recorded hash
+chain ending at the exported weights shows the record is consistent, not that training produces it, so it is
+neither verified nor broken. The walk composes the packages below the pipeline; it changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from mlops_config import PlatformConfig
 
 log = logging.getLogger(__name__)
 
-Status = Literal["verified", "not verifiable", "broken"]
+Status = Literal["verified", "recorded, not replayed", "not verifiable", "broken"]
+STATUSES: tuple[Status, ...] = ("verified", "recorded, not replayed", "not verifiable", "broken")
+"""Every status, in the order a summary lists them."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Link:
 
 @dataclass
 class VersionAudit:
-    """Every link of one version; ``ok`` when none is broken."""
+    """Every link of one version; ``ok`` when none is broken (``verified`` only when every link is)."""
 
     model: str
     version: str
@@ -45,13 +49,22 @@ class VersionAudit:
     def ok(self) -> bool:
         return all(link.status != "broken" for link in self.links)
 
+    @property
+    def verified(self) -> bool:
+        """Every link verified: nothing merely recorded, unverifiable or broken."""
+        return bool(self.links) and all(link.status == "verified" for link in self.links)
+
+    def counts(self) -> dict[str, int]:
+        """How many links have each status (every status present, zeros included)."""
+        return {s: sum(1 for link in self.links if link.status == s) for s in STATUSES}
+
     def add(self, name: str, status: Status, detail: str) -> None:
         self.links.append(Link(name, status, detail))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for ``--json`` and the pipeline report."""
-        return {"model": self.model, "version": self.version, "ok": self.ok,
-                "links": [asdict(link) for link in self.links]}
+        return {"model": self.model, "version": self.version, "ok": self.ok, "verified": self.verified,
+                "counts": self.counts(), "links": [asdict(link) for link in self.links]}
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -203,9 +216,9 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
         audit.add("trajectory", "broken", f"the hash recorded at the last step {last} is not the exported weights'")
         return
     steps = ", ".join(f"{k}: {v[:12]}…" for k, v in sorted(trajectory.items(), key=lambda kv: int(kv[0])))
-    if not rerun:
-        audit.add("trajectory", "verified", f"recorded at steps {{{steps}}}, ending at the exported weights "
-                                            "(replay with --rerun)")
+    if not rerun:  # a consistent record is not a reproduced one: only a replay verifies the link
+        audit.add("trajectory", "recorded, not replayed", f"recorded at steps {{{steps}}}, ending at the exported "
+                                                          "weights; not replayed (verify it with --rerun)")
         return
     from mlops_evaluation import check_trajectory
     from mlops_training import reproduce
