@@ -119,6 +119,15 @@ def _trajectory_end(version: str, lineage: Mapping[str, Any], steps: int, weight
     return None
 
 
+def _transformed_export(meta: Mapping[str, Any]) -> str | None:
+    """What the exported weights are when they are not the trained state itself (None when they are): a LoRA
+    fine-tune trains base + adapters and exports them merged (or the adapters alone), so the trajectory's hashes,
+    taken over the trained state, cannot equal the export's ``weights_sha256``."""
+    if meta.get("kind") == "hf_causal_lm" and (meta.get("architecture") or {}).get("finetune") == "lora":
+        return "the LoRA adapters alone" if meta.get("adapter_only") else "the LoRA adapters merged into the base"
+    return None
+
+
 def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dict[str, Any], steps: int,
                        root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
     """The checks in order, each stopping at the first difference: the exported weights are the end of the
@@ -145,13 +154,26 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
         gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
         return gate
 
-    if trajectory and (broken := _trajectory_end(version, lineage, steps, weights)):
+    whole = 0 < steps <= section.repro_steps
+    transformed = _transformed_export(candidate.meta)
+    if trajectory and not transformed and (broken := _trajectory_end(version, lineage, steps, weights)):
         return verdict(GateResult(NAME, False, broken, base))
+    if transformed and not whole and mode == "trajectory":
+        # a prefix replay would prove the recorded trajectory, not that these exported weights end it
+        return verdict(GateResult(
+            NAME, False, f"not verifiable: v{version}'s exported weights are {transformed}, not the trained state its "
+            f"trajectory hashes, so a {section.repro_steps}-step replay cannot tie them to its {steps}-step run; set "
+            f"evaluation.repro_steps ≥ {steps} to re-run it whole and compare the export itself",
+            {**base, "verifiable": False, "export": transformed}))
     replayable = steps > section.repro_steps and str(section.repro_steps) in trajectory
     if replayable:
-        return verdict(check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
-                                        rtol=section.repro_gpu_rtol))
-    whole = 0 < steps <= section.repro_steps
+        gate = check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
+                                rtol=section.repro_gpu_rtol)
+        if transformed:  # determinism_only: the replay stands, the export's tie to it was not checked
+            gate = GateResult(NAME, gate.passed, f"{gate.reason}; determinism only "
+                              f"(evaluation.reproducibility: determinism_only): the export ({transformed}) was not "
+                              "tied to the trajectory's end", gate.evidence)
+        return verdict(gate)
     problems = recorded_differences(lineage, recorded, root)
     if not whole and mode == "trajectory":
         missing = ("no weights trajectory" if not trajectory else
@@ -361,8 +383,11 @@ def evaluate(
 
             ref = ((f"champion v{champ.version}", HFModel(champ.folder, champ.module, champ.tokenizer))
                    if champ else None)
+            live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
+            replay = functools.partial(check_reproducibility, cand, root, evaluation, reproduce_fn, client=client,
+                                       live=live)
             results, described = hf_gates(HFModel(cand.folder, cand.module, cand.tokenizer), cand.meta, ref, gates,
-                                          evaluation, training, root, seed)
+                                          evaluation, training, root, seed, replay)
         elif cand.kind == "causal_lm":
             results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn, client)
         else:
