@@ -5,7 +5,8 @@ The tolerance is the default 10 %. Measured here (CPU time, one torch thread, 16
 costs ~1.3× the 2-layer one to the first token and ~1.45× a token after it — not 2×, because ``generate``'s own
 per-token Python work is the same for both — so its CI lower ends sit well above 10 %. The same checkpoint's
 paired ratios centre on 1 within a few per cent; its p90s need the extra rounds the gate takes while a CI
-straddles the tolerance. The wall-clock backstop is switched off (``wall_max_ratio=None``) so that no verdict here
+straddles the tolerance (at load 5.6 it decided in 1–7 rounds of 24, once not within 8: hence a budget of 20,
+~1.5 s a round). The wall-clock backstop is switched off (``wall_max_ratio=None``) so that no verdict here
 rests on wall-clock of a shared machine; tests/unit/evaluation/test_lm_latency.py tests it on made-up timings.
 """
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
 SECTION = EvaluationConfig(hf_latency_requests=24, hf_latency_warmup=3, hf_max_new_tokens=16,
-                           hf_latency_max_rounds=8, hf_latency_wall_max_ratio=None, latency_tolerance=0.10)
+                           hf_latency_max_rounds=20, hf_latency_wall_max_ratio=None, latency_tolerance=0.10)
 
 
 @pytest.fixture(scope="module")
