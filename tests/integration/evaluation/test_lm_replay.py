@@ -132,3 +132,16 @@ def test_a_lora_export_is_re_run_whole_or_is_not_verifiable(world: dict[str, Any
     whole = gate("evaluation.repro_steps=4")
     assert whole.passed, whole.reason
     assert whole.evidence["reruns"][0]["weights_sha256"] == meta["weights_sha256"]
+    # `mlops registry verify` on the same version: the old walk called the link broken (its last hash is not the
+    # merged export's); it is a record until a whole re-run ties the export to it
+    from mlops_pipeline import verify_version
+
+    def link(rerun: bool, *more: str) -> Any:
+        audit = verify_version(_config(world["root"], *sets, *more), world["root"], "2", rerun=rerun)
+        return next(x for x in audit.links if x.name == "trajectory")
+
+    recorded = link(False)
+    assert recorded.status == "recorded, not replayed" and "LoRA adapters merged" in recorded.detail, recorded
+    assert link(True).status == "not verifiable"  # repro_steps 3 < 4 steps: no whole re-run
+    replayed = link(True, "evaluation.repro_steps=4")
+    assert replayed.status == "verified" and "whole 4-step re-run" in replayed.detail, replayed

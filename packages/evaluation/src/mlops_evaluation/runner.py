@@ -34,7 +34,7 @@ from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
-from mlops_evaluation.trajectory import NAME, check_trajectory, recorded_differences
+from mlops_evaluation.trajectory import NAME, check_trajectory, export_transform, recorded_differences
 from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
@@ -119,15 +119,6 @@ def _trajectory_end(version: str, lineage: Mapping[str, Any], steps: int, weight
     return None
 
 
-def _transformed_export(meta: Mapping[str, Any]) -> str | None:
-    """What the exported weights are when they are not the trained state itself (None when they are): a LoRA
-    fine-tune trains base + adapters and exports them merged (or the adapters alone), so the trajectory's hashes,
-    taken over the trained state, cannot equal the export's ``weights_sha256``."""
-    if meta.get("kind") == "hf_causal_lm" and (meta.get("architecture") or {}).get("finetune") == "lora":
-        return "the LoRA adapters alone" if meta.get("adapter_only") else "the LoRA adapters merged into the base"
-    return None
-
-
 def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dict[str, Any], steps: int,
                        root: Path, section: EvaluationConfig, rerun: Reproduce) -> GateResult:
     """The checks in order, each stopping at the first difference: the exported weights are the end of the
@@ -139,6 +130,9 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
     ``evaluation.reproducibility: trajectory`` (the default) it is "not verifiable" and fails; under
     ``determinism_only`` it is re-run twice for ``repro_steps`` steps and the two must agree, which shows the
     pipeline is deterministic but not that the candidate's weights came from it (the reason says so).
+
+    A LoRA export (:func:`mlops_evaluation.trajectory.export_transform`) is not the state the trajectory hashes:
+    it is re-run whole when ``repro_steps`` ≥ its steps, and is otherwise "not verifiable" under ``trajectory``.
     """
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
@@ -155,7 +149,7 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
         return gate
 
     whole = 0 < steps <= section.repro_steps
-    transformed = _transformed_export(candidate.meta)
+    transformed = export_transform(candidate.meta)
     if trajectory and not transformed and (broken := _trajectory_end(version, lineage, steps, weights)):
         return verdict(GateResult(NAME, False, broken, base))
     if transformed and not whole and mode == "trajectory":

@@ -211,19 +211,27 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
     if not trajectory:
         audit.add("trajectory", "not verifiable", "no weights trajectory recorded (trained before it was)")
         return
+    from mlops_evaluation import export_transform
+
     last = str(lineage.get("steps"))
-    if trajectory.get(last) != meta.get("weights_sha256"):
+    transform = export_transform(meta)
+    if not transform and trajectory.get(last) != meta.get("weights_sha256"):
         audit.add("trajectory", "broken", f"the hash recorded at the last step {last} is not the exported weights'")
         return
     steps = ", ".join(f"{k}: {v[:12]}…" for k, v in sorted(trajectory.items(), key=lambda kv: int(kv[0])))
+    end = (f"the exported weights are {transform}: only a whole re-run ties them to the run" if transform else
+           "ending at the exported weights")
     if not rerun:  # a consistent record is not a reproduced one: only a replay verifies the link
-        audit.add("trajectory", "recorded, not replayed", f"recorded at steps {{{steps}}}, ending at the exported "
-                                                          "weights; not replayed (verify it with --rerun)")
+        audit.add("trajectory", "recorded, not replayed", f"recorded at steps {{{steps}}}; {end}; not replayed "
+                                                          "(verify it with --rerun)")
         return
     from mlops_evaluation import check_trajectory
     from mlops_training import reproduce
 
     step = config.evaluation.repro_steps
+    if transform:
+        _whole_rerun(audit, root, recorded, meta, int(last), step, transform)
+        return
     if recorded is None or str(step) not in trajectory:
         audit.add("trajectory", "not verifiable", f"no recorded config or no hash at step {step} to replay")
         return
@@ -234,6 +242,26 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
                             device="cuda" if torch.cuda.is_available() else "cpu",
                             rtol=config.evaluation.repro_gpu_rtol)
     audit.add("trajectory", "verified" if gate.passed else "broken", gate.reason)
+
+
+def _whole_rerun(audit: VersionAudit, root: Path, recorded: dict | None, meta: dict, steps: int, repro_steps: int,
+                 transform: str) -> None:
+    """A LoRA export's link: re-run the whole recorded run (when no longer than ``repro_steps``) and compare its
+    exported weights with these."""
+    from mlops_training import reproduce
+
+    if recorded is None or steps > repro_steps:
+        audit.add("trajectory", "not verifiable", f"the exported weights are {transform}; a whole re-run ties them to "
+                                                  f"the run, and its {steps} steps exceed evaluation.repro_steps "
+                                                  f"{repro_steps} (or no config was recorded)")
+        return
+    got = reproduce(recorded, root).weights_sha256
+    want = str(meta.get("weights_sha256"))
+    if got == want:
+        audit.add("trajectory", "verified", f"a whole {steps}-step re-run exported the same weights ({want[:12]}…)")
+    else:
+        audit.add("trajectory", "broken", f"a whole {steps}-step re-run exported {got[:12]}…, the version has "
+                                          f"{want[:12]}…")
 
 
 def _weights_link(audit: VersionAudit, folder: Path | None, meta: dict, tags: dict) -> None:
