@@ -3,8 +3,9 @@
 Both run as 2 CPU processes (``torch.distributed.run``, gloo, one thread each) of
 ``benchmarks/llm_finetune_worker.py`` on the same LLaMA-architecture checkpoint made here
 (``tests/hf_checkpoint.py``, shape ``--shape``), the repository's instruction data after its gate, the same global
-batch, sequence length, steps, AdamW and bf16 compute over fp32 weights; full fine-tune. The worker's module doc
-says what each side does and how Accelerate is made to shard on CPU. ``--rounds`` runs both sides that many
+batch, sequence length, steps, AdamW and bf16 compute over fp32 weights (the FSDP2 policy on both sides, no
+autocast); full fine-tune; Accelerate loads with its RAM-efficient loading. The worker's module doc says what each
+side does, what still differs, and how Accelerate is made to shard on CPU. ``--rounds`` runs both sides that many
 times, alternating which goes first; tokens/s is the median over rounds, peak memory the largest.
 
 On a shared machine the wall time of one ~10 s timed window swings by ±10 % with other load, so a 2-round median

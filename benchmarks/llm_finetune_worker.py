@@ -12,9 +12,17 @@ Both sides share everything but the distributed wrapping, so the comparison is t
 ``LlamaDecoderLayer`` + the root) and filled with DCP's ``HuggingFaceStorageReader`` (no rank holds the whole
 model), as the platform's trainer does.
 
-``accelerate``: ``AutoModelForCausalLM.from_pretrained`` on every rank, then ``Accelerator.prepare`` with
-``FullyShardedDataParallelPlugin(fsdp_version=2, TRANSFORMER_BASED_WRAP of LlamaDecoderLayer)`` and
-``mixed_precision="bf16"`` (Accelerate's own autocast on top of the policy). Accelerate 1.15 only switches to
+``accelerate``: ``Accelerator.prepare`` with ``FullyShardedDataParallelPlugin(fsdp_version=2, TRANSFORMER_BASED_WRAP
+of LlamaDecoderLayer, cpu_ram_efficient_loading=True)``, its RAM-efficient loading: ``from_pretrained`` reads the
+weights on rank 0 only (the other ranks build the model empty, as ``transformers`` does when
+``ACCELERATE_USE_FSDP`` and ``FSDP_CPU_RAM_EFFICIENT_LOADING`` are set, which ``accelerate launch`` would set and
+this worker sets itself), and ``prepare`` shards on the meta device and broadcasts rank 0's full state dict into
+the shards. Precision is the plugin's ``MixedPrecisionPolicy`` alone, as ours: the Accelerator is made with
+``mixed_precision="no"``, so no bf16 autocast is added on top. What still differs: ours never materialises the
+whole model on any rank (DCP reads each rank's shard from the safetensors file), while Accelerate's rank 0 holds
+the whole fp32 state dict during loading and broadcasts it; and Accelerate wraps the embedding and the
+[final norm, lm_head] tail as their own FSDP units (the tail not resharded after forward), ours wraps the decoder
+layers and the root. Accelerate 1.15 only switches to
 FSDP for accelerator devices (CUDA, XPU, NPU...): on CPU ``AcceleratorState`` resolves to ``MULTI_CPU`` (a gloo
 group, DDP) and ignores the plugin. :func:`fsdp2_accelerator` creates the Accelerator on that gloo group and
 then sets the state to ``DistributedType.FSDP`` with the plugin, which is what ``AcceleratorState`` itself does
@@ -83,9 +91,10 @@ def fsdp2_accelerator(layer_cls: str) -> Any:
 
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=[layer_cls],
-        reshard_after_forward=True, state_dict_type="SHARDED_STATE_DICT", cpu_ram_efficient_loading=False,
+        reshard_after_forward=True, state_dict_type="SHARDED_STATE_DICT", cpu_ram_efficient_loading=True,
         mixed_precision_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16", fsdp_plugin=plugin)
+    # "no": the plugin's policy is the whole precision recipe, as ours; "bf16" would add autocast on top
+    accelerator = Accelerator(cpu=True, mixed_precision="no", fsdp_plugin=plugin)
     state = accelerator.state
     if state.distributed_type != DistributedType.MULTI_CPU or not dist.is_initialized():
         raise RuntimeError(f"expected Accelerate's MULTI_CPU gloo group, got {state.distributed_type}")
@@ -93,6 +102,11 @@ def fsdp2_accelerator(layer_cls: str) -> Any:
     state.fsdp_plugin = plugin
     if not accelerator.is_fsdp2:
         raise RuntimeError("forcing Accelerate's FSDP2 on CPU failed: accelerator.is_fsdp2 is False")
+    # what `accelerate launch --use_fsdp` exports: with the plugin's FSDP_CPU_RAM_EFFICIENT_LOADING it makes
+    # from_pretrained load the weights on local rank 0 only
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    if os.environ.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "").lower() not in ("true", "1"):
+        raise RuntimeError("Accelerate's plugin did not export FSDP_CPU_RAM_EFFICIENT_LOADING")
     return accelerator
 
 

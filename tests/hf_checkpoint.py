@@ -22,6 +22,9 @@ SHAPES: dict[str, dict[str, int]] = {
     # Fine-tuning tests: a few seconds a run on 2 CPU processes.
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=256),
+    # The LM latency test: "tiny" with twice the layers, a candidate that costs more per token.
+    "tiny-deep": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256),
     # The load-memory test: 63 M parameters (252 MB in fp32), so one of two shards (126 MB) stands well apart
     # from the whole model above the interpreter's own few hundred MB.
     "load": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,

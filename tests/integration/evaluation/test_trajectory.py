@@ -240,11 +240,17 @@ def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: 
     result = CliRunner().invoke(app, ["registry", "verify", "--version", version, "--json", *sets], env=env)
     assert result.exit_code == 0, result.stdout + result.stderr
     links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
-    for name in ("data area", "DVC lock", "FeatureService", "resolved config", "git commit", "trajectory", "weights",
-                 "signature"):
+    for name in ("data area", "DVC lock", "FeatureService", "resolved config", "git commit", "weights", "signature"):
         assert links[name]["status"] == "verified", links[name]
     assert links["gate report"]["status"] == "not verifiable"  # never evaluated in this world
     assert world["honest"].weights_sha256[:16] in links["weights"]["detail"]
+    # without --rerun the trajectory is a consistent record, not a reproduced one: neither verified nor broken
+    # (the old walk called it verified without replaying anything)
+    assert links["trajectory"]["status"] == "recorded, not replayed", links["trajectory"]
+    assert "not replayed" in links["trajectory"]["detail"] and "--rerun" in links["trajectory"]["detail"]
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True and doc["verified"] is False
+    assert doc["counts"]["recorded, not replayed"] == 1 and doc["counts"]["broken"] == 0
 
     run_id = world["honest"].run_id
     (weights,) = [p for p in (world["root"] / ".mlops").rglob("model.safetensors") if run_id in p.parts]
@@ -260,6 +266,32 @@ def test_verify_walks_an_honest_version_and_names_a_swapped_weights_file(world: 
     links = {link["name"]: link for link in json.loads(result.stdout)["links"]}
     assert links["weights"]["status"] == "broken"
     assert links["signature"]["status"] == "broken" and "changed model.safetensors" in links["signature"]["detail"]
+
+
+def test_verify_rerun_replays_the_trajectory_before_calling_it_verified(world: dict[str, Any]) -> None:
+    """``--rerun`` replays ``repro_steps`` of the recorded recipe; only then is the link "verified", and a record
+    the replay does not reproduce is "broken"."""
+    from mlops_pipeline import provenance, verify_version
+
+    cfg, root = world["loaded"].config, world["root"]
+    version = str(world["honest"].model_version)
+    links = {link.name: link for link in verify_version(cfg, root, version, rerun=True).links}
+    assert links["trajectory"].status == "verified", links["trajectory"]
+    assert "own trajectory reproduced" in links["trajectory"].detail
+    # the same walk over a record whose step-5 hash is not what the recipe gives: the replay says so
+    audit = provenance.VersionAudit("fraud", version)
+    lineage = {"trajectory": {"5": "0" * 64, "12": "f" * 64}, "steps": 12}
+    recorded = cfg.model_dump(mode="json")
+    provenance._trajectory_link(audit, cfg, root, {**_honest_lineage(world), **lineage}, {"weights_sha256": "f" * 64},
+                                recorded, True)
+    (link,) = audit.links
+    assert link.status == "broken" and "weights differ at step 5" in link.detail, link
+
+
+def _honest_lineage(world: dict[str, Any]) -> dict[str, Any]:
+    from mlops_model import read_meta
+
+    return dict(read_meta(Path(world["honest"].export_dir))["lineage"])
 
 
 def test_sbom_reference_is_verified_and_an_edit_is_named(world: dict[str, Any]) -> None:

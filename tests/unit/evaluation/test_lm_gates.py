@@ -19,10 +19,12 @@ from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingC
 from mlops_evaluation import EvaluationError
 from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
 from mlops_evaluation.lm_evaluate import hf_gates, load_hf
-from mlops_evaluation.lm_gates import GenerationTiming, latency_gate, perplexity_gate, reproducibility_gate
+from mlops_evaluation.lm_gates import decode_determinism_gate, perplexity_gate
 
+# latency: shape only here (tolerance 100×, no wall-clock bound); its verdicts are tested in test_lm_latency.py
 SECTION = EvaluationConfig(bootstrap_samples=400, hf_latency_requests=3, hf_latency_warmup=1, hf_max_new_tokens=4,
-                           latency_max_noise=100.0, hf_latency_max_noise=100.0, latency_tolerance=100.0)
+                           latency_max_noise=100.0, hf_latency_max_noise=100.0, latency_tolerance=100.0,
+                           hf_latency_wall_max_ratio=None, hf_latency_max_rounds=1)
 
 
 def test_perplexity_bootstrap_equals_numpy_by_hand() -> None:
@@ -61,39 +63,11 @@ def test_perplexity_gate_hand_built_cases() -> None:
         paired_bootstrap_perplexity([1.0], [1.0], [0.0])
 
 
-def test_reproducibility_and_latency_gates_on_hand_built_numbers() -> None:
-    assert reproducibility_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [3]], max_new_tokens=2).passed
-    bad = reproducibility_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [4]], max_new_tokens=2)
+def test_decode_determinism_on_hand_built_numbers() -> None:
+    assert decode_determinism_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [3]], max_new_tokens=2).passed
+    bad = decode_determinism_gate(["p", "q"], [[1, 2], [3]], [[1, 2], [4]], max_new_tokens=2)
     assert not bad.passed and bad.evidence["differing_prompts"] == [1] and "'q'" in bad.reason
-    ref = [GenerationTiming(0.010, 0.110, 11)] * 5  # 10 tokens in 0.1 s after the first: 100 tokens/s
-    slow = [GenerationTiming(0.020, 0.220, 11)] * 5  # TTFT doubled, 50 tokens/s
-    ok = latency_gate(ref, ref, ref, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
-    assert ok.passed and ok.evidence["candidate"]["tokens_per_s"]["p50"] == pytest.approx(100.0)
-    fail = latency_gate(ref, slow, ref, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
-    assert not fail.passed
-    assert fail.evidence["ttft_p50_regression"] == pytest.approx(1.0)
-    assert fail.evidence["tokens_per_s_drop"] == pytest.approx(0.5)
-    noisy = latency_gate(ref, ref, slow, tolerance=0.1, max_noise=0.5, reference="champion", warmup=0)
-    assert not noisy.passed and noisy.reason.startswith("too noisy")
-
-
-def test_latency_gate_pairs_the_rounds_so_load_drift_is_not_a_regression() -> None:
-    """A loop run saw the reference's own TTFT medians at 83 and 185 ms: load moved between the series' samples."""
-    def timing(ttft_ms: float) -> GenerationTiming:
-        return GenerationTiming(ttft_ms / 1000, ttft_ms / 1000 + 0.5, 16)  # 15 tokens in 0.5 s: 30 tokens/s
-
-    a = [timing(80.0 if i < 13 else 185.0) for i in range(24)]  # 13 quiet rounds: median 80 ms
-    a2 = [timing(80.0 if i < 11 else 185.0) for i in range(24)]  # 11 quiet rounds: median 185 ms
-    same = latency_gate(a, a, a2, tolerance=0.1, max_noise=1.0, reference="base checkpoint", warmup=0)
-    assert a2[12].ttft_s / a[12].ttft_s == pytest.approx(185 / 80)  # only rounds 11 and 12 differ, A′ vs A
-    assert same.evidence["ttft_aa_noise"] == pytest.approx(0.0)  # median of 22 ones and two 2.31s
-    assert same.evidence["ttft_p50_regression"] == pytest.approx(0.0)
-    assert same.passed, same.reason
-    slower = [timing(t.ttft_s * 1000 * 1.5) for t in a]
-    worse = latency_gate(a, slower, a2, tolerance=0.1, max_noise=1.0, reference="base checkpoint", warmup=0)
-    assert worse.evidence["ttft_p50_regression"] == pytest.approx(0.5) and not worse.passed
-    with pytest.raises(EvaluationError, match="paired"):
-        latency_gate(a, a[:-1], a2, tolerance=0.1, max_noise=1.0, reference="champion", warmup=0)
+    assert bad.name == "decode_determinism"  # its own name: it is not the reproducibility gate
 
 
 def test_generations_are_timed_in_cpu_time_so_waiting_for_the_cpu_is_not_the_model() -> None:
@@ -180,7 +154,7 @@ def root(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
     return base_dir
 
 
-def test_fine_tune_passes_every_gate_against_its_base(root: Path) -> None:
+def test_fine_tune_passes_every_gate_but_an_unreplayable_reproducibility(root: Path) -> None:
     cand = load_hf(root / "tuned")
     results, held = hf_gates(cand, _meta(), None, ("quality", "reproducibility", "latency", "contract"), SECTION,
                              None, root, seed=0)
@@ -189,8 +163,11 @@ def test_fine_tune_passes_every_gate_against_its_base(root: Path) -> None:
     assert gates["quality"].passed, gates["quality"].reason
     assert gates["quality"].evidence["candidate"]["perplexity"] < gates["quality"].evidence["reference_metrics"][
         "perplexity"]
-    assert gates["reproducibility"].passed, gates["reproducibility"].reason
-    assert all(len(ids) <= SECTION.hf_max_new_tokens for ids in gates["reproducibility"].evidence["completion_ids"])
+    # a folder with no recorded run has no training to replay: not verifiable, whatever decoding shows (the old
+    # gate called two equal greedy decodings "reproducibility" and passed)
+    assert not gates["reproducibility"].passed and gates["reproducibility"].reason.startswith("not verifiable")
+    assert gates["decode_determinism"].passed, gates["decode_determinism"].reason
+    assert all(len(ids) <= SECTION.hf_max_new_tokens for ids in gates["decode_determinism"].evidence["completion_ids"])
     assert gates["latency"].evidence["requests"] == 3 and gates["latency"].passed  # tolerance 100×: shape only
     assert gates["latency"].evidence["candidate"]["ttft_ms"]["p50"] > 0
     assert gates["contract"].passed, gates["contract"].reason

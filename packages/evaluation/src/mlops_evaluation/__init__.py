@@ -15,7 +15,7 @@ from mlops_evaluation.latency import LatencyRun, measure_interleaved, paired_reg
 from mlops_evaluation.metrics import binary_metrics, perplexity, slice_metrics
 from mlops_evaluation.report import EvaluationReport, to_markdown
 from mlops_evaluation.runner import evaluate
-from mlops_evaluation.trajectory import check_trajectory
+from mlops_evaluation.trajectory import check_trajectory, export_transform
 
 __all__ = [
     "GATES",
@@ -28,6 +28,7 @@ __all__ = [
     "check_trajectory",
     "contract_gate",
     "evaluate",
+    "export_transform",
     "latency_gate",
     "latency_rounds",
     "measure_interleaved",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,14 +23,13 @@ from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GateResult
 from mlops_evaluation.latency import ORDERS
 from mlops_evaluation.lm_gates import (
-    GenerationTiming,
     contract_facts,
     contract_gate,
+    decode_determinism_gate,
     ids_digest,
-    latency_gate,
     perplexity_gate,
-    reproducibility_gate,
 )
+from mlops_evaluation.lm_latency import GenerationTiming, lm_latency_rounds
 
 if TYPE_CHECKING:
     import torch
@@ -180,10 +179,32 @@ def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], 
     return series[0], series[1], series[2]
 
 
+def generation_latency(ref: HFModel, cand: HFModel, prompts: Sequence[str], evaluation: EvaluationConfig,
+                       ref_name: str, seed: int = 0) -> GateResult:
+    """The latency gate (:mod:`mlops_evaluation.lm_latency`): rounds of ``hf_latency_requests`` interleaved
+    generations until it can tell, at most ``hf_latency_max_rounds``; the warm-up runs in the first round only."""
+    rounds = iter(range(evaluation.hf_latency_max_rounds))
+
+    def measure() -> tuple[list[GenerationTiming], ...]:
+        warm = evaluation.hf_latency_warmup if next(rounds) == 0 else 0
+        return interleaved(ref, cand, prompts, timed=evaluation.hf_latency_requests, warmup=warm,
+                           new_tokens=evaluation.hf_max_new_tokens)
+
+    return lm_latency_rounds(measure, max_rounds=evaluation.hf_latency_max_rounds,
+                             tolerance=evaluation.latency_tolerance, max_noise=evaluation.hf_latency_max_noise,
+                             reference=ref_name, warmup=evaluation.hf_latency_warmup,
+                             wall_max_ratio=evaluation.hf_latency_wall_max_ratio, confidence=evaluation.confidence,
+                             seed=seed)
+
+
 def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFModel] | None, gates: Sequence[str],
-             evaluation: EvaluationConfig, training: TrainingConfig | None, root: Path, seed: int
-             ) -> tuple[list[GateResult], dict[str, Any]]:
-    """Run ``gates`` on the candidate against the champion ``(label, model)`` or else the base checkpoint."""
+             evaluation: EvaluationConfig, training: TrainingConfig | None, root: Path, seed: int,
+             replay: Callable[[], GateResult] | None = None) -> tuple[list[GateResult], dict[str, Any]]:
+    """Run ``gates`` on the candidate against the champion ``(label, model)`` or else the base checkpoint.
+
+    ``replay`` is the reproducibility gate over the candidate's recorded training (the runner's
+    ``check_reproducibility``, the replay every family gets); without it, a folder with no recorded run, the gate
+    is "not verifiable" and fails. The greedy-decoding check runs beside it under its own name."""
     ref_name, ref = champion if champion else ("base checkpoint", load_hf(reference_folder(cand_meta, root)))
     ids, labels, described = held_out_set(cand_meta, training, root, cand.tokenizer)
     described["reference"] = ref_name
@@ -196,15 +217,16 @@ def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFMo
             r_nll, _ = example_nll(ref.model, ids, labels)
             results.append(perplexity_gate(c_nll, r_nll, tokens, evaluation, reference=ref_name, seed=seed))
         elif gate == "reproducibility":
+            results.append(replay() if replay is not None else GateResult(
+                "reproducibility", False, "not verifiable: no recorded training run to replay (a folder gated "
+                "without its registry version); the greedy-decoding check below shows determinism only",
+                {"verifiable": False}))
             first = greedy(cand, prompts, evaluation.hf_max_new_tokens)
             second = greedy(load_hf(cand.folder), prompts, evaluation.hf_max_new_tokens)
-            results.append(reproducibility_gate(prompts, first, second, max_new_tokens=evaluation.hf_max_new_tokens))
+            results.append(decode_determinism_gate(prompts, first, second,
+                                                   max_new_tokens=evaluation.hf_max_new_tokens))
         elif gate == "latency":
-            a, b, a2 = interleaved(ref, cand, prompts, timed=evaluation.hf_latency_requests,
-                                   warmup=evaluation.hf_latency_warmup, new_tokens=evaluation.hf_max_new_tokens)
-            results.append(latency_gate(a, b, a2, tolerance=evaluation.latency_tolerance,
-                                        max_noise=evaluation.hf_latency_max_noise, reference=ref_name,
-                                        warmup=evaluation.hf_latency_warmup, clock="cpu"))
+            results.append(generation_latency(ref, cand, prompts, evaluation, ref_name, seed))
         else:
             results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
                                          contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,

@@ -34,7 +34,7 @@ from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
-from mlops_evaluation.trajectory import NAME, check_trajectory, recorded_differences
+from mlops_evaluation.trajectory import NAME, check_trajectory, export_transform, recorded_differences
 from mlops_model import REQUEST_FIELDS, load_exported
 
 if TYPE_CHECKING:
@@ -130,6 +130,9 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
     ``evaluation.reproducibility: trajectory`` (the default) it is "not verifiable" and fails; under
     ``determinism_only`` it is re-run twice for ``repro_steps`` steps and the two must agree, which shows the
     pipeline is deterministic but not that the candidate's weights came from it (the reason says so).
+
+    A LoRA export (:func:`mlops_evaluation.trajectory.export_transform`) is not the state the trajectory hashes:
+    it is re-run whole when ``repro_steps`` ≥ its steps, and is otherwise "not verifiable" under ``trajectory``.
     """
     device = "cuda" if _cuda() else "cpu"
     started = time.perf_counter()
@@ -145,13 +148,26 @@ def _rerun_and_compare(candidate: Scorer, recorded: dict[str, Any], lineage: dic
         gate.evidence["seconds"] = round(time.perf_counter() - started, 2)
         return gate
 
-    if trajectory and (broken := _trajectory_end(version, lineage, steps, weights)):
+    whole = 0 < steps <= section.repro_steps
+    transformed = export_transform(candidate.meta)
+    if trajectory and not transformed and (broken := _trajectory_end(version, lineage, steps, weights)):
         return verdict(GateResult(NAME, False, broken, base))
+    if transformed and not whole and mode == "trajectory":
+        # a prefix replay would prove the recorded trajectory, not that these exported weights end it
+        return verdict(GateResult(
+            NAME, False, f"not verifiable: v{version}'s exported weights are {transformed}, not the trained state its "
+            f"trajectory hashes, so a {section.repro_steps}-step replay cannot tie them to its {steps}-step run; set "
+            f"evaluation.repro_steps ≥ {steps} to re-run it whole and compare the export itself",
+            {**base, "verifiable": False, "export": transformed}))
     replayable = steps > section.repro_steps and str(section.repro_steps) in trajectory
     if replayable:
-        return verdict(check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
-                                        rtol=section.repro_gpu_rtol))
-    whole = 0 < steps <= section.repro_steps
+        gate = check_trajectory(version, lineage, recorded, root, section.repro_steps, rerun, device=device,
+                                rtol=section.repro_gpu_rtol)
+        if transformed:  # determinism_only: the replay stands, the export's tie to it was not checked
+            gate = GateResult(NAME, gate.passed, f"{gate.reason}; determinism only "
+                              f"(evaluation.reproducibility: determinism_only): the export ({transformed}) was not "
+                              "tied to the trajectory's end", gate.evidence)
+        return verdict(gate)
     problems = recorded_differences(lineage, recorded, root)
     if not whole and mode == "trajectory":
         missing = ("no weights trajectory" if not trajectory else
@@ -361,8 +377,11 @@ def evaluate(
 
             ref = ((f"champion v{champ.version}", HFModel(champ.folder, champ.module, champ.tokenizer))
                    if champ else None)
+            live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
+            replay = functools.partial(check_reproducibility, cand, root, evaluation, reproduce_fn, client=client,
+                                       live=live)
             results, described = hf_gates(HFModel(cand.folder, cand.module, cand.tokenizer), cand.meta, ref, gates,
-                                          evaluation, training, root, seed)
+                                          evaluation, training, root, seed, replay)
         elif cand.kind == "causal_lm":
             results, described = _lm_gates(cand, champ, gates, evaluation, root, seed, reproduce_fn, client)
         else:

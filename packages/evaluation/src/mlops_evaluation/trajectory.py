@@ -34,6 +34,17 @@ Rerun = Callable[[dict[str, Any], Path, int | None], Any]
 NAME = "reproducibility"
 
 
+def export_transform(meta: Mapping[str, Any]) -> str | None:
+    """What the exported weights are when they are not the trained state itself (None when they are).
+
+    A LoRA fine-tune trains base + adapters and exports them merged (or the adapters alone), so the trajectory's
+    hashes, taken over the trained state, cannot equal the export's ``weights_sha256``: only a whole re-run, whose
+    export is compared, ties such weights to their run."""
+    if meta.get("kind") == "hf_causal_lm" and (meta.get("architecture") or {}).get("finetune") == "lora":
+        return "the LoRA adapters alone" if meta.get("adapter_only") else "the LoRA adapters merged into the base"
+    return None
+
+
 def recorded_differences(lineage: Mapping[str, Any], recorded: Mapping[str, Any], root: Path) -> list[str]:
     """Config and code checks (1 and 2 above); each difference as one sentence."""
     from mlops_config import PlatformConfig

@@ -3,7 +3,9 @@
 data area hash and DVC lock → FeatureService → resolved config → git commit → recorded trajectory (replayed
 on request) → exported weights → signature → gate report → ledger chain → every alias move and the overlay
 commit that deployed it → SBOM. Each link is ``verified``, ``not verifiable`` (with why) or ``broken`` (with
-what differs). The walk composes the packages below the pipeline; it changes nothing.
+what differs); the trajectory link is ``recorded, not replayed`` unless ``--rerun`` replayed it: a recorded hash
+chain ending at the exported weights shows the record is consistent, not that training produces it, so it is
+neither verified nor broken. The walk composes the packages below the pipeline; it changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from mlops_config import PlatformConfig
 
 log = logging.getLogger(__name__)
 
-Status = Literal["verified", "not verifiable", "broken"]
+Status = Literal["verified", "recorded, not replayed", "not verifiable", "broken"]
+STATUSES: tuple[Status, ...] = ("verified", "recorded, not replayed", "not verifiable", "broken")
+"""Every status, in the order a summary lists them."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Link:
 
 @dataclass
 class VersionAudit:
-    """Every link of one version; ``ok`` when none is broken."""
+    """Every link of one version; ``ok`` when none is broken (``verified`` only when every link is)."""
 
     model: str
     version: str
@@ -45,13 +49,22 @@ class VersionAudit:
     def ok(self) -> bool:
         return all(link.status != "broken" for link in self.links)
 
+    @property
+    def verified(self) -> bool:
+        """Every link verified: nothing merely recorded, unverifiable or broken."""
+        return bool(self.links) and all(link.status == "verified" for link in self.links)
+
+    def counts(self) -> dict[str, int]:
+        """How many links have each status (every status present, zeros included)."""
+        return {s: sum(1 for link in self.links if link.status == s) for s in STATUSES}
+
     def add(self, name: str, status: Status, detail: str) -> None:
         self.links.append(Link(name, status, detail))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for ``--json`` and the pipeline report."""
-        return {"model": self.model, "version": self.version, "ok": self.ok,
-                "links": [asdict(link) for link in self.links]}
+        return {"model": self.model, "version": self.version, "ok": self.ok, "verified": self.verified,
+                "counts": self.counts(), "links": [asdict(link) for link in self.links]}
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -198,19 +211,27 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
     if not trajectory:
         audit.add("trajectory", "not verifiable", "no weights trajectory recorded (trained before it was)")
         return
+    from mlops_evaluation import export_transform
+
     last = str(lineage.get("steps"))
-    if trajectory.get(last) != meta.get("weights_sha256"):
+    transform = export_transform(meta)
+    if not transform and trajectory.get(last) != meta.get("weights_sha256"):
         audit.add("trajectory", "broken", f"the hash recorded at the last step {last} is not the exported weights'")
         return
     steps = ", ".join(f"{k}: {v[:12]}…" for k, v in sorted(trajectory.items(), key=lambda kv: int(kv[0])))
-    if not rerun:
-        audit.add("trajectory", "verified", f"recorded at steps {{{steps}}}, ending at the exported weights "
-                                            "(replay with --rerun)")
+    end = (f"the exported weights are {transform}: only a whole re-run ties them to the run" if transform else
+           "ending at the exported weights")
+    if not rerun:  # a consistent record is not a reproduced one: only a replay verifies the link
+        audit.add("trajectory", "recorded, not replayed", f"recorded at steps {{{steps}}}; {end}; not replayed "
+                                                          "(verify it with --rerun)")
         return
     from mlops_evaluation import check_trajectory
     from mlops_training import reproduce
 
     step = config.evaluation.repro_steps
+    if transform:
+        _whole_rerun(audit, root, recorded, meta, int(last), step, transform)
+        return
     if recorded is None or str(step) not in trajectory:
         audit.add("trajectory", "not verifiable", f"no recorded config or no hash at step {step} to replay")
         return
@@ -221,6 +242,26 @@ def _trajectory_link(audit: VersionAudit, config: PlatformConfig, root: Path, li
                             device="cuda" if torch.cuda.is_available() else "cpu",
                             rtol=config.evaluation.repro_gpu_rtol)
     audit.add("trajectory", "verified" if gate.passed else "broken", gate.reason)
+
+
+def _whole_rerun(audit: VersionAudit, root: Path, recorded: dict | None, meta: dict, steps: int, repro_steps: int,
+                 transform: str) -> None:
+    """A LoRA export's link: re-run the whole recorded run (when no longer than ``repro_steps``) and compare its
+    exported weights with these."""
+    from mlops_training import reproduce
+
+    if recorded is None or steps > repro_steps:
+        audit.add("trajectory", "not verifiable", f"the exported weights are {transform}; a whole re-run ties them to "
+                                                  f"the run, and its {steps} steps exceed evaluation.repro_steps "
+                                                  f"{repro_steps} (or no config was recorded)")
+        return
+    got = reproduce(recorded, root).weights_sha256
+    want = str(meta.get("weights_sha256"))
+    if got == want:
+        audit.add("trajectory", "verified", f"a whole {steps}-step re-run exported the same weights ({want[:12]}…)")
+    else:
+        audit.add("trajectory", "broken", f"a whole {steps}-step re-run exported {got[:12]}…, the version has "
+                                          f"{want[:12]}…")
 
 
 def _weights_link(audit: VersionAudit, folder: Path | None, meta: dict, tags: dict) -> None:

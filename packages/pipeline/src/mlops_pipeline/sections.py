@@ -186,8 +186,7 @@ def provenance_section(ctx: PipelineContext) -> Section | None:
     if version is None:
         return None
     audit = verify_version(ctx.cfg, ctx.root, version)
-    counts = {s: sum(1 for link in audit.links if link.status == s) for s in ("verified", "not verifiable", "broken")}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    summary = ", ".join(f"{n} {s}" for s, n in audit.counts().items() if n)
     return Section("provenance", f"Provenance of v{version}",
                    text=f"`mlops registry verify --version {version}`: {summary}"
                         + ("" if audit.ok else " — a broken link means this version cannot be trusted"),
