@@ -36,7 +36,7 @@ US = pd.Timedelta(microseconds=1)
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, FeaturesConfig, pd.Series]]:
+def store_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, FeaturesConfig, pd.Series]]:
     import redis
 
     url = "redis://127.0.0.1:6379/0"
@@ -52,6 +52,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Featur
     last = pd.to_datetime(tx["event_timestamp"], utc=True).groupby(tx["user_id"].astype(str)).max().sort_values()
     yield root, features, last
     open_store(features, root).teardown()
+
+
+@pytest.fixture(params=["direct", "feast"])
+def env(request: pytest.FixtureRequest, store_env: tuple[Path, FeaturesConfig, pd.Series]
+        ) -> tuple[Path, FeaturesConfig, pd.Series]:
+    """The store, looked up by either reader (``features.online_reader``): both apply the ttl the same way."""
+    root, features, last = store_env
+    return root, features.model_copy(update={"online_reader": request.param}), last
 
 
 def _pair(last: pd.Series) -> tuple[str, str, pd.Timestamp]:
@@ -75,6 +83,7 @@ def test_a_value_older_than_its_ttl_is_served_as_the_default_and_flagged(env: tu
     stale, fresh, as_of = _pair(last)
     merchant = _merchant(root)
     online = OnlineFeatures(features, root)
+    assert online.reader == features.online_reader
     got_stale, got_fresh = online.get([{"user_id": stale, "merchant_id": merchant},
                                        {"user_id": fresh, "merchant_id": merchant}], as_of=as_of)
     assert {n: got_stale[n] for n in USER_FEATURES} == {n: DEFAULTS[n] for n in USER_FEATURES}

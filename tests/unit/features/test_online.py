@@ -105,6 +105,11 @@ class OnlineSuite:
         for row, values in zip(rows[::10], batch[::10], strict=True):
             assert online.get([row])[0] == values
 
+    def test_the_direct_reader_serves_redis_only(self, env: tuple) -> None:
+        _, features, online = env
+        assert features.online_reader == "direct"  # the default: SQLite keeps Feast's reader regardless
+        assert online.reader == ("direct" if features.online_store == "redis" else "feast")
+
     def test_bad_rows_and_ping(self, env: tuple) -> None:
         _, _, online = env
         assert online.ping() is True

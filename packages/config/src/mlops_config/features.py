@@ -62,6 +62,20 @@ class FeaturesConfig(Section):
     registry_cache_ttl_s: int = Field(default=60, ge=0)
     """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""
 
+    online_reader: Literal["direct", "feast"] = "direct"
+    """How the online lookup (serving) reads the FeatureService. ``direct``: the platform's reader of Feast's Redis
+    layout (``mlops_features.online_direct``): one pipelined round trip per batch, values decoded straight from
+    Feast's ``ValueProto`` bytes, built once from the registry at load (no registry refresh inside a request);
+    its answers equal Feast's ``get_online_features`` value by value and type by type (docs/serving.md). Used only
+    with ``online_store: redis``: SQLite, and any store or definition the direct reader does not cover (it says
+    which at load), keep Feast's reader regardless. ``feast``: always Feast's ``get_online_features`` (the switch
+    back)."""
+
+    online_parity_sample: float = Field(default=0.001, ge=0.0, le=1.0)
+    """Fraction of the direct reader's lookups re-read through Feast on a background thread, off the request path,
+    and compared value by value (counted and logged once per kind of difference); 0: off. Ignored when the
+    lookup reads through Feast."""
+
     online_ttl_as_of: datetime | None = None
     """The instant the online lookup measures each feature view's ``ttl`` back from, as the offline point-in-time
     join does from a label's time: a view's online value stamped before ``as_of - ttl`` is expired and served as

@@ -1,7 +1,11 @@
 """Online feature lookup for serving: one FeatureStore per process, defaults for unknown or expired entities.
 
 On the serving hot path: the store, the FeatureService and the feature names are resolved once in the
-constructor; ``get`` is one ``get_online_features`` call. When Redis is down ``get`` raises
+constructor; ``get`` is one read of the store, by one of two readers (``features.online_reader``): on Redis the
+direct reader (:mod:`mlops_features.online_direct`, one round trip, built from the registry at load, no registry
+read in a request), else Feast's ``get_online_features`` call. Both give the same values of the same types
+(tests/integration/features/test_online_direct.py); :attr:`OnlineFeatures.parity` re-reads a sample of the
+direct lookups through Feast off the request path and counts any difference. When Redis is down ``get`` raises
 :class:`FeatureStoreUnavailableError` quickly (the caller may serve degraded); redis-py drops broken
 connections from its pool, so the first call after Redis is back succeeds again with no restart.
 
@@ -25,6 +29,8 @@ from typing import Any
 from mlops_config import FeaturesConfig
 from mlops_features.dataset import feature_names, is_on_demand, request_fields, service_defaults, service_views
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
+from mlops_features.online_parity import ParitySampler
+from mlops_features.online_plan import compute_on_demand
 from mlops_features.store import open_store
 from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
 
@@ -45,6 +51,12 @@ def _unavailable_errors() -> tuple[type[BaseException], ...]:
 class OnlineFeatures:
     """Feature vectors for request rows from the online store (SQLite or Redis).
 
+    Two readers answer the same (``features.online_reader``): ``direct`` (Redis only:
+    :class:`mlops_features.online_direct.DirectRedisReader`, one pipelined round trip per batch, no Feast request
+    resolution or per-value conversion on the request path) and ``feast``
+    (``FeatureStore.get_online_features(...).to_dict()``; SQLite always). The ttl, the defaults, the flags and
+    the on-demand views are then applied here by the same code for both.
+
     Args:
         features: The ``features`` section.
         root: Repo root the section's paths are relative to.
@@ -63,11 +75,44 @@ class OnlineFeatures:
         self._stored_views = [v for v in views if not is_on_demand(v)]
         self._on_demand_views = [v for v in views if is_on_demand(v)]
         self._by_entity = self._group_names_by_entity()
-        self._ttl_ns = {v.name: _ns(v.ttl) for v in self._stored_views if v.ttl and _ns(v.ttl) > 0}
-        """Per stored view with a ttl (0/None: never expires), its length in ns."""
         self.as_of = features.online_ttl_as_of
         """Pinned instant the ttl counts back from (``features.online_ttl_as_of``); None: each request's now."""
         self._errors = _unavailable_errors()
+        self._plan = _service_plan(self._store, self._service) if self._on_demand_views else None
+        self._direct = self._direct_reader(features)
+        self.reader: str = "direct" if self._direct is not None else "feast"
+        """The reader answering :meth:`get`: ``direct`` or ``feast`` (see ``features.online_reader``)."""
+        if self._direct is not None:
+            assert self._plan is not None
+            self._expiry = [(t.view.name, _ttl_ns(t.view), t.features) for t in self._plan.tables]
+        else:
+            self._expiry = [(v.name, _ttl_ns(v), tuple(f.name for f in v.projection.features))
+                            for v in self._stored_views]
+        self._expiry = [(name, ttl, names) for name, ttl, names in self._expiry if ttl and names]
+        """Per view with a ttl (0/None: never expires): its name, the ttl in ns and the features it blanks."""
+        rate = features.online_parity_sample if self._direct is not None else 0.0
+        self.parity = ParitySampler(rate, self._read_feast, self._read_direct, service=self.service_name)
+        """The sampled comparison of the direct reader against Feast's (counts, ``collector()`` for Prometheus)."""
+
+    def _direct_reader(self, features: FeaturesConfig) -> Any:
+        """The direct reader when the config asks for it and it answers exactly as Feast would, else None."""
+        if features.online_reader != "direct" or features.online_store != "redis":
+            return None
+        from feast.infra.online_stores.redis import RedisOnlineStoreConfig
+
+        if not isinstance(self._store.config.online_store, RedisOnlineStoreConfig):
+            return None
+        from mlops_features.online_direct import DirectRedisReader
+        from mlops_features.online_plan import unsupported_by_direct
+
+        if self._plan is None:
+            self._plan = _service_plan(self._store, self._service)
+        reason = unsupported_by_direct(self._plan, self._service, ENTITY_KEYS)
+        if reason is not None:
+            logger.warning("features.online_reader=direct: FeatureService %r is read through Feast instead: %s",
+                           self.service_name, reason)
+            return None
+        return DirectRedisReader(self._store, self._plan)
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]], *, as_of: datetime | None = None
             ) -> list[dict[str, Any]]:
@@ -98,65 +143,76 @@ class OnlineFeatures:
                 raise FeatureStoreError(f"entity row {i} lacks request field(s) {absent!r}: FeatureService "
                                         f"{self.service_name!r} computes request-time features from them")
             rows.append({**{k: str(row[k]) for k in ENTITY_KEYS}, **{k: row[k] for k in self.request_fields}})
+        when = as_of or self.as_of or (datetime.now(UTC) if self._expiry else None)
+        if self._direct is None:
+            return self._read_feast(rows, when)
+        out = self._read_direct(rows, when)
+        if self.parity.rate:
+            self.parity.offer(rows, when, out)
+        return out
+
+    def _read_direct(self, rows: list[dict[str, Any]], as_of: datetime | None) -> list[dict[str, Any]]:
+        assert self._plan is not None
+        try:
+            result, stamps = self._direct.read(rows)
+        except self._errors as exc:
+            raise FeatureStoreUnavailableError(f"online store unreachable: {type(exc).__name__}: {exc}") from exc
+        if self._expiry and as_of is not None:
+            self._expire(result, stamps, len(rows), as_of)
+        for od in self._plan.on_demand:  # computed from the stored values as they are served (expired: absent)
+            result.update(compute_on_demand(self._plan, od, result, rows))
+        return self._assemble(result, len(rows))
+
+    def _read_feast(self, rows: list[dict[str, Any]], as_of: datetime | None) -> list[dict[str, Any]]:
         try:
             response = self._store.get_online_features(features=self._service, entity_rows=rows)
         except self._errors as exc:
             raise FeatureStoreUnavailableError(f"online store unreachable: {type(exc).__name__}: {exc}") from exc
         result = response.to_dict()
-        if self._ttl_ns:
-            self._expire(response, result, rows, as_of or self.as_of or datetime.now(UTC))
-        out = []
-        for i in range(len(rows)):
-            values = {n: result[n][i] for n in self.names}
-            item: dict[str, Any] = {}
-            for key, names in self._by_entity.items():
-                unknown = all(_is_missing(values[n]) for n in names)
-                item[UNKNOWN_FLAGS[key]] = unknown
-            item[UNKNOWN_ENTITY] = any(item[f] for f in UNKNOWN_FLAGS.values() if f in item)
-            for n in self.names:
-                item[n] = self.defaults[n] if _is_missing(values[n]) else values[n]
-            out.append(item)
-        return out
+        if self._expiry and as_of is not None:
+            expired = self._expire(result, _feast_stamps(response, self._expiry), len(rows), as_of)
+            if expired and self._plan is not None:  # Feast computed them from the values now blanked: again
+                for od in self._plan.on_demand:
+                    if expired & {p.name for p in od.view.source_feature_view_projections.values()}:
+                        result.update(compute_on_demand(self._plan, od, result, rows))
+        return self._assemble(result, len(rows))
 
-    def _expire(self, response: Any, result: dict[str, list[Any]], rows: list[dict[str, Any]],
-                as_of: datetime) -> None:
+    def _expire(self, result: dict[str, list[Any]], stamps: Mapping[str, Sequence[int]], n: int,
+                as_of: datetime) -> set[str]:
         """Blank, in ``result``, each view's values stamped before ``as_of - ttl`` (the offline join's
-        ``feature_ts >= entity_ts - ttl``), then recompute the on-demand views that read a blanked one."""
+        ``feature_ts >= entity_ts - ttl``); the names of the views with a value blanked."""
         as_of_ns = _ns(as_of - datetime(1970, 1, 1, tzinfo=UTC))
-        stamps = {name: vector.event_timestamps
-                  for name, vector in zip(response.proto.metadata.feature_names.val, response.proto.results,
-                                          strict=True)}
         expired: set[str] = set()
-        for view in self._stored_views:
-            ttl = self._ttl_ns.get(view.name)
-            names = [f.name for f in view.projection.features]
-            if ttl is None or not names:
+        for view, ttl, names in self._expiry:
+            ts = stamps.get(view)  # one event time per view and entity (Feast's ``_ts:<view>``)
+            if ts is None:  # none of its features in Feast's answer: nothing to blank
                 continue
-            ts = stamps[names[0]]  # one event timestamp per view and entity (Feast's ``_ts:<view>``)
-            for i in range(len(rows)):
-                if ts[i].seconds * 1_000_000_000 + ts[i].nanos < as_of_ns - ttl:
-                    expired.add(view.name)
-                    for n in names:
-                        result[n][i] = None
-        for odfv in self._on_demand_views:
-            if expired & {p.name for p in odfv.source_feature_view_projections.values()}:
-                self._recompute(odfv, result, rows)
+            cutoff = as_of_ns - ttl
+            columns = [result[name] for name in names if name in result]  # Feast's answer: served features only
+            for i in range(n):
+                if ts[i] < cutoff:
+                    expired.add(view)
+                    for column in columns:
+                        column[i] = None
+        return expired
 
-    @staticmethod
-    def _recompute(odfv: Any, result: dict[str, list[Any]], rows: list[dict[str, Any]]) -> None:
-        """``odfv``'s features from the request fields and its (blanked) stored inputs, as Feast computes them."""
-        import pyarrow as pa
-        from feast.type_map import feast_value_type_to_pa
-
-        fields = [f for src in odfv.source_request_sources.values() for f in src.schema]
-        columns = {f.name: pa.array([r[f.name] for r in rows], feast_value_type_to_pa(f.dtype.to_value_type()))
-                   for f in fields}
-        for proj in odfv.source_feature_view_projections.values():
-            columns.update({f.name: pa.array(result[f.name], feast_value_type_to_pa(f.dtype.to_value_type()))
-                            for f in proj.features})
-        table = odfv.transform_arrow(pa.table(columns), False)
-        for f in odfv.projection.features:
-            result[f.name] = table[f.name].to_pylist()
+    def _assemble(self, result: Mapping[str, list[Any]], n: int) -> list[dict[str, Any]]:
+        """One dict per row: the entities' unknown flags (all of an entity's features missing), ``_unknown_entity``
+        (any flag), then each feature, its default where missing (None or NaN). Column by column."""
+        missing = {name: [v is None or (isinstance(v, float) and v != v) for v in result[name]]  # _is_missing
+                   for name in self.names}
+        keys: list[str] = []
+        columns: list[list[Any]] = []
+        for key, names in self._by_entity.items():
+            keys.append(UNKNOWN_FLAGS[key])
+            columns.append([all(flags) for flags in zip(*(missing[name] for name in names), strict=True)])
+        keys.append(UNKNOWN_ENTITY)
+        columns.append([any(flags) for flags in zip(*columns, strict=True)] if columns else [False] * n)
+        for name in self.names:
+            default = self.defaults[name]
+            keys.append(name)
+            columns.append([default if m else v for v, m in zip(result[name], missing[name], strict=True)])
+        return [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def ping(self) -> bool:
         """True when the online store answers a lookup (a miss counts); False when it is unreachable."""
@@ -174,6 +230,28 @@ class OnlineFeatures:
                 if key in groups:
                     groups[key] += [f.name for f in view.projection.features]
         return {k: v for k, v in groups.items() if v}
+
+
+def _service_plan(store: Any, service: Any) -> Any:
+    from mlops_features.online_plan import ServicePlan
+
+    return ServicePlan.of(store, service)
+
+
+def _ttl_ns(view: Any) -> int:
+    return _ns(view.ttl) if view.ttl else 0
+
+
+def _feast_stamps(response: Any, expiry: Sequence[tuple[str, int, Sequence[str]]]) -> dict[str, list[int]]:
+    """Per view in ``expiry``, each row's event time (ns) from Feast's response (that of the view's first feature:
+    Feast stamps all features of a view and entity with its ``_ts:<view>``)."""
+    vectors = dict(zip(response.proto.metadata.feature_names.val, response.proto.results, strict=True))
+    stamps = {}
+    for view, _, names in expiry:
+        served = next((name for name in names if name in vectors), None)
+        if served is not None:
+            stamps[view] = [t.seconds * 1_000_000_000 + t.nanos for t in vectors[served].event_timestamps]
+    return stamps
 
 
 def _ns(delta: Any) -> int:
