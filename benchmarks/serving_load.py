@@ -249,6 +249,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=6000, help="Transactions generated for the feature store.")
     p.add_argument("--online-reader", choices=["direct", "feast"],
                    help="features.online_reader of ours and ours_split (only where the config schema has the key).")
+    p.add_argument("--keep", action="store_true", help="Keep the run's folder (the servers' logs) and print its path.")
     p.add_argument("--quick", action="store_true", help="Smoke run: 1 round of 2 s, 1 s warm-up, 2,000 rows.")
     p.add_argument("--root", dest="root_dir", type=Path)
     p.add_argument("--port", type=int)
@@ -305,7 +306,10 @@ def main() -> None:
         servers.stop()
         redis.terminate()
         redis.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            sys.stderr.write(f"kept {tmp}\n")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     reader = args.online_reader or ("schema default" if serving_arms.reader_key_exists()
                                     else "feast (no features.online_reader key)")
     print(json.dumps({**report(runs, open_loop), "online_reader": reader, "repeats": args.repeats,
