@@ -3,6 +3,7 @@ per batch (they happen once), the request series once per request; request ids a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def _value(metrics: ServingMetrics, name: str) -> float:
 def test_one_store_call_and_one_pass_are_observed_once_for_a_batch_of_three_requests(tmp_path: Path) -> None:
     source = DictSource()
     model, metrics = _model(tmp_path, source)
-    scored = model._score_batches([_request("u1"), _request("u2", n=2), _request("u1")])
+    scored = asyncio.run(model._score_batches([_request("u1"), _request("u2", n=2), _request("u1")]))
     assert source.calls == 1  # one lookup for the whole batch: what the histogram should count
     assert [len(s.scores) for s in scored] == [1, 2, 1]  # type: ignore[union-attr]
     assert _value(metrics, "mlops_serving_feature_lookup_seconds_count") == 1.0

@@ -9,12 +9,14 @@ the request came in. Metrics and the prediction log are filled here, the log off
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +28,10 @@ from mlops_serving.admission import Ticket, current_ticket, is_past, latest_dead
 from mlops_serving.batcher import MicroBatcher
 from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
-from mlops_serving.lookup import FeatureLookup
+from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.served import ServedModel
+from mlops_serving.served import LocalModel, ServedModel
 from mlops_serving.shadow import ShadowSender
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
@@ -100,7 +102,9 @@ class FraudModel(kserve.Model):
         self._load_lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
         self._batcher: MicroBatcher[_Batch, _Scored | ServingError] = MicroBatcher(
-            self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
+            self._score_batches, max_items=max_batch)
+        self._remote_pool: ThreadPoolExecutor | None = None
+        """Set when a version scores in a predictor (role ``transformer``): its HTTP call runs off the loop."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -125,6 +129,9 @@ class FraudModel(kserve.Model):
                 log.exception("model %s failed to load", self.name)
                 return False
             self._lookup.configure(*(m.encoder for m in (stable, canary) if m is not None))
+            if not all(isinstance(m, LocalModel) for m in (stable, canary) if m is not None):
+                # a forward pass in a predictor is a blocking HTTP call: on a thread, so the loop serves meanwhile
+                self._remote_pool = ThreadPoolExecutor(1, thread_name_prefix="predictor-call")
             self.router = CanaryRouter(stable, canary, self._canary_percent)
             for variant in self.router.variants():
                 ref = variant.target.ref
@@ -146,8 +153,10 @@ class FraudModel(kserve.Model):
         """KServe calls this at registration; readiness comes from :meth:`load` only."""
 
     def close(self) -> None:
-        """Finish the batch in flight and stop the batch thread (server shutdown)."""
+        """Stop the predictor-call thread, the shadow sender and the lookup threads (server shutdown)."""
         self._batcher.close()
+        if self._remote_pool is not None:
+            self._remote_pool.shutdown(wait=True)
         if self._shadow is not None:
             self._shadow.close()
         self._lookup.close()
@@ -196,13 +205,13 @@ class FraudModel(kserve.Model):
             raise result
         return result
 
-    def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
+    async def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
         """Score the requests still within their deadline; the others get their refusal (admission)."""
         now = time.monotonic()
         late = [is_past(b.ticket, now) for b in batches]
         live = [b for b, past in zip(batches, late, strict=True) if not past]
         try:
-            scored = iter(self._score(live) if live else [])
+            scored = iter(await self._score(live) if live else [])
         except ServingError:
             raise
         except Exception as exc:
@@ -210,18 +219,27 @@ class FraudModel(kserve.Model):
             raise InternalError(f"prediction failed ({type(exc).__name__}); see the server log") from None
         return [_expire(b.ticket) if past else next(scored) for b, past in zip(batches, late, strict=True)]
 
-    def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
-        """One online-store lookup for all requests, one encode + forward pass per variant."""
+    async def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
+        """One online-store lookup for all requests (awaited: the batch's one hand-over to a thread), then one
+        encode + forward pass per variant, on the loop (a predictor's HTTP call on a thread of its own)."""
         assert self.router is not None
         picked = [self.router.pick() for _ in batches]
         rows = [row for b in batches for row in b.rows]
         t0 = time.perf_counter()
-        found = self._lookup.get(rows, deadline=latest_deadline([b.ticket for b in batches]))
+        found = await self._lookup.fetch(rows, deadline=latest_deadline([b.ticket for b in batches]))
         if found.abandoned:
             for b in batches:
                 if b.ticket is not None:
                     b.ticket.lookup_abandoned = True
         t1 = time.perf_counter()
+        if self._remote_pool is not None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._remote_pool, self._finish, batches, picked, found, t0, t1)
+        return self._finish(batches, picked, found, t0, t1)
+
+    def _finish(self, batches: Sequence[_Batch], picked: Sequence[Variant[ServedModel]], found: LookupResult,
+                t0: float, t1: float) -> list[_Scored]:
+        """Encode + forward per variant, then the batch's log rows, shadow copies and metrics."""
         bounds = [0, *itertools.accumulate(len(b.rows) for b in batches)]
         scores: list[np.ndarray] = [np.empty(0)] * len(batches)
         for variant in {v.name: v for v in picked}.values():
