@@ -74,7 +74,7 @@ def test_full_queue_counts_drops_and_never_blocks(tmp_path: Path) -> None:
 def test_batcher_coalesces_concurrent_requests_and_spreads_errors() -> None:
     seen: list[int] = []
 
-    def process(items: list[int]) -> list[int]:
+    async def process(items: list[int]) -> list[int]:
         seen.append(len(items))
         if -1 in items:
             raise ValueError("bad batch")

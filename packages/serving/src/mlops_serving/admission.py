@@ -84,7 +84,7 @@ class AdmissionLimits:
 
 @dataclass
 class Ticket:
-    """One admitted request: its deadline (``time.monotonic()``), and what became of it on the batch thread."""
+    """One admitted request: its deadline (``time.monotonic()``), and what became of its batch."""
 
     deadline: float
     retry_after_s: int = 1

@@ -10,14 +10,16 @@ Outage policy (``serving.redis_outage``):
 
 Either way nothing is restarted: the next attempt after ``retry_s`` reaches Redis once it is back.
 
-Deadline: ``get(rows, deadline=...)`` runs the store call on a lookup thread and waits for it only until the
-deadline (``time.monotonic()``); a late lookup is abandoned and its batch answered by the outage policy
+Deadline: ``get(rows, deadline=...)`` (and ``await fetch(rows, deadline=...)`` on the event loop, what the
+transformer's batches use) runs the store call on a lookup thread and waits for it only until the deadline
+(``time.monotonic()``); a late lookup is abandoned and its batch answered by the outage policy
 (flagged ``abandoned``). One late lookup does not mark the store down (an overloaded moment is not an outage);
 a store call that then fails (redis-py's socket timeout) does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -119,10 +121,7 @@ class FeatureLookup:
         """Features for each row's entity keys (see the module docstring for an outage and a ``deadline``)."""
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._on_outage(len(rows))
-        # A FeatureService with request-time (on-demand) features computes them from the request's own fields.
-        request = tuple(getattr(self._source, "request_fields", ()))
-        entity_rows = [{**{k: row[k] for k in self._entity_keys}, **{k: row[k] for k in request if k in row}}
-                       for row in rows]
+        entity_rows = self._entity_rows(rows)
         try:
             found = self._source.get(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
         except FutureTimeout:
@@ -130,6 +129,35 @@ class FeatureLookup:
         except Exception as exc:  # redis/feast raise many types for a dead store
             self._mark_down(exc)
             return self._on_outage(len(rows))
+        return self._found(found)
+
+    async def fetch(self, rows: Sequence[Mapping[str, Any]], deadline: float | None = None) -> LookupResult:
+        """:meth:`get` for a coroutine on the event loop: the store call runs on a lookup thread (the loop goes on
+        serving while it waits on the network) and is awaited until ``deadline``; the one hand-over per batch."""
+        if self._down_since is not None and time.monotonic() < self._retry_at:
+            return self._on_outage(len(rows))
+        future = self._pool().submit(self._source.get, self._entity_rows(rows))
+        future.add_done_callback(self._after_late)
+        waiting = asyncio.wrap_future(future)
+        try:
+            if deadline is None:
+                found = await waiting
+            else:
+                found = await asyncio.wait_for(waiting, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:  # the store call goes on; a failure still marks the store down (_after_late)
+            return self._on_outage(len(rows), abandoned=True)
+        except Exception as exc:  # redis/feast raise many types for a dead store
+            self._mark_down(exc)
+            return self._on_outage(len(rows))
+        return self._found(found)
+
+    def _entity_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        # A FeatureService with request-time (on-demand) features computes them from the request's own fields.
+        request = tuple(getattr(self._source, "request_fields", ()))
+        return [{**{k: row[k] for k in self._entity_keys}, **{k: row[k] for k in request if k in row}}
+                for row in rows]
+
+    def _found(self, found: Sequence[Mapping[str, Any]]) -> LookupResult:
         if self._down_since is not None:
             self._mark_up()
         features, unknown = [], []
@@ -155,12 +183,15 @@ class FeatureLookup:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
-        """The store call on a lookup thread, waited for until ``deadline``; raises FutureTimeout past it."""
+    def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             # several threads: an abandoned call blocked on a hung store must not hold up the next batch's
             self._executor = ThreadPoolExecutor(4, thread_name_prefix="lookup")
-        future = self._executor.submit(self._source.get, entity_rows)
+        return self._executor
+
+    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+        """The store call on a lookup thread, waited for until ``deadline``; raises FutureTimeout past it."""
+        future = self._pool().submit(self._source.get, entity_rows)
         future.add_done_callback(self._after_late)
         return future.result(timeout=max(0.0, deadline - time.monotonic()))
 

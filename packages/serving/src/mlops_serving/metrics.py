@@ -36,11 +36,11 @@ class ServingMetrics:
             ["model", "version", "type", "status"], registry=r,
         )
         self.feature_lookup = Histogram(
-            "mlops_serving_feature_lookup_seconds", "Online feature lookup per request.",
+            "mlops_serving_feature_lookup_seconds", "Online feature lookup per micro-batch (one store call).",
             ["model", "version", "variant"], buckets=LATENCY_BUCKETS, registry=r,
         )
         self.predict = Histogram(
-            "mlops_serving_predict_seconds", "Encoding + forward pass per request.",
+            "mlops_serving_predict_seconds", "Encoding + forward pass per micro-batch and variant.",
             ["model", "version", "variant"], buckets=LATENCY_BUCKETS, registry=r,
         )
         self.request_latency = Histogram(

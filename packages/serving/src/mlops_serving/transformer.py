@@ -9,11 +9,14 @@ the request came in. Metrics and the prediction log are filled here, the log off
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
+import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +28,10 @@ from mlops_serving.admission import Ticket, current_ticket, is_past, latest_dead
 from mlops_serving.batcher import MicroBatcher
 from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
-from mlops_serving.lookup import FeatureLookup
+from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
-from mlops_serving.served import ServedModel
+from mlops_serving.served import LocalModel, ServedModel
 from mlops_serving.shadow import ShadowSender
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
 
@@ -99,7 +102,9 @@ class FraudModel(kserve.Model):
         self._load_lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
         self._batcher: MicroBatcher[_Batch, _Scored | ServingError] = MicroBatcher(
-            self._score_batches, max_items=max_batch, thread_initializer=single_threaded_torch)
+            self._score_batches, max_items=max_batch)
+        self._remote_pool: ThreadPoolExecutor | None = None
+        """Set when a version scores in a predictor (role ``transformer``): its HTTP call runs off the loop."""
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -124,6 +129,9 @@ class FraudModel(kserve.Model):
                 log.exception("model %s failed to load", self.name)
                 return False
             self._lookup.configure(*(m.encoder for m in (stable, canary) if m is not None))
+            if not all(isinstance(m, LocalModel) for m in (stable, canary) if m is not None):
+                # a forward pass in a predictor is a blocking HTTP call: on a thread, so the loop serves meanwhile
+                self._remote_pool = ThreadPoolExecutor(1, thread_name_prefix="predictor-call")
             self.router = CanaryRouter(stable, canary, self._canary_percent)
             for variant in self.router.variants():
                 ref = variant.target.ref
@@ -145,8 +153,10 @@ class FraudModel(kserve.Model):
         """KServe calls this at registration; readiness comes from :meth:`load` only."""
 
     def close(self) -> None:
-        """Finish the batch in flight and stop the batch thread (server shutdown)."""
+        """Stop the predictor-call thread, the shadow sender and the lookup threads (server shutdown)."""
         self._batcher.close()
+        if self._remote_pool is not None:
+            self._remote_pool.shutdown(wait=True)
         if self._shadow is not None:
             self._shadow.close()
         self._lookup.close()
@@ -179,7 +189,7 @@ class FraudModel(kserve.Model):
     async def preprocess(self, payload: Any, headers: dict[str, str] | None = None) -> _Batch:
         from mlops_serving.schema import parse_columns, parse_v1
 
-        request_id = (headers or {}).get("x-request-id") or uuid.uuid4().hex
+        request_id = (headers or {}).get("x-request-id") or next(_REQUEST_IDS)
         if isinstance(payload, InferRequest):
             columns = columns_from_infer_request(payload)
             return _Batch(parse_columns(columns, self._max_instances), "v2", payload.id or request_id)
@@ -195,13 +205,13 @@ class FraudModel(kserve.Model):
             raise result
         return result
 
-    def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
+    async def _score_batches(self, batches: Sequence[_Batch]) -> list[_Scored | ServingError]:
         """Score the requests still within their deadline; the others get their refusal (admission)."""
         now = time.monotonic()
         late = [is_past(b.ticket, now) for b in batches]
         live = [b for b, past in zip(batches, late, strict=True) if not past]
         try:
-            scored = iter(self._score(live) if live else [])
+            scored = iter(await self._score(live) if live else [])
         except ServingError:
             raise
         except Exception as exc:
@@ -209,19 +219,28 @@ class FraudModel(kserve.Model):
             raise InternalError(f"prediction failed ({type(exc).__name__}); see the server log") from None
         return [_expire(b.ticket) if past else next(scored) for b, past in zip(batches, late, strict=True)]
 
-    def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
-        """One online-store lookup for all requests, one encode + forward pass per variant."""
+    async def _score(self, batches: Sequence[_Batch]) -> list[_Scored]:
+        """One online-store lookup for all requests (awaited: the batch's one hand-over to a thread), then one
+        encode + forward pass per variant, on the loop (a predictor's HTTP call on a thread of its own)."""
         assert self.router is not None
         picked = [self.router.pick() for _ in batches]
         rows = [row for b in batches for row in b.rows]
         t0 = time.perf_counter()
-        found = self._lookup.get(rows, deadline=latest_deadline([b.ticket for b in batches]))
+        found = await self._lookup.fetch(rows, deadline=latest_deadline([b.ticket for b in batches]))
         if found.abandoned:
             for b in batches:
                 if b.ticket is not None:
                     b.ticket.lookup_abandoned = True
         t1 = time.perf_counter()
-        bounds = np.cumsum([0] + [len(b.rows) for b in batches])
+        if self._remote_pool is not None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._remote_pool, self._finish, batches, picked, found, t0, t1)
+        return self._finish(batches, picked, found, t0, t1)
+
+    def _finish(self, batches: Sequence[_Batch], picked: Sequence[Variant[ServedModel]], found: LookupResult,
+                t0: float, t1: float) -> list[_Scored]:
+        """Encode + forward per variant, then the batch's log rows, shadow copies and metrics."""
+        bounds = [0, *itertools.accumulate(len(b.rows) for b in batches)]
         scores: list[np.ndarray] = [np.empty(0)] * len(batches)
         for variant in {v.name: v for v in picked}.values():
             members = [i for i, v in enumerate(picked) if v.name == variant.name]
@@ -241,42 +260,54 @@ class FraudModel(kserve.Model):
             feats = found.features[bounds[i] : bounds[i + 1]]
             unknown = found.unknown[bounds[i] : bounds[i + 1]]
             latency_ms = (t2 - batch.started) * 1000.0
-            self._observe(variant, batch, scores[i], t1 - t0, t2 - t1, latency_ms / 1000.0, found.degraded,
-                          sum(unknown))
+            live_scores = scores[i].tolist()
             if self._log is not None:
                 self._log.append(log_rows(
                     request_id=batch.request_id, ts=now, model_name=self.name,
                     model_version=variant.target.ref.version, variant=variant.name, rows=batch.rows,
-                    features=feats, scores=scores[i].tolist(), degraded=found.degraded, latency_ms=latency_ms,
+                    features=feats, scores=live_scores, degraded=found.degraded, latency_ms=latency_ms,
                 ))
             if self._shadow is not None:  # queued for the shadow thread, never waited for
                 self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
                                    live_variant=variant.name, rows=batch.rows, features=feats,
-                                   live_scores=scores[i].tolist(), live_predict_ms=(t2 - t1) * 1000.0)
+                                   live_scores=live_scores, live_predict_ms=(t2 - t1) * 1000.0)
             results.append(_Scored(batch, variant, scores[i], found.degraded, unknown))
+        self._observe(results, t1 - t0, t2 - t1, t2)
         return results
 
-    def _observe(self, variant: Variant[ServedModel], batch: _Batch, scores: np.ndarray, lookup_s: float,
-                 predict_s: float, request_s: float, degraded: bool, n_unknown: int) -> None:
-        series = self._series.get((variant.name, batch.protocol))
-        if series is None:  # resolve the labelled children once per variant and protocol, not per request
+    def _observe(self, results: Sequence[_Scored], lookup_s: float, predict_s: float, done: float) -> None:
+        """The batch's metrics: the lookup and the encode + forward once per variant in the batch (one store call
+        and one pass each), the counters once per (variant, protocol), latency and scores per request."""
+        seen: set[str] = set()
+        for scored in results:
+            series = self._series_of(scored.variant, scored.batch.protocol)
+            if scored.variant.name not in seen:
+                seen.add(scored.variant.name)
+                series.lookup.observe(lookup_s)
+                series.predict.observe(predict_s)
+            series.request.observe(done - scored.batch.started)
+            series.requests.inc()
+            n = len(scored.scores)
+            series.predictions.inc(n)
+            for s in scored.scores.tolist():
+                series.score.observe(s)
+            if scored.degraded:
+                series.degraded.inc(n)
+            n_unknown = sum(scored.unknown)
+            if n_unknown:
+                series.unknown.inc(n_unknown)
+
+    def _series_of(self, variant: Variant[ServedModel], protocol: str) -> _Series:
+        """The labelled children of (variant, protocol), resolved once, not per request."""
+        series = self._series.get((variant.name, protocol))
+        if series is None:
             m = self._metrics
             labels = (self.name, variant.target.ref.version, variant.name)
-            series = self._series[(variant.name, batch.protocol)] = _Series(
+            series = self._series[(variant.name, protocol)] = _Series(
                 m.feature_lookup.labels(*labels), m.predict.labels(*labels), m.request_latency.labels(*labels),
-                m.requests.labels(*labels, batch.protocol), m.predictions.labels(*labels), m.score.labels(*labels),
+                m.requests.labels(*labels, protocol), m.predictions.labels(*labels), m.score.labels(*labels),
                 m.degraded.labels(*labels), m.unknown_entities.labels(*labels))
-        series.lookup.observe(lookup_s)
-        series.predict.observe(predict_s)
-        series.request.observe(request_s)
-        series.requests.inc()
-        series.predictions.inc(len(scores))
-        for s in scores:
-            series.score.observe(float(s))
-        if degraded:
-            series.degraded.inc(len(scores))
-        if n_unknown:
-            series.unknown.inc(n_unknown)
+        return series
 
     async def postprocess(self, result: Any, headers: dict[str, str] | None = None,
                           response_headers: dict[str, str] | None = None) -> Any:
@@ -302,6 +333,20 @@ class FraudModel(kserve.Model):
             "degraded": scored.degraded,
             "request_id": scored.batch.request_id,
         }
+
+
+def _request_ids() -> Iterator[str]:
+    """Ids for requests that bring none: a random prefix per process and a counter (``<16 hex>-<hex>``).
+
+    Unique across replicas and restarts in practice (64 random bits per process, then a count; ids are drawn on
+    the event loop only), at a fraction of ``uuid4``'s cost, which reads the OS's random source and builds a UUID
+    object on every request.
+    """
+    prefix = os.urandom(8).hex()
+    return (f"{prefix}-{n:x}" for n in itertools.count(1))
+
+
+_REQUEST_IDS = _request_ids()
 
 
 def _expire(ticket: Ticket | None) -> ServingError:

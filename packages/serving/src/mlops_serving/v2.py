@@ -57,7 +57,7 @@ def decode_infer_body(body: bytes, headers: Mapping[str, str], model_name: str) 
         doc = orjson.loads(json_part)
     except orjson.JSONDecodeError as exc:
         raise BadRequestError(f"the body is not valid JSON: {exc}") from None
-    _check_document(doc, binary_len)
+    _check_document(doc, binary_len, model_name)
     try:
         if json_len_raw is None:
             return InferRequest.from_bytes(body, len(body), model_name)
@@ -66,12 +66,17 @@ def decode_infer_body(body: bytes, headers: Mapping[str, str], model_name: str) 
         raise BadRequestError(f"malformed V2 request: {exc}") from None
 
 
-def _check_document(doc: Any, binary_len: int) -> None:
+def _check_document(doc: Any, binary_len: int, model_name: str) -> None:
     if not isinstance(doc, dict):
         raise BadRequestError(f"a V2 request must be a JSON object with 'inputs', got {type(doc).__name__}")
-    unknown = sorted(set(doc) - {"id", "parameters", "inputs", "outputs"})
+    # ``model_name``: KServe's own client (a KServe transformer's default ``predict``) writes it into every body
+    unknown = sorted(set(doc) - {"id", "parameters", "inputs", "outputs", "model_name"})
     if unknown:
-        raise BadRequestError(f"unknown top-level key(s) {unknown!r}; expected id, parameters, inputs, outputs")
+        raise BadRequestError(f"unknown top-level key(s) {unknown!r}; expected id, parameters, inputs, outputs "
+                              "(and model_name)")
+    if "model_name" in doc and doc["model_name"] != model_name:
+        raise BadRequestError(f"the body's model_name {doc['model_name']!r:.60} is not the model of the route, "
+                              f"{model_name!r}")
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequestError("'inputs' must be a non-empty list of tensors")
