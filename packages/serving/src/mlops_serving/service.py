@@ -46,6 +46,9 @@ def create_app(
     from mlops_serving.server import StoreReadiness, build_app
 
     metrics = ServingMetrics()
+    parity = getattr(source, "parity", None)  # the direct reader's sampled comparison with Feast's (OnlineFeatures)
+    if parity is not None:
+        metrics.registry.register(parity.collector(model=model_name))
     writer = PredictionLogWriter(
         log_dir, model_name, flush_s=serving.prediction_log_flush_s, max_queue=serving.prediction_log_max_queue,
         retention_hours=serving.prediction_log_retention_hours,
