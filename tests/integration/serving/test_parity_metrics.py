@@ -32,9 +32,9 @@ def test_parity_counts_of_the_source_are_served_on_metrics(tmp_path: Path, kit: 
                                                             redis_prefix: str) -> None:
     from mlops_features.online_parity import ParitySampler
 
-    from tests.integration.serving.conftest import RedisHashFeatures, make_app, start_server
+    RedisHashFeatures = kit.RedisHashFeatures  # noqa: N806 - the fixture's class, subclassed below
 
-    class SampledSource(RedisHashFeatures):
+    class SampledSource(RedisHashFeatures):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
             super().__init__(redis_url, redis_prefix)
             self.parity = ParitySampler(1.0, self._feast, self._direct, service="fraud_v1", seed=0)
@@ -58,7 +58,7 @@ def test_parity_counts_of_the_source_are_served_on_metrics(tmp_path: Path, kit: 
 
     source = SampledSource()
     source.write()
-    server = start_server(make_app(tmp_path, source), tmp_path / "predlog")
+    server = kit.start_server(kit.make_app(tmp_path, source), tmp_path / "predlog")
     try:
         for i in (0, 1, 11):  # merchants m0, m1, m1
             r = httpx.post(f"{server.url}/v1/models/fraud:predict", json={"instances": [kit.instance(i)]}, timeout=10)
