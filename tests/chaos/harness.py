@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support import RedisServer, free_port
+from tests.support import RedisServer, free_port, python_module
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_TTL_S = 2.0  # the registry lock's TTL in these scenarios (60 s by default): a dead holder's lock expires fast
@@ -642,7 +642,7 @@ def _tagged(tag: str, module: str | None = None) -> list[int]:
             if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue
             argv = (proc / "cmdline").read_bytes().decode().split("\0")
-            if module is None or ("-m" in argv and argv[argv.index("-m") + 1] == module):
+            if module is None or python_module(argv) == module:
                 found.append(int(proc.name))
         except OSError:
             continue

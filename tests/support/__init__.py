@@ -5,8 +5,10 @@ database of a test's own and an ``mlflow server`` on it. The fixtures over these
 from .mlflow_server import start_mlflow_server
 from .ports import free_port, wait_port
 from .postgres import own_database
+from .python_argv import python_module
 from .redis_server import RedisServer
 from .repo_copy import copy_repo
 from .sample_time import sample_as_of
 
-__all__ = ["RedisServer", "copy_repo", "free_port", "own_database", "sample_as_of", "start_mlflow_server", "wait_port"]
+__all__ = ["RedisServer", "copy_repo", "free_port", "own_database", "python_module", "sample_as_of",
+           "start_mlflow_server", "wait_port"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mlops_training import TrainResult, launch
+from tests.support import python_module
 
 from .conftest import TINY
 
@@ -63,13 +64,10 @@ def tagged_processes(tag: str) -> dict[int, str]:
 
 
 def workers(tag: str) -> dict[int, str]:
-    """The worker processes (``python -u -m mlops_training.worker``; the agent's argv names it later on)."""
-
-    def module(cmdline: str) -> str | None:
-        argv = cmdline.split("\0")
-        return argv[argv.index("-m") + 1] if "-m" in argv else None
-
-    return {pid: cmd for pid, cmd in tagged_processes(tag).items() if module(cmd) == "mlops_training.worker"}
+    """The worker processes (``python -u -m mlops_training.worker``; the agent, ``python -c ...``, names that module
+    among torchrun's arguments, which :func:`python_module` does not read)."""
+    return {pid: cmd for pid, cmd in tagged_processes(tag).items()
+            if python_module(cmd.split("\0")) == "mlops_training.worker"}
 
 
 def wait_for(path: Path, proc: subprocess.Popen[str], log: Path, timeout_s: float = 600) -> None:
