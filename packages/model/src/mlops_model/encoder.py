@@ -11,9 +11,10 @@
   (new or missing values).
 - ``input_dim``: width of the encoded row.
 
-One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; two thin adapters feed it columns:
-:meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation) and :meth:`EncoderSpec.encode_records`
-(a list of row dicts: serving's hot path, no DataFrame built per request). Same kernel, same bytes.
+One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; thin adapters feed it columns:
+:meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation), :meth:`EncoderSpec.encode_columns`
+(name → list of values: serving's hot path, the online lookup's columns as they come, no row dict or DataFrame
+built per request) and :meth:`EncoderSpec.encode_records` (a list of row dicts). Same kernel, same bytes.
 """
 
 from __future__ import annotations
@@ -189,6 +190,32 @@ class EncoderSpec(BaseModel):
             return [None if (x := r.get(name)) is None or (isinstance(x, float) and x != x) else x for r in records]
 
         return self._encode(len(records), numeric, categorical)
+
+    def encode_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Encode columns (name → one value per row; None or NaN is a missing value); same bytes as :meth:`encode_frame`.
+
+        Every input column must be there, all of one length (the frame's contract: a missing column is an error,
+        not a column of missing values). Extra columns are ignored.
+        """
+        missing = [c for c in self.input_columns if c not in columns]
+        if missing:
+            raise EncoderSpecError(f"cannot encode: columns {missing!r} are missing; the encoder expects "
+                                   f"{self.input_columns!r}")
+        lengths = {name: len(columns[name]) for name in self.input_columns}
+        if len(set(lengths.values())) > 1:
+            raise EncoderSpecError(f"cannot encode: the columns differ in length: {lengths!r}")
+        n = next(iter(lengths.values()), 0)
+
+        def numeric(name: str) -> np.ndarray:
+            try:  # None → NaN, as the frame's to_numeric does
+                return np.array(columns[name], dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise EncoderSpecError(f"column {name!r} must be numeric for the encoder: {exc}") from None
+
+        def categorical(name: str) -> list[Any]:
+            return [None if x is None or (isinstance(x, float) and x != x) else x for x in columns[name]]
+
+        return self._encode(n, numeric, categorical)
 
     def _encode(self, n: int, numeric: Callable[[str], np.ndarray], categorical: Callable[[str], Any]) -> np.ndarray:
         """The column kernel: ``numeric(name)`` gives raw float64 values (NaN = missing), ``categorical(name)``
