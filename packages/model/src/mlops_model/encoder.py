@@ -192,10 +192,10 @@ class EncoderSpec(BaseModel):
         return self._encode(len(records), numeric, categorical)
 
     def encode_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
-        """Encode columns (name → one value per row; None or NaN is a missing value); same bytes as :meth:`encode_frame`.
+        """Encode columns (name → one value per row; None or NaN: missing); same bytes as :meth:`encode_frame`.
 
-        Every input column must be there, all of one length (the frame's contract: a missing column is an error,
-        not a column of missing values). Extra columns are ignored.
+        Every input column must be there, all of one length (the frame's contract: a missing column is an
+        error, not a column of missing values). Extra columns are ignored.
         """
         missing = [c for c in self.input_columns if c not in columns]
         if missing:
