@@ -31,7 +31,7 @@ from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
 from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.prediction_log import PredictionLogWriter, log_rows
+from mlops_serving.prediction_log import PredictionLogWriter, batch_log_columns
 from mlops_serving.served import LocalModel, ServedModel
 from mlops_serving.shadow import ShadowSender
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
@@ -256,24 +256,22 @@ class FraudModel(kserve.Model):
                 offset += n
         t2 = time.perf_counter()
         self._metrics.feature_store_up.labels(self.name).set(0 if found.degraded else 1)
-        results = []
         now = time.time()
+        if self._log is not None:  # the batch's log rows in one block, by column, as the lookup gave them
+            self._log.append_columns(batch_log_columns(
+                ts=now, model_name=self.name, request_ids=[b.request_id for b in batches],
+                versions=[v.target.ref.version for v in picked], variants=[v.name for v in picked],
+                latencies_ms=[(t2 - b.started) * 1000.0 for b in batches], sizes=[len(b.rows) for b in batches],
+                rows=rows, features=found.columns, scores=[s for part in scores for s in part.tolist()],
+                degraded=found.degraded))
+        results = []
         for i, (batch, variant) in enumerate(zip(batches, picked, strict=True)):
-            feats = found.rows(bounds[i], bounds[i + 1])
-            unknown = found.unknown[bounds[i] : bounds[i + 1]]
-            latency_ms = (t2 - batch.started) * 1000.0
-            live_scores = scores[i].tolist()
-            if self._log is not None:
-                self._log.append(log_rows(
-                    request_id=batch.request_id, ts=now, model_name=self.name,
-                    model_version=variant.target.ref.version, variant=variant.name, rows=batch.rows,
-                    features=feats, scores=live_scores, degraded=found.degraded, latency_ms=latency_ms,
-                ))
             if self._shadow is not None:  # queued for the shadow thread, never waited for
                 self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
-                                   live_variant=variant.name, rows=batch.rows, features=feats,
-                                   live_scores=live_scores, live_predict_ms=(t2 - t1) * 1000.0)
-            results.append(_Scored(batch, variant, scores[i], found.degraded, unknown))
+                                   live_variant=variant.name, rows=batch.rows,
+                                   features=found.rows(bounds[i], bounds[i + 1]), live_scores=scores[i].tolist(),
+                                   live_predict_ms=(t2 - t1) * 1000.0)
+            results.append(_Scored(batch, variant, scores[i], found.degraded, found.unknown[bounds[i] : bounds[i + 1]]))
         self._observe(results, t1 - t0, t2 - t1, t2)
         return results
 
