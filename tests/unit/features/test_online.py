@@ -104,6 +104,11 @@ class OnlineSuite:
         assert len(batch) == len(rows)
         for row, values in zip(rows[::10], batch[::10], strict=True):
             assert online.get([row])[0] == values
+        # by column (what serving encodes from): the same values, keys in the same order, row i at index i
+        columns = online.get_columns(rows)
+        assert list(columns) == list(batch[0]) and all(len(c) == len(rows) for c in columns.values())
+        assert [{k: columns[k][i] for k in columns} for i in range(len(rows))] == batch
+        assert online.get_columns([]) == {}
 
     def test_the_direct_reader_serves_redis_only(self, env: tuple) -> None:
         _, features, online = env

@@ -104,13 +104,19 @@ class ParitySampler:
         self.differences: Counter[str] = Counter()
         """Differences found, per kind (``value:<feature>``, ``type:<feature>``, ``flag:<flag>``, …)."""
 
-    def offer(self, rows: list[dict[str, Any]], as_of: datetime | None, served: Sequence[Mapping[str, Any]]) -> bool:
-        """Sample this lookup (with probability :attr:`rate`) for a comparison; True when one was started."""
+    def offer(self, rows: list[dict[str, Any]], as_of: datetime | None,
+              served: Sequence[Mapping[str, Any]] | Callable[[], Sequence[Mapping[str, Any]]]) -> bool:
+        """Sample this lookup (with probability :attr:`rate`) for a comparison; True when one was started.
+
+        ``served`` may be a function giving the rows, called (now, on this thread) only for a sampled lookup.
+        """
         if not self.rate or self._random.random() >= self.rate:
             return False
         if not self._busy.acquire(blocking=False):
             self._count("skipped")
             return False
+        if callable(served):
+            served = served()
         snapshot = [dict(item) for item in served]  # the caller may change its dicts
         thread = threading.Thread(target=self._run, args=(rows, as_of, snapshot), daemon=True,
                                   name="online-parity")

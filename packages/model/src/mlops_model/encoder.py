@@ -11,9 +11,10 @@
   (new or missing values).
 - ``input_dim``: width of the encoded row.
 
-One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; two thin adapters feed it columns:
-:meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation) and :meth:`EncoderSpec.encode_records`
-(a list of row dicts: serving's hot path, no DataFrame built per request). Same kernel, same bytes.
+One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; thin adapters feed it columns:
+:meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation), :meth:`EncoderSpec.encode_columns`
+(name → list of values: serving's hot path, the online lookup's columns as they come, no row dict or DataFrame
+built per request) and :meth:`EncoderSpec.encode_records` (a list of row dicts). Same kernel, same bytes.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class EncoderSpec(BaseModel):
     """Width of the encoded row; must equal the columns' total width."""
 
     _slots: tuple[dict[str, int], ...] = PrivateAttr(default=())
+    _logged: np.ndarray = PrivateAttr(default_factory=lambda: np.empty(0, dtype=np.int64))
+    _means: np.ndarray = PrivateAttr(default_factory=lambda: np.empty((0, 1)))
+    _stds: np.ndarray = PrivateAttr(default_factory=lambda: np.empty((0, 1)))
 
     @model_validator(mode="after")
     def _consistent(self) -> EncoderSpec:
@@ -112,6 +116,10 @@ class EncoderSpec(BaseModel):
 
     def model_post_init(self, context: Any) -> None:
         self._slots = tuple({v: i for i, v in enumerate(c.vocab)} for c in self.categorical)
+        # the numeric columns' parameters as column vectors: the kernel scales all of them in one array operation
+        self._logged = np.array([i for i, c in enumerate(self.numeric) if c.log], dtype=np.int64)
+        self._means = np.array([[c.mean] for c in self.numeric], dtype=np.float64).reshape(-1, 1)
+        self._stds = np.array([[c.std] for c in self.numeric], dtype=np.float64).reshape(-1, 1)
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "encoder spec") -> EncoderSpec:
@@ -174,33 +182,77 @@ class EncoderSpec(BaseModel):
         def categorical(name: str) -> Any:
             return df[name].astype(object).where(df[name].notna(), None)
 
-        return self._encode(len(df), lambda name: _frame_numeric(df, name), categorical)
+        def numeric() -> np.ndarray:
+            return np.array([_frame_numeric(df, c.name) for c in self.numeric], dtype=np.float64)
+
+        return self._encode(len(df), numeric, categorical)
 
     def encode_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Encode row dicts (a missing key counts as a missing value); same bytes as :meth:`encode_frame`."""
 
-        def numeric(name: str) -> np.ndarray:
-            try:
-                return np.array([r.get(name) for r in records], dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise EncoderSpecError(f"column {name!r} must be numeric for the encoder: {exc}") from None
+        def numeric() -> np.ndarray:
+            return self._numeric_block([[r.get(c.name) for r in records] for c in self.numeric])
 
         def categorical(name: str) -> list[Any]:
             return [None if (x := r.get(name)) is None or (isinstance(x, float) and x != x) else x for r in records]
 
         return self._encode(len(records), numeric, categorical)
 
-    def _encode(self, n: int, numeric: Callable[[str], np.ndarray], categorical: Callable[[str], Any]) -> np.ndarray:
-        """The column kernel: ``numeric(name)`` gives raw float64 values (NaN = missing), ``categorical(name)``
-        the raw values (None = missing)."""
+    def encode_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Encode columns (name → one value per row; None or NaN: missing); same bytes as :meth:`encode_frame`.
+
+        Every input column must be there, all of one length (the frame's contract: a missing column is an
+        error, not a column of missing values). Extra columns are ignored.
+        """
+        missing = [c for c in self.input_columns if c not in columns]
+        if missing:
+            raise EncoderSpecError(f"cannot encode: columns {missing!r} are missing; the encoder expects "
+                                   f"{self.input_columns!r}")
+        lengths = {name: len(columns[name]) for name in self.input_columns}
+        if len(set(lengths.values())) > 1:
+            raise EncoderSpecError(f"cannot encode: the columns differ in length: {lengths!r}")
+        n = next(iter(lengths.values()), 0)
+
+        def numeric() -> np.ndarray:
+            return self._numeric_block([columns[c.name] for c in self.numeric])
+
+        def categorical(name: str) -> list[Any]:
+            return [None if x is None or (isinstance(x, float) and x != x) else x for x in columns[name]]
+
+        return self._encode(n, numeric, categorical)
+
+    def _numeric_block(self, values: list[Sequence[Any]]) -> np.ndarray:
+        """The numeric columns' raw values as one float64 array (None → NaN, as the frame's to_numeric does)."""
+        try:
+            return np.array(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            for c, column in zip(self.numeric, values, strict=True):  # name the column at fault
+                try:
+                    np.array(column, dtype=np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise EncoderSpecError(f"column {c.name!r} must be numeric for the encoder: {exc}") from None
+            raise
+
+    def _encode(self, n: int, numeric: Callable[[], np.ndarray], categorical: Callable[[str], Any]) -> np.ndarray:
+        """The column kernel: ``numeric()`` gives the numeric columns' raw float64 values, one row per column in
+        spec order (NaN = missing); ``categorical(name)`` a column's raw values (None = missing).
+
+        The numeric columns are log-scaled and standardised as one ``(columns, rows)`` array: elementwise the same
+        operations as column by column (same bytes), without numpy's fixed cost per column and operation.
+        """
         out = np.zeros((n, self.input_dim), dtype=np.float32)
-        raw: dict[str, np.ndarray] = {}
-        for col, num in enumerate(self.numeric):
-            raw[num.name] = numeric(num.name)
-            out[:, col] = _scale(_log(raw[num.name], num.log), num)
+        raw = numeric().reshape(len(self.numeric), n)
+        logged = raw.copy()
+        if self._logged.size:
+            picked = raw[self._logged]
+            logged[self._logged] = np.sign(picked) * np.log1p(np.abs(picked))
+        with np.errstate(invalid="ignore"):
+            scaled = (logged - self._means) / self._stds
+        out[:, : len(self.numeric)] = np.where(np.isfinite(scaled), scaled, 0.0).T
+        position = {c.name: i for i, c in enumerate(self.numeric)}
         col = len(self.numeric)
         for der in self.derived:
-            out[:, col] = _scale(_OPS[der.op](raw[der.args[0]], raw[der.args[1]]), der)
+            out[:, col] = _scale(_OPS[der.op](raw[position[der.args[0]]], raw[position[der.args[1]]]), der)
             col += 1
         rows = np.arange(n)
         for cat, index in zip(self.categorical, self._slots, strict=True):

@@ -219,5 +219,9 @@ class ExportedModel:
         return self.score_encoded(self.encoder.encode_frame(frame))
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """Score row dicts (serving's hot path)."""
+        """Score row dicts."""
         return self.score_encoded(self.encoder.encode_records(records))
+
+    def score_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Score columns of raw values (serving's hot path; :meth:`EncoderSpec.encode_columns`)."""
+        return self.score_encoded(self.encoder.encode_columns(columns))

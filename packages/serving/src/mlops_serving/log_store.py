@@ -24,6 +24,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,14 +198,83 @@ def partition_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], l
     return groups
 
 
+@dataclass(frozen=True)
+class LogColumns:
+    """Prediction-log rows by column (name → one value per row): how the request path hands over a batch's rows.
+
+    The same rows as the dicts :func:`rows_table` reads, in the same order: column order is the order in which
+    a row's keys first appear, a value a row lacks is None. Built once per batch, never as a dict per row.
+    """
+
+    columns: dict[str, list[Any]]
+    n: int
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Mapping[str, Any]]) -> LogColumns:
+        """Row dicts by column (the union of their keys, in order of first appearance)."""
+        names = dict.fromkeys(key for row in rows for key in row)
+        return cls({name: [row.get(name) for row in rows] for name in names}, len(rows))
+
+    def take(self, index: Sequence[int]) -> LogColumns:
+        """The rows at ``index``, in that order."""
+        return LogColumns({name: [column[i] for i in index] for name, column in self.columns.items()}, len(index))
+
+    def split(self, k: int) -> tuple[LogColumns, LogColumns]:
+        """The first ``k`` rows and the rest."""
+        k = min(max(k, 0), self.n)
+        head = {name: column[:k] for name, column in self.columns.items()}
+        tail = {name: column[k:] for name, column in self.columns.items()}
+        return LogColumns(head, k), LogColumns(tail, self.n - k)
+
+
+def partition_columns(blocks: Sequence[LogColumns]) -> dict[tuple[str, str], list[LogColumns]]:
+    """:func:`partition_rows` for column blocks: each block's rows grouped by (``model_version``, hour of
+    ``ts``), groups in order of first appearance, blocks and rows in arrival order within a group."""
+    groups: dict[tuple[str, str], list[LogColumns]] = {}
+    hours: dict[datetime, str] = {}  # a batch's rows share one ts object: its hour is formatted once
+    for block in blocks:
+        stamps = block.columns.get("ts", [None] * block.n)
+        versions = block.columns.get("model_version", [None] * block.n)
+        keys: dict[tuple[str, str], list[int]] = {}
+        for i, (ts, version) in enumerate(zip(stamps, versions, strict=True)):
+            if not isinstance(ts, datetime):
+                raise PredictionLogError(f"a prediction-log row needs a datetime 'ts', got {ts!r:.60}")
+            hour = hours.get(ts)
+            if hour is None:
+                hour = hours[ts] = hour_key(ts)
+            keys.setdefault((str(version), hour), []).append(i)
+        for key, index in keys.items():
+            groups.setdefault(key, []).append(block if len(index) == block.n else block.take(index))
+    return groups
+
+
+def columns_table(blocks: Sequence[LogColumns]) -> pa.Table:
+    """:func:`rows_table` of the blocks' rows, one after the other: the same table, built column by column."""
+    names: dict[str, None] = {}
+    for block in blocks:
+        names.update(dict.fromkeys(block.columns))
+    data: dict[str, list[Any]] = {}
+    for name in names:
+        values: list[Any] = []
+        for block in blocks:
+            column = block.columns.get(name)
+            values.extend(column if column is not None else [None] * block.n)
+        data[name] = values
+    return _table(data)
+
+
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """An Arrow table of rows (the union of their keys; a key missing in a row is null there)."""
-    import pyarrow as pa
-
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row))
-    table = pa.Table.from_pydict({n: [row.get(n) for row in rows] for n in names})
+    return _table({n: [row.get(n) for row in rows] for n in names})
+
+
+def _table(data: dict[str, list[Any]]) -> pa.Table:
+    import pyarrow as pa
+
+    table = pa.Table.from_pydict(data)
     index = table.schema.get_field_index("ts")
     if index >= 0 and table.schema.field(index).type != pa.timestamp("us", tz="UTC"):
         table = table.set_column(index, "ts", table.column(index).cast(pa.timestamp("us", tz="UTC")))

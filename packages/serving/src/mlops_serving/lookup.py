@@ -51,17 +51,36 @@ class FeatureSource(Protocol):
 
     def get(self, entity_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
 
+    # A source may also offer ``get_columns(entity_rows) -> dict[str, list]`` (OnlineFeatures does): the same
+    # answer by column, which the lookup then uses as it comes, with no dict per row (see _columns_of).
+
     def ping(self) -> bool: ...
 
 
 @dataclass(frozen=True)
 class LookupResult:
-    """Features per row, whether each row's entity was unknown, and whether the store was unreachable."""
+    """Features by column (name → one value per row, defaults applied), whether each row's entity was unknown,
+    and whether the store was unreachable.
 
-    features: list[dict[str, Any]]
+    Columns, not row dicts: the encoder reads them as they are (:meth:`mlops_model.EncoderSpec.encode_columns`)
+    and so does the prediction log; :meth:`rows` builds dicts only where one is wanted (the shadow copy).
+    """
+
+    columns: dict[str, list[Any]]
     unknown: list[bool]
     degraded: bool
     abandoned: bool = False
+
+    def rows(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+        """The features of rows ``start:stop`` as one dict per row."""
+        names = list(self.columns)
+        picked = [column[start:stop] for column in self.columns.values()]
+        return [dict(zip(names, values, strict=True)) for values in zip(*picked, strict=True)]
+
+    @property
+    def features(self) -> list[dict[str, Any]]:
+        """Every row's features as a dict (:meth:`rows`)."""
+        return self.rows()
 
 
 class FeatureLookup:
@@ -123,20 +142,20 @@ class FeatureLookup:
             return self._on_outage(len(rows))
         entity_rows = self._entity_rows(rows)
         try:
-            found = self._source.get(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
+            found = self._read(entity_rows) if deadline is None else self._get_by(entity_rows, deadline)
         except FutureTimeout:
             return self._on_outage(len(rows), abandoned=True)
         except Exception as exc:  # redis/feast raise many types for a dead store
             self._mark_down(exc)
             return self._on_outage(len(rows))
-        return self._found(found)
+        return self._found(found, len(rows))
 
     async def fetch(self, rows: Sequence[Mapping[str, Any]], deadline: float | None = None) -> LookupResult:
         """:meth:`get` for a coroutine on the event loop: the store call runs on a lookup thread (the loop goes on
         serving while it waits on the network) and is awaited until ``deadline``; the one hand-over per batch."""
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._on_outage(len(rows))
-        future = self._pool().submit(self._source.get, self._entity_rows(rows))
+        future = self._pool().submit(self._read, self._entity_rows(rows))
         future.add_done_callback(self._after_late)
         waiting = asyncio.wrap_future(future)
         try:
@@ -149,7 +168,16 @@ class FeatureLookup:
         except Exception as exc:  # redis/feast raise many types for a dead store
             self._mark_down(exc)
             return self._on_outage(len(rows))
-        return self._found(found)
+        return self._found(found, len(rows))
+
+    def _read(self, entity_rows: list[dict[str, Any]]) -> Mapping[str, Sequence[Any]]:
+        """The store call (on a lookup thread): the source's answer by column."""
+        get_columns = getattr(self._source, "get_columns", None)
+        if get_columns is not None:
+            return get_columns(entity_rows)
+        found = self._source.get(entity_rows)  # a source of row dicts: turned into columns once, here
+        names = dict.fromkeys(name for row in found for name in row)
+        return {name: [row.get(name) for row in found] for name in names}
 
     def _entity_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         # A FeatureService with request-time (on-demand) features computes them from the request's own fields.
@@ -157,14 +185,18 @@ class FeatureLookup:
         return [{**{k: row[k] for k in self._entity_keys}, **{k: row[k] for k in request if k in row}}
                 for row in rows]
 
-    def _found(self, found: Sequence[Mapping[str, Any]]) -> LookupResult:
+    def _found(self, found: Mapping[str, Sequence[Any]], n: int) -> LookupResult:
+        """The served features by column: each configured feature, its default where the source has none (no
+        column, None or NaN); the unknown flag per row (absent: known)."""
         if self._down_since is not None:
             self._mark_up()
-        features, unknown = [], []
-        for got in found:
-            unknown.append(bool(got.get(UNKNOWN_ENTITY)))
-            features.append({name: _or_default(got.get(name), default) for name, default in self._defaults.items()})
-        return LookupResult(features=features, unknown=unknown, degraded=False)
+        flags = found.get(UNKNOWN_ENTITY)
+        unknown = [bool(f) for f in flags] if flags is not None else [False] * n
+        columns: dict[str, list[Any]] = {}
+        for name, default in self._defaults.items():
+            got = found.get(name)
+            columns[name] = [default] * n if got is None else [_or_default(v, default) for v in got]
+        return LookupResult(columns=columns, unknown=unknown, degraded=False)
 
     def ping(self) -> bool:
         """Whether the store answers now (also clears or sets the outage state)."""
@@ -189,9 +221,9 @@ class FeatureLookup:
             self._executor = ThreadPoolExecutor(4, thread_name_prefix="lookup")
         return self._executor
 
-    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+    def _get_by(self, entity_rows: list[dict[str, Any]], deadline: float) -> Mapping[str, Sequence[Any]]:
         """The store call on a lookup thread, waited for until ``deadline``; raises FutureTimeout past it."""
-        future = self._pool().submit(self._source.get, entity_rows)
+        future = self._pool().submit(self._read, entity_rows)
         future.add_done_callback(self._after_late)
         return future.result(timeout=max(0.0, deadline - time.monotonic()))
 
@@ -207,8 +239,8 @@ class FeatureLookup:
                    else f"is unreachable ({self._last_error})")
             raise FeatureStoreUnavailableError(f"the online feature store {why}; retry later",
                                                retry_after_s=max(1, round(self._retry_s)))
-        return LookupResult(features=[dict(self._defaults) for _ in range(n)], unknown=[False] * n, degraded=True,
-                            abandoned=abandoned)
+        return LookupResult(columns={name: [default] * n for name, default in self._defaults.items()},
+                            unknown=[False] * n, degraded=True, abandoned=abandoned)
 
     def _mark_down(self, exc: BaseException) -> None:
         with self._lock:

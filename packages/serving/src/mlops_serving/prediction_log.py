@@ -16,16 +16,16 @@ and the request path never blocks on the log.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mlops_serving.errors import PredictionLogError
-from mlops_serving.log_store import PredictionLogStore, partition_rows, rows_table
+from mlops_serving.log_store import LogColumns, PredictionLogStore, columns_table, partition_columns
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,11 @@ PRUNE_EVERY_S = 3600.0
 
 
 class PredictionLogWriter:
-    """Append rows without blocking; a daemon thread flushes them to the store every ``flush_s``."""
+    """Append rows without blocking; a daemon thread flushes them to the store every ``flush_s``.
+
+    The queue holds blocks of rows by column (:class:`~mlops_serving.log_store.LogColumns`, one per scored
+    batch, :meth:`append_columns`), bounded in rows; :meth:`append` takes row dicts for callers that have them.
+    """
 
     def __init__(
         self,
@@ -51,8 +55,10 @@ class PredictionLogWriter:
         self.store = PredictionLogStore(uri, model)
         self._flush_s = flush_s
         self._max_pending = max_queue
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
-        self._pending: list[Mapping[str, Any]] = []  # rows a failed flush could not write: first in line
+        self._queue: deque[LogColumns] = deque()
+        self._queued = 0  # rows in the queue (its bound is in rows, not blocks)
+        self._queue_lock = threading.Lock()
+        self._pending: list[LogColumns] = []  # rows a failed flush could not write: first in line
         self._retention = timedelta(hours=retention_hours) if retention_hours else None
         self._on_written = on_written or (lambda n: None)
         self._on_dropped = on_dropped or (lambda n: None)
@@ -65,23 +71,32 @@ class PredictionLogWriter:
     @property
     def pending(self) -> int:
         """Rows held back by failed flushes."""
-        return len(self._pending)
+        return sum(block.n for block in self._pending)
 
     def start(self) -> None:
         """Start the flusher thread (which also prunes past the retention, at start and once an hour)."""
         self._thread = threading.Thread(target=self._run, name="prediction-log", daemon=True)
         self._thread.start()
 
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        """Queue rows; never blocks. Rows that do not fit are counted as dropped."""
-        for i, row in enumerate(rows):
-            try:
-                self._queue.put_nowait(row)
-            except queue.Full:
-                dropped = len(rows) - i
-                self._on_dropped(dropped)
-                self._dropped_since_warning += dropped
-                return
+    def append(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Queue row dicts; never blocks. Rows that do not fit are counted as dropped."""
+        self.append_columns(LogColumns.of_rows(rows))
+
+    def append_columns(self, block: LogColumns) -> None:
+        """Queue a block of rows by column; never blocks. The rows past the queue's room are counted as dropped."""
+        with self._queue_lock:
+            room = self._max_pending - self._queued
+            if block.n > room:
+                block, rest = block.split(room)
+                dropped = rest.n
+            else:
+                dropped = 0
+            if block.n:
+                self._queue.append(block)
+                self._queued += block.n
+        if dropped:
+            self._on_dropped(dropped)
+            self._dropped_since_warning += dropped
 
     def stop(self, timeout: float = 10.0) -> None:
         """Flush what is queued and stop the thread; rows that still cannot be written are counted as dropped."""
@@ -92,7 +107,7 @@ class PredictionLogWriter:
         else:
             self._flush_safely()
         with self._flush_lock:
-            lost = len(self._pending) + self._queue.qsize()
+            lost = self.pending + self._queued
             if lost:
                 self._pending = []
                 self._drain(lost)
@@ -107,37 +122,43 @@ class PredictionLogWriter:
             PredictionLogError: a part could not be written; its rows and the rest are kept for the next flush.
         """
         with self._flush_lock:
-            self._pending.extend(self._drain(self._max_pending - len(self._pending)))
+            self._pending.extend(self._drain(self._max_pending - self.pending))
             if not self._pending:
                 return 0
             written = 0
-            unwritten: list[Mapping[str, Any]] = []
+            unwritten: list[LogColumns] = []
             error: Exception | None = None
-            for (version, hour), rows in partition_rows(self._pending).items():
+            for (version, hour), blocks in partition_columns(self._pending).items():
                 if error is None:
                     try:
-                        self.store.write_part(version, hour, rows_table(rows))
-                        written += len(rows)
+                        self.store.write_part(version, hour, columns_table(blocks))
+                        written += sum(block.n for block in blocks)
                         continue
                     except Exception as exc:  # filesystems and object stores raise many types
                         error = exc
-                unwritten.extend(rows)  # after one failure the store is likely down: keep the rest untried
+                unwritten.extend(blocks)  # after one failure the store is likely down: keep the rest untried
             self._pending = unwritten
         if written:
             self._on_written(written)
         if error is not None:
-            raise PredictionLogError(f"prediction log flush to {self.store.model_dir!r} failed; {len(unwritten)} "
+            raise PredictionLogError(f"prediction log flush to {self.store.model_dir!r} failed; "
+                                     f"{sum(block.n for block in unwritten)} "
                                      f"row(s) kept for the next flush: {type(error).__name__}: {error}") from error
         return written
 
-    def _drain(self, limit: int) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        while len(rows) < limit:
-            try:
-                rows.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return rows
+    def _drain(self, limit: int) -> list[LogColumns]:
+        """Up to ``limit`` queued rows, oldest first (a block larger than what is left is split)."""
+        blocks: list[LogColumns] = []
+        with self._queue_lock:
+            while limit > 0 and self._queue:
+                block = self._queue.popleft()
+                if block.n > limit:
+                    block, rest = block.split(limit)
+                    self._queue.appendleft(rest)
+                blocks.append(block)
+                self._queued -= block.n
+                limit -= block.n
+        return blocks
 
     def _run(self) -> None:
         next_prune = time.monotonic()
@@ -198,6 +219,46 @@ def log_rows(
         }
         for row, feats, score in zip(rows, features, scores, strict=True)
     ]
+
+
+def batch_log_columns(
+    *,
+    ts: float,
+    model_name: str,
+    request_ids: Sequence[str],
+    versions: Sequence[str],
+    variants: Sequence[str],
+    latencies_ms: Sequence[float],
+    sizes: Sequence[int],
+    rows: Sequence[Mapping[str, Any]],
+    features: Mapping[str, Sequence[Any]],
+    scores: Sequence[float],
+    degraded: bool,
+) -> LogColumns:
+    """Prediction-log rows of a scored batch by column: per request (``request_ids``, ``versions``, ``variants``,
+    ``latencies_ms``, ``sizes`` rows each) its rows, one after the other; ``rows``, ``features`` (by column)
+    and ``scores`` for all the batch's rows.
+
+    The columns, their order and the values are those of :func:`log_rows` for each request in turn (a feature
+    named like a request field takes its place, with the feature's value), for rows of one shape (the schema's).
+    """
+    n = len(rows)
+
+    def per_request(values: Sequence[Any]) -> list[Any]:
+        return [v for v, k in zip(values, sizes, strict=True) for _ in range(k)]
+
+    columns: dict[str, list[Any]] = {
+        "request_id": per_request(request_ids), "ts": [datetime.fromtimestamp(ts, UTC)] * n,
+        "model_name": [model_name] * n, "model_version": per_request(versions), "variant": per_request(variants),
+    }
+    for name in dict.fromkeys(key for row in rows for key in row):
+        columns[name] = [row.get(name) for row in rows]
+    for name, values in features.items():
+        columns[name] = list(values)
+    columns["score"] = [float(s) for s in scores]
+    columns["degraded"] = [degraded] * n
+    columns["latency_ms"] = per_request(latencies_ms)
+    return LogColumns(columns, n)
 
 
 def now() -> float:

@@ -47,9 +47,15 @@ class RemoteModel:
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Encode here, score in the predictor (one V2 tensor per batch)."""
+        return self._score_encoded(self.encoder.encode_records(records))
+
+    def score_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Encode the columns here, score in the predictor (one V2 tensor per batch)."""
+        return self._score_encoded(self.encoder.encode_columns(columns))
+
+    def _score_encoded(self, x: np.ndarray) -> np.ndarray:
         import httpx
 
-        x = self.encoder.encode_records(records)
         body = {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
                             "data": np.asarray(x, dtype=np.float32).ravel().tolist()}]}
         try:

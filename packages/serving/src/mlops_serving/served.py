@@ -53,6 +53,10 @@ class ServedModel(Protocol):
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray: ...
 
+    def score_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Score columns of raw values (:meth:`mlops_model.EncoderSpec.encode_columns`): the batch's path."""
+        ...
+
 
 @dataclass(frozen=True)
 class LocalModel:
@@ -75,6 +79,9 @@ class LocalModel:
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return self.model.score_records(records)
+
+    def score_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        return self.model.score_columns(columns)
 
     def export_meta(self) -> dict[str, Any]:
         """``model.json`` plus the served version: what a transformer in front of this predictor encodes for."""

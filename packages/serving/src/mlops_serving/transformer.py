@@ -3,8 +3,9 @@
 ``preprocess`` turns a V1 body or a V2 ``InferRequest`` into rows (:mod:`mlops_serving.schema`);
 ``predict`` joins the request to a micro-batch (:mod:`mlops_serving.batcher`); per batch the variant of each
 request is picked (stable|canary), features are looked up once, and each variant scores its rows with its own
-recorded encoder (:meth:`mlops_model.EncoderSpec.encode_records`); ``postprocess`` answers in the protocol
-the request came in. Metrics and the prediction log are filled here, the log off the request path.
+recorded encoder, straight from the lookup's columns (:meth:`mlops_model.EncoderSpec.encode_columns`);
+``postprocess`` answers in the protocol the request came in. Metrics and the prediction log are filled here,
+the log off the request path.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mlops_serving.canary import CanaryRouter, Variant
 from mlops_serving.errors import BadRequestError, InternalError, ModelLoadError, ServingError
 from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
-from mlops_serving.prediction_log import PredictionLogWriter, log_rows
+from mlops_serving.prediction_log import PredictionLogWriter, batch_log_columns
 from mlops_serving.served import LocalModel, ServedModel
 from mlops_serving.shadow import ShadowSender
 from mlops_serving.v2 import V2_OUTPUTS, columns_from_infer_request, input_metadata
@@ -242,11 +243,12 @@ class FraudModel(kserve.Model):
         """Encode + forward per variant, then the batch's log rows, shadow copies and metrics."""
         bounds = [0, *itertools.accumulate(len(b.rows) for b in batches)]
         scores: list[np.ndarray] = [np.empty(0)] * len(batches)
+        rows = [row for b in batches for row in b.rows]
         for variant in {v.name: v for v in picked}.values():
             members = [i for i, v in enumerate(picked) if v.name == variant.name]
-            records = [{**row, **found.features[bounds[i] + k]} for i in members
-                       for k, row in enumerate(batches[i].rows)]
-            out = variant.target.score_records(records)
+            index = (None if len(members) == len(batches)
+                     else [k for i in members for k in range(bounds[i], bounds[i + 1])])
+            out = variant.target.score_columns(_model_columns(variant.target.encoder.input_columns, rows, found, index))
             offset = 0
             for i in members:
                 n = len(batches[i].rows)
@@ -254,24 +256,22 @@ class FraudModel(kserve.Model):
                 offset += n
         t2 = time.perf_counter()
         self._metrics.feature_store_up.labels(self.name).set(0 if found.degraded else 1)
-        results = []
         now = time.time()
+        if self._log is not None:  # the batch's log rows in one block, by column, as the lookup gave them
+            self._log.append_columns(batch_log_columns(
+                ts=now, model_name=self.name, request_ids=[b.request_id for b in batches],
+                versions=[v.target.ref.version for v in picked], variants=[v.name for v in picked],
+                latencies_ms=[(t2 - b.started) * 1000.0 for b in batches], sizes=[len(b.rows) for b in batches],
+                rows=rows, features=found.columns, scores=[s for part in scores for s in part.tolist()],
+                degraded=found.degraded))
+        results = []
         for i, (batch, variant) in enumerate(zip(batches, picked, strict=True)):
-            feats = found.features[bounds[i] : bounds[i + 1]]
-            unknown = found.unknown[bounds[i] : bounds[i + 1]]
-            latency_ms = (t2 - batch.started) * 1000.0
-            live_scores = scores[i].tolist()
-            if self._log is not None:
-                self._log.append(log_rows(
-                    request_id=batch.request_id, ts=now, model_name=self.name,
-                    model_version=variant.target.ref.version, variant=variant.name, rows=batch.rows,
-                    features=feats, scores=live_scores, degraded=found.degraded, latency_ms=latency_ms,
-                ))
             if self._shadow is not None:  # queued for the shadow thread, never waited for
                 self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
-                                   live_variant=variant.name, rows=batch.rows, features=feats,
-                                   live_scores=live_scores, live_predict_ms=(t2 - t1) * 1000.0)
-            results.append(_Scored(batch, variant, scores[i], found.degraded, unknown))
+                                   live_variant=variant.name, rows=batch.rows,
+                                   features=found.rows(bounds[i], bounds[i + 1]), live_scores=scores[i].tolist(),
+                                   live_predict_ms=(t2 - t1) * 1000.0)
+            results.append(_Scored(batch, variant, scores[i], found.degraded, found.unknown[bounds[i] : bounds[i + 1]]))
         self._observe(results, t1 - t0, t2 - t1, t2)
         return results
 
@@ -333,6 +333,23 @@ class FraudModel(kserve.Model):
             "degraded": scored.degraded,
             "request_id": scored.batch.request_id,
         }
+
+
+def _model_columns(names: Sequence[str], rows: Sequence[dict[str, Any]], found: LookupResult,
+                   index: Sequence[int] | None) -> dict[str, list[Any]]:
+    """An encoder's input columns for the batch's rows at ``index`` (all rows when None).
+
+    A column the lookup has is taken as it is (a store feature wins over a request field of the same name, as
+    merging a row with its features did); the others are the request's fields, None where a row lacks one.
+    """
+    out: dict[str, list[Any]] = {}
+    for name in names:
+        column = found.columns.get(name)
+        if column is None:
+            out[name] = [rows[k].get(name) for k in index] if index is not None else [r.get(name) for r in rows]
+        else:
+            out[name] = column if index is None else [column[k] for k in index]
+    return out
 
 
 def _request_ids() -> Iterator[str]:
