@@ -147,6 +147,25 @@ def test_the_skew_replay_finds_no_mismatch_for_the_stale_entity(env: tuple[Path,
 
 
 
+def test_the_skew_replay_replays_at_the_lookups_pinned_instant(env: tuple[Path, FeaturesConfig, Any]) -> None:
+    """Served with ``features.online_ttl_as_of`` pinned, logged at the request's wall-clock time (here 30 days later,
+    when every value is expired): the replay asks the offline store at the pinned instant, as the lookup used it."""
+    from mlops_monitoring.skew import replay_skew
+
+    root, features, last = env
+    stale, fresh, as_of = _pair(last)
+    pinned = features.model_copy(update={"online_ttl_as_of": as_of.to_pydatetime()})
+    merchant = _merchant(root)
+    online = OnlineFeatures(pinned, root)
+    rows = [{"user_id": stale, "merchant_id": merchant}, {"user_id": fresh, "merchant_id": merchant}]
+    got = online.get(rows)  # at the pinned as_of: the fresh user's values are served
+    assert got[1]["user_txn_count_7d"] not in (None, DEFAULTS["user_txn_count_7d"])
+    log = pd.DataFrame([{**r, **{n: g[n] for n in online.names}} for r, g in zip(rows, got, strict=True)])
+    log["ts"], log["request_id"], log["degraded"] = as_of + pd.Timedelta(days=30), ["r0", "r1"], False
+    report = replay_skew(pinned, root, log, model="fraud")
+    assert report.rows_compared == 2 and report.mismatch_rate == 0.0, report.examples
+
+
 def test_a_request_time_feature_reading_an_expired_view_is_computed_as_offline(
         env: tuple[Path, FeaturesConfig, Any]) -> None:
     """fraud_rt_v1's on-demand z-score reads the user's stored mean and deviation: past their ttl offline it sees

@@ -19,6 +19,9 @@ source table):
 - ``transformation``: the served value matches no offline value of the entity: the online path computed it
   differently from the offline one.
 
+Each row is replayed at the instant its lookup counted the views' ``ttl`` from: the request's time, or
+``features.online_ttl_as_of`` where the lookup pins it (served at the pinned instant, replayed at it too).
+
 Degraded rows (served on defaults during a store outage) are not replayed: their defaults are known.
 """
 
@@ -200,7 +203,11 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
         entity_df = rows[[v.join_key for v in views]].astype(str).copy()
         for request_field in on_demand.request:  # on-demand views recompute from the logged request
             entity_df[request_field] = rows[request_field].to_numpy()
-        entity_df["event_timestamp"] = pd.to_datetime(rows["ts"], utc=True)
+        # the instant each row was looked up at: the lookup's pinned ``features.online_ttl_as_of`` when set (the
+        # local profile and the rehearsal serve fixed sample data as of the day after it), else the request's time
+        pinned = features.online_ttl_as_of
+        entity_df["event_timestamp"] = (pd.Series(pd.Timestamp(pinned).tz_convert("UTC"), index=rows.index)
+                                        if pinned is not None else pd.to_datetime(rows["ts"], utc=True))
         entity_df[ROW_KEY] = np.arange(len(rows))
         offline = historical_features(features, root, entity_df).set_index(ROW_KEY).sort_index()
         if len(offline) != len(rows):
