@@ -206,7 +206,7 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
         # the instant each row was looked up at: the lookup's pinned ``features.online_ttl_as_of`` when set (the
         # local profile and the rehearsal serve fixed sample data as of the day after it), else the request's time
         pinned = features.online_ttl_as_of
-        entity_df["event_timestamp"] = (pd.Series(pd.Timestamp(pinned).tz_convert("UTC"), index=rows.index)
+        entity_df["event_timestamp"] = (pd.Series(pd.to_datetime(pinned, utc=True), index=rows.index)
                                         if pinned is not None else pd.to_datetime(rows["ts"], utc=True))
         entity_df[ROW_KEY] = np.arange(len(rows))
         offline = historical_features(features, root, entity_df).set_index(ROW_KEY).sort_index()
