@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import shared_redis_url
+from tests.support.shared_redis import REDIS_URL  # noqa: F401 - tests import it from here
+
 # The servers tests start (redis-server, mlflow server, databases, free ports) and the fixtures over them.
 pytest_plugins = ["tests.support.fixtures", "tests.support.timeouts"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REDIS_URL = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("MLOPS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -60,16 +62,7 @@ def repo_root() -> Path:
 @pytest.fixture
 def redis_url() -> str:
     """URL of the real Redis server (fails, not skips, when it is down: CI must start it)."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); start it (see .ci/run)")
-    finally:
-        client.close()
-    return REDIS_URL
+    return shared_redis_url()
 
 
 @pytest.fixture

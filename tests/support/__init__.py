@@ -9,6 +9,7 @@ from .python_argv import python_module
 from .redis_server import RedisServer
 from .repo_copy import copy_repo
 from .sample_time import sample_as_of
+from .shared_redis import shared_redis_url
 
 __all__ = ["RedisServer", "copy_repo", "free_port", "own_database", "python_module", "sample_as_of",
-           "start_mlflow_server", "wait_port"]
+           "shared_redis_url", "start_mlflow_server", "wait_port"]

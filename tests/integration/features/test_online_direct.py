@@ -18,7 +18,6 @@ sampled runtime comparison.
 from __future__ import annotations
 
 import math
-import os
 import random
 import shutil
 import time
@@ -42,7 +41,7 @@ from mlops_features.online_direct import DirectRedisReader
 from mlops_features.online_parity import differences, same
 from mlops_features.online_plan import ServicePlan, compute_on_demand
 from mlops_features.schema import RAW_SCHEMA
-from tests.support import RedisServer, free_port
+from tests.support import RedisServer, free_port, shared_redis_url
 
 pytestmark = pytest.mark.integration
 
@@ -101,18 +100,6 @@ class Env:
     ``deleted``: the feature whose field was deleted from U0025's hash, and one kept."""
     online: dict[tuple[str, str], OnlineFeatures]
     """(service, reader) → the lookup."""
-
-
-def _redis_url() -> str:
-    url = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)")
-    finally:
-        client.close()
-    return url
 
 
 def _write_sources(root: Path, source_dir: str) -> dict[str, list[str]]:
@@ -175,7 +162,7 @@ def _write_sources(root: Path, source_dir: str) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    url = _redis_url()
+    url = shared_redis_url()
     root = tmp_path_factory.mktemp("online_direct")
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "feature_repo" / "all_types.py").write_text(ALL_TYPES_VIEW)

@@ -7,7 +7,6 @@ its own Feast project, so its keys never meet another test's; ``teardown`` delet
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import time
 import uuid
@@ -19,7 +18,7 @@ import redis
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, materialize, open_store, prepare_local_data
-from tests.support import RedisServer, sample_as_of
+from tests.support import RedisServer, sample_as_of, shared_redis_url
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +41,7 @@ class TestRedis(_suite.OnlineSuite):  # type: ignore[name-defined,misc]
 @pytest.fixture(scope="module")
 def redis_url_class() -> str:
     """The shared test Redis, like the ``redis_url`` fixture but once per module (fails, not skips, when down)."""
-    url = os.environ.get("MLOPS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)")
-    finally:
-        client.close()
-    return url
+    return shared_redis_url()
 
 
 def _copy_repo(root: Path) -> None:
