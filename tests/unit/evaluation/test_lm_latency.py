@@ -122,3 +122,12 @@ def test_a_noisy_reference_cannot_pass_and_pairing_cancels_drifting_load() -> No
     assert lm_latency_gate(ta, ta, ta, **GATE).passed
     with pytest.raises(EvaluationError, match="paired"):
         lm_latency_gate(a, a[:-1], a, **GATE)
+
+
+def test_a_configured_wall_bound_that_was_not_measured_does_not_pass() -> None:
+    a, b, a2 = (_timings([t.ttft_s for t in s], [(t.total_s - t.ttft_s) / 10 for t in s]) for s in _runs(1.0))
+    gate = lm_latency_gate(a, b, a2, **GATE)  # wall_max_ratio 1.5, and no wall-clock timings
+    assert not gate.passed and gate.verdict == "inconclusive", gate.reason
+    assert "backstop not measured" in gate.reason
+    unbounded = lm_latency_gate(a, b, a2, **{**GATE, "wall_max_ratio": None})
+    assert unbounded.passed and "backstop holds" not in unbounded.reason, unbounded.reason
