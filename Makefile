@@ -78,10 +78,13 @@ rehearse: setup prometheus
 
 # Two workers (xdist), one test file each at a time: most of the suite waits on servers and subprocesses, so the
 # 2 cores stay busy; a file's tests share their module fixtures on one worker. Files go out in the order
-# tests/conftest.py gives them (heaviest markers first) instead of xdist's "most tests first", which handed out
-# the few-test, many-minute end-to-end files last.
+# tests/conftest.py gives them (longest first: by tests/durations.json, else by heaviest marker) instead of xdist's
+# "most tests first", which handed out the few-test, many-minute end-to-end files last. The run lists its seconds
+# per test file at the end (and writes them all to reports/test-durations.json): `python tools/file_durations.py
+# CI.log` (or that file) refreshes tests/durations.json from it.
 test: setup browser java prometheus checkov-setup lint dvc-lock-check
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not gpu" --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not gpu" --durations=30 \
+	  --file-durations reports/test-durations.json $(PYTEST_ARGS)
 
 # The rehearsal's end-to-end test alone (`mlops pipeline rehearse --fast`, every step asserted).
 rehearse-test: setup prometheus

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.support import shared_redis_url
+from tests.support.file_order import longest_files_first
 from tests.support.shared_redis import REDIS_URL  # noqa: F401 - tests import it from here
 
-# The servers tests start (redis-server, mlflow server, databases, free ports) and the fixtures over them.
-pytest_plugins = ["tests.support.fixtures", "tests.support.timeouts"]
+# The servers tests start (redis-server, mlflow server, databases, free ports) and the fixtures over them; the
+# timeout's message; --file-durations (seconds per test file, the record tests/durations.json is made from).
+pytest_plugins = ["tests.support.fixtures", "tests.support.timeouts", "tests.support.file_seconds"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POSTGRES_URL = os.environ.get("MLOPS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -36,22 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device; this machine has none"))
-    _longest_files_first(items)
-
-
-_WEIGHT = {"rehearsal": 4, "e2e": 3, "chaos": 2, "slow": 1}
-
-
-def _longest_files_first(items: list[pytest.Item]) -> None:
-    """Order the files by their heaviest marker (rehearsal, e2e, chaos, slow, the rest), keeping each file's tests
-    together and in place. ``-n 2 --dist loadfile --no-loadscope-reorder`` (make test) hands files out in this
-    order: the long ones start first and the short ones fill in at the end instead of one worker finishing a long
-    file alone."""
-    weight: dict[str, int] = {}
-    for item in items:
-        w = max((v for k, v in _WEIGHT.items() if k in item.keywords), default=0)
-        weight[item.nodeid.split("::")[0]] = max(weight.get(item.nodeid.split("::")[0], 0), w)
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+    longest_files_first(items)  # by tests/durations.json, else by heaviest marker (tests/support/file_order)
 
 
 @pytest.fixture(scope="session")

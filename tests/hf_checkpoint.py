@@ -1,5 +1,6 @@
 """A pretrained checkpoint made here, never downloaded: a LLaMA-architecture model written with ``save_pretrained``
-and a byte-level BPE tokenizer trained with the ``tokenizers`` library on this repository's own text.
+and a byte-level BPE tokenizer trained with the ``tokenizers`` library on this repository's own text (a frozen copy
+under ``tests/tokenizer_corpus``, so editing the docs does not change it).
 
 ``make_checkpoint(folder, shape)`` writes a complete Hugging Face folder (config.json, model.safetensors,
 generation_config.json, tokenizer.json + tokenizer_config.json with a chat template) that
@@ -35,16 +36,24 @@ SHAPES: dict[str, dict[str, int]] = {
 }
 
 
+CORPUS = Path(__file__).resolve().parent / "tokenizer_corpus"
+"""What the tokenizer is trained on: a frozen copy of README.md, docs/*.md and datasets/instructions.jsonl as they
+were at 5e25695 (the files, in the order the tokenizer was first trained on them). It used to read those files in
+place, so any prose edit retrained every test LM (other merges, other greedy answers); a copy kept here changes
+only when someone means it to. Never edit it to follow the docs."""
+
+
 def training_text() -> list[str]:
-    """The repository's own prose and the instruction dataset: what the tokenizer is trained on."""
-    files = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
-    files += sorted((REPO_ROOT / "datasets").glob("*.jsonl"))
-    return [f.read_text(encoding="utf-8") for f in files if f.is_file()]
+    """The frozen corpus (:data:`CORPUS`), one text a file, in file-name order."""
+    files = sorted(CORPUS.glob("*.txt"))
+    if not files:
+        raise FileNotFoundError(f"{CORPUS}: no *.txt files; the test tokenizer is trained on them")
+    return [f.read_text(encoding="utf-8") for f in files]
 
 
 def make_tokenizer(folder: Path, vocab_size: int = 512) -> None:
     """Train a byte-level BPE on :func:`training_text` and save it as a ``transformers`` tokenizer folder."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=SPECIAL["unk"]))
@@ -53,6 +62,12 @@ def make_tokenizer(folder: Path, vocab_size: int = 512) -> None:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL.values()),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(training_text(), trainer=trainer)
+    # Begin every encoded text with <s>, as a LLaMA tokenizer does: fine-tuning learns `<s> prompt completion </s>`
+    # (mlops_features.encode_example), and serving encodes a completion prompt with the tokenizer's own special
+    # tokens, so without this the served model saw every prompt without the <s> it was trained on.
+    bos = tok.token_to_id(SPECIAL["bos"])
+    tok.post_processor = processors.TemplateProcessing(single=f"{SPECIAL['bos']} $A", pair=f"{SPECIAL['bos']} $A $B",
+                                                       special_tokens=[(SPECIAL["bos"], bos)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=SPECIAL["bos"], eos_token=SPECIAL["eos"],
                                    pad_token=SPECIAL["pad"], unk_token=SPECIAL["unk"], model_max_length=256)
     fast.chat_template = CHAT_TEMPLATE

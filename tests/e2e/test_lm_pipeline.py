@@ -65,3 +65,48 @@ def test_drifted_prompts_roll_back_to_the_fallback(loop: tuple[Path, dict]) -> N
     assert drift["champion_before"] == train["version"]
     assert drift["rolled_back"] and drift["champion_after"] == train["first_champion"]["version"]
     assert (repo / "reports" / "latest" / "index.html").is_file()
+
+
+def test_gates_judged_the_task_by_exact_match_and_token_accuracy(loop: tuple[Path, dict]) -> None:
+    _, doc = loop
+    quality = _step(doc, "lm-gates")["quality"]
+    assert quality["verdict"] == "pass" and quality["floor"] == 0.9
+    assert "exact match" in quality["reason"] and "token accuracy" in quality["reason"]
+    assert quality["exact_match"] >= 0.9 and quality["token_accuracy"] >= quality["exact_match"]
+
+
+def test_champion_answers_held_out_prompts_through_the_openai_routes(loop: tuple[Path, dict]) -> None:
+    """The champion the loop leaves (after the rollback: the first champion, gated and canaried like the
+    candidate), served by a real `mlops serve` process and asked with the official ``openai`` client, answers at
+    least 90 % of the held-out prompts exactly. The held-out split is recomputed here from the dataset with
+    sha256, not taken from the platform's code, and checked to share no prompt with the training examples."""
+    import hashlib
+
+    import openai
+
+    from mlops_pipeline.local_server import run_server
+
+    repo, doc = loop
+    champion = _step(doc, "lm-drift")["champion_after"]
+    rows = [json.loads(line) for line in (repo / "datasets" / "instructions.jsonl").read_text().splitlines()
+            if line.strip()]
+
+    def held(row: dict) -> bool:  # the documented split: the first 8 bytes of sha256(prompt NUL completion) < 10 %
+        digest = hashlib.sha256(f"{row['prompt']}\x00{row['completion']}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < 0.1
+
+    held_out = [r for r in rows if held(r)]
+    assert not {r["prompt"] for r in held_out} & {r["prompt"] for r in rows if not held(r)}
+    sample = held_out[:: max(1, len(held_out) // 60)]  # ~60 prompts over the whole split, every task in it
+    folder = next((repo / "data" / "pipeline" / "versions" / f"v{champion}").rglob("config.json")).parent
+    args = ["--model-dir", str(folder), "--model-version", str(champion)]
+    with run_server(repo, "llm-sft", repo / "data" / "pipeline" / "serve-openai-check.log", args) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/openai/v1", api_key="unused", max_retries=0, timeout=120)
+        answers = [client.completions.create(model=server.model, prompt=r["prompt"], max_tokens=24,
+                                             temperature=0).choices[0].text for r in sample]
+        chat = client.chat.completions.create(model=server.model, max_tokens=24, temperature=0, messages=[
+            {"role": "user", "content": "Write in capitals: north window\nAnswer:"}]).choices[0].message.content
+    exact = sum(a == r["completion"] for a, r in zip(answers, sample, strict=True)) / len(sample)
+    misses = [(r["prompt"], r["completion"], a) for a, r in zip(answers, sample, strict=True) if a != r["completion"]]
+    assert exact >= 0.9, (exact, misses[:10])
+    assert chat is not None  # the chat route answers through the same model (its text is not graded here)

@@ -14,8 +14,9 @@ import yaml
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.timeout(2400)]
 
-STEP_NAMES = ["platform", "ingest", "validate", "features", "tracking", "bootstrap", "train", "register", "gates",
-              "staging", "canary-10", "canary-50", "production", "drift", "monitor", "alert", "rollback"]
+STEP_NAMES = ["platform", "ingest", "validate", "pin", "features", "tracking", "bootstrap", "train", "register",
+              "gates", "staging", "canary-10", "canary-50", "production", "drift", "ingest-drifted", "monitor", "alert",
+              "rollback", "labels", "retrain"]
 
 
 def _processes_under(folder: Path) -> list[str]:
@@ -72,6 +73,44 @@ def test_platform_is_real_and_mlflow_refuses_anonymous_requests(rehearsal: tuple
     assert (register["anonymous_status"], register["wrong_password_status"]) == (401, 401)
 
 
+def test_each_workload_reads_and_writes_the_online_store_as_its_own_acl_user(rehearsal: tuple[Path, dict]) -> None:
+    """Redis runs the platform manifest's ACL: no anonymous access, the reader cannot write, the other environment's
+    reader cannot read; the loop writes as the writer, the transformer reads as the reader (its manifest's user)
+    and answered every request from the online store, the predictor holds no Redis credential."""
+    _, doc = rehearsal
+    platform = _detail(doc, "platform")
+    acl = platform["redis_acl"]
+    envs, roles = ("staging", "production"), ("reader", "writer")
+    assert set(acl["users"]) == {f"mlops-{e}.fraud-{r}" for e in envs for r in roles}
+    assert acl["anonymous_refused"] and acl["reader_reads"] and acl["reader_write_refused"]
+    assert acl["other_env_read_refused"]
+    assert platform["redis_users"] == {"loop": "mlops-staging.fraud-writer",
+                                       "transformer": "mlops-staging.fraud-reader", "predictor": None}
+    # a refused read would be an outage, answered degraded (features.redis_outage: degraded): none was
+    traffic = _detail(doc, "canary-10")["traffic"]
+    assert sum(t["instances"] for t in traffic.values()) > 0, traffic
+    assert all(t["degraded"] == 0 for t in traffic.values()), traffic
+
+
+def test_each_workload_talks_to_mlflow_as_its_own_role_user(rehearsal: tuple[Path, dict]) -> None:
+    """The admin created an experiment, a registered model and a user per role in each environment; the probe
+    held on the live server (no anonymous access, the reader moves no alias, the monitor writes no run and
+    touches no other environment's model); every writing step ran as its role's user, never the admin."""
+    _, doc = rehearsal
+    tracking = _detail(doc, "tracking")
+    envs, roles = ("staging", "production"), ("delivery", "monitor", "reader", "trainer")
+    assert tracking["users"] == {f"mlops-{e}": [f"mlops-{e}.fraud-{r}" for r in roles] for e in envs}
+    assert (tracking["experiment"], tracking["registered_model"]) == ("mlops-staging.fraud-detection",
+                                                                      "mlops-staging.fraud")
+    probe = dict(tracking["mlflow_probe"])
+    assert probe.pop("users") == [f"mlops-staging.fraud-{r}" for r in roles]
+    assert probe == dict.fromkeys(probe, True) and len(probe) == 12
+    for step, role in {"train": "trainer", "register": "trainer", "gates": "trainer", "staging": "delivery",
+                       "canary-10": "delivery", "canary-50": "delivery", "production": "delivery",
+                       "monitor": "monitor"}.items():
+        assert _detail(doc, step)["mlflow_user"] == f"mlops-staging.fraud-{role}", step
+
+
 def test_features_were_materialized_on_the_spark_cluster_the_profile_names(rehearsal: tuple[Path, dict]) -> None:
     """The staging profile's batch_engine: spark ran on the rehearsal's standalone master (the run's loopback
     port standing in for spark://fraud-spark-master:7077), as an application that got executors."""
@@ -80,7 +119,7 @@ def test_features_were_materialized_on_the_spark_cluster_the_profile_names(rehea
     features = _detail(doc, "features")
     assert features["batch_engine"] == "spark" and features["spark_master"].startswith("spark://127.0.0.1:")
     apps = features["spark_applications"]
-    assert [a["name"] for a in apps] == ["mlops-materialize-fraud_detection"], apps
+    assert [a["name"] for a in apps] == ["mlops-materialize-fraud_detection_staging"], apps
     assert apps[0]["state"] == "FINISHED" and apps[0]["cores"] == 2
 
 
@@ -100,8 +139,11 @@ def test_promotions_and_rollback_are_commits_in_the_remote(rehearsal: tuple[Path
     assert commits[-1] == doc["rollback_commit"]
     for sha in commits:
         assert subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=remote, check=False).returncode == 0
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=remote, capture_output=True, text=True, check=True)
-    assert head.stdout.strip() == doc["rollback_commit"]
+    # after the rollback only the merged retraining pull request and the retrained version's staging commit
+    after = subprocess.run(["git", "log", "--format=%H", f"{doc['rollback_commit']}..HEAD"], cwd=remote,
+                           capture_output=True, text=True, check=True).stdout.split()
+    retrain = _detail(doc, "retrain")
+    assert after == [retrain["staging_commit"], retrain["merged_sha"]]
     canary = _detail(doc, "canary-50")
     # decided from Prometheus (PromQL per version) and the shared log, looking every 1,000 requests until decided
     assert (canary["decision"], canary["source"]) == ("promote", "prometheus")
@@ -126,6 +168,28 @@ def test_critical_drift_alerted_and_the_fallback_serves_at_head(rehearsal: tuple
     rollback = _detail(doc, "rollback")
     assert (rollback["champion_before"], rollback["fallback_before"]) == ("2", "1")
     assert doc["served_at_head"] == rollback["fallback_before"] == "1"
+
+
+def test_the_loop_closes_labels_a_week_late_and_a_retraining_on_the_pin(rehearsal: tuple[Path, dict]) -> None:
+    repo, doc = rehearsal
+    pin, drifted, retrain = _detail(doc, "pin"), _detail(doc, "ingest-drifted"), _detail(doc, "retrain")
+    assert pin["data_version"] == _detail(doc, "validate")["data_md5"] == _detail(doc, "features")["data_md5"]
+    assert doc["retrain_pr"]["status"] == "opened" and doc["retrain_pr"]["reason"] == "drift"
+    assert doc["retrain_pr"]["data_version"] == drifted["data_version"] == retrain["data_version"]
+    # Prometheus scraped the trigger's counters from the drift job's textfile: the ledger's drift rows, counted here
+    (ledger,) = repo.glob(".mlops/rehearsal/*/runner/.mlops/retrain/triggers.jsonl")  # the drift job's checkout
+    drift_rows = [row for row in map(json.loads, ledger.read_text().splitlines()) if row["reason"] == "drift"]
+    scraped = _detail(doc, "alert")["retrain_triggers"]
+    assert [r["status"] for r in drift_rows] == ["opened"] and scraped["opened"] == 1, (drift_rows, scraped)
+    assert sum(scraped.values()) == len(drift_rows)
+    assert drifted["previous"] == pin["data_version"] and retrain["previous"] == pin["data_version"]
+    assert doc["retrained_version"] == retrain["version"] and int(retrain["version"]) > 2
+    assert all(retrain["gates"].values())
+    labels = _detail(doc, "labels")
+    assert labels["labels"]["quarantined_rows"] == 0 and labels["labels"]["accepted_rows"] > 0
+    versions = {x["version"] for x in labels["versions"].values()}
+    assert {"1", "2"} <= versions  # the champion (after the rollback) and the rolled-back version
+    assert all(x["realized_f1"] is not None and x["estimated_f1"] is not None for x in labels["versions"].values())
 
 
 def test_overlay_at_remote_head_names_the_fallback(rehearsal: tuple[Path, dict], tmp_path: Path) -> None:

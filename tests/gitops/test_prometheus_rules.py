@@ -30,7 +30,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_pass_promtool_check(rules: Path) -> None:
     proc = _promtool("check", "rules", str(rules))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 10 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 11 rules found" in proc.stdout + proc.stderr
 
 
 def test_rule_unit_tests_pass(rules: Path) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import subprocess
@@ -222,3 +223,113 @@ def test_service_images_are_multi_stage_non_root_digest_pinned(path: Path, cli: 
     execs = [c for c in commands(entry.read_text()) if c[0] == "exec"]
     assert len(execs) == 1, "the entrypoint must exec exactly one command"
     assert (why := check_command(execs[0], make_targets(), cli)) is None, f"{entry}: {why}"
+
+
+# --- the model as an input (issue #32): train.yml and promote.yml run for any served model -------------------------
+
+MODEL_WORKFLOWS = ("train.yml", "promote.yml")
+FAMILY_IF = re.compile(r"outputs\.family\s*==\s*'(\w+)'")
+
+
+def served_models() -> list[str]:
+    """The models configs/models/ defines that both overlays serve (a model-<model>.yaml each): read off the files,
+    not the workflows."""
+    overlays = [p for p in (REPO / "infra" / "overlays").iterdir() if p.is_dir()]
+    return sorted(p.stem for p in (REPO / "configs" / "models").glob("*.yaml")
+                  if all((o / f"model-{p.stem}.yaml").is_file() for o in overlays))
+
+
+def _mlops_calls(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any], list[str]]]:
+    """(job name, job, step, tokens) of every `mlops` call in the workflow's run steps."""
+    out = []
+    for name, job in load(path)["jobs"].items():
+        for step in job.get("steps", []):
+            for tokens in commands(step.get("run", "")):
+                if tokens[0] in MLOPS:
+                    out.append((name, job, step, tokens))
+    return out
+
+
+def _runs_for(family: str, *conditions: Any) -> bool:
+    """Whether a job / step runs for a model of ``family``: only the family conditions are read (the others, e.g.
+    the profile, are true for some run of every model)."""
+    return all(m.group(1) == family for c in conditions if c for m in FAMILY_IF.finditer(str(c)))
+
+
+def test_train_and_promote_take_a_served_model_as_input() -> None:
+    """A dispatch input `model`, default fraud, one of the served models; pushes, the schedule and dispatches with no
+    input fall back to fraud; every model offered loads (each step's config is that model's)."""
+    from mlops_config import load_config
+
+    models = served_models()
+    assert models == ["fraud", "llm-sft"]
+    for name in MODEL_WORKFLOWS:
+        doc = load(REPO / ".github" / "workflows" / name)
+        spec = doc["on"]["workflow_dispatch"]["inputs"]["model"]
+        assert (spec["type"], spec["default"], sorted(spec["options"])) == ("choice", "fraud", models), name
+        assert re.fullmatch(r"\$\{\{ inputs\.model \|\|( github\.event\.client_payload\.model \|\|)? 'fraud' \}\}",
+                            doc["env"]["MODEL"]), doc["env"]["MODEL"]
+        for model in spec["options"]:
+            assert load_config(model=model, config_dir=REPO / "configs", environ={},
+                               check_secrets=False).config.project.model == model
+
+
+@pytest.mark.parametrize("name", MODEL_WORKFLOWS)
+def test_every_mlops_call_names_the_model(name: str) -> None:
+    calls = _mlops_calls(REPO / ".github" / "workflows" / name)
+    assert len(calls) >= 6
+    unnamed = [" ".join(t) for _, _, _, t in calls
+               if not any(a == "--model" and b == "$MODEL" for a, b in itertools.pairwise(t))]
+    assert not unnamed, f"{name}: `mlops` calls without --model \"$MODEL\":\n" + "\n".join(unnamed)
+
+
+@pytest.mark.parametrize("model", served_models())
+def test_what_a_models_run_names_is_what_the_platform_makes(model: str, kit: Any, tmp_path: Path) -> None:
+    """For each model, the calls that run for its family (`mlops config family`) name what exists: the overlay files
+    the promotions and shadows edit, the production training template the cluster step submits (the model's overlay
+    switched on), the instruction set the language model's gate reads, and the pretrained checkpoint as a registry
+    alias that promote.yml itself moves (the one the cluster's fine-tune reads too)."""
+    from mlops_config import load_config
+    from mlops_delivery.promotion import stage_env
+    from mlops_model import kind_of
+    from mlops_training import job_from_overlay
+
+    from .test_llm_overlays import SWITCH_OFF, flipped
+
+    cfg = load_config(model=model, config_dir=REPO / "configs", environ={}, check_secrets=False).config
+    family = kind_of(cfg.training).value
+    ran: list[str] = []
+    for name in MODEL_WORKFLOWS:
+        for job_name, job, step, tokens in _mlops_calls(REPO / ".github" / "workflows" / name):
+            if not _runs_for(family, job.get("if"), step.get("if")):
+                continue
+            ran.append(" ".join(tokens[1:3]))
+            opts = dict(zip(tokens, [*tokens[1:], ""], strict=True))
+            if tokens[1:3] == ["gitops", "promote"]:
+                env = stage_env(cfg.delivery, opts["--to"])
+                assert (REPO / "infra" / "overlays" / env / f"model-{model}.yaml").is_file(), (name, job_name)
+            elif tokens[1:3] == ["gitops", "rollback"]:
+                assert (REPO / "infra" / "overlays" / opts["--env"] / f"model-{model}.yaml").is_file()
+            elif tokens[1:3] == ["gitops", "shadow"]:
+                assert (REPO / "infra" / "overlays" / "production" / f"shadow-{model}.yaml").is_file(), job_name
+            elif tokens[1:3] == ["train", "submit"]:
+                overlay = REPO / opts["--overlay"]
+                if SWITCH_OFF in (overlay / "kustomization.yaml").read_text() and not any(
+                        model in str(d.get("metadata", {}).get("annotations"))
+                        for d in yaml.safe_load_all(kit.render(overlay)) if d):
+                    overlay = flipped(tmp_path, overlay.name)  # the model's part of the overlay, switched on
+                job = job_from_overlay(kit.render(overlay), "gh1-1", model=model)
+                assert job["metadata"]["annotations"]["mlops.platform/model"] == model
+            elif tokens[1:3] == ["data", "validate-instructions"]:
+                assert cfg.training.causal_lm.dataset and (REPO / cfg.training.causal_lm.dataset).is_file()
+    assert {"train run", "train submit", "evaluate run", "gitops promote", "canary analyze"} <= set(ran), ran
+    assert ("gitops shadow" in ran) == (family == "tabular_mlp")
+    train = load(REPO / ".github" / "workflows" / "train.yml")
+    checkpoint = train["env"]["MLOPS__TRAINING__CAUSAL_LM__CHECKPOINT"].replace("${{ inputs.model || 'fraud' }}", model)
+    assert checkpoint == f"models:/{model}@champion"
+    assert any(t[1:3] == ["registry", "promote"] and "champion" in t for _, _, _, t in _mlops_calls(
+        REPO / ".github" / "workflows" / "promote.yml"))
+    if family == "hf_causal_lm":
+        env_map = next(d for d in yaml.safe_load_all(kit.render("infra/base/training-llm"))
+                       if d and d["kind"] == "ConfigMap")
+        assert env_map["data"]["MLOPS__TRAINING__CAUSAL_LM__CHECKPOINT"] == checkpoint

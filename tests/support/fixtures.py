@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .mlflow_server import start_mlflow_server
 from .postgres import database_url, own_database
+from .prepared_data import build_prepared_fraud_data, copy_prepared_fraud_data
 from .redis_server import RedisServer
+from .session_world import build_once
 
 
 @pytest.fixture
@@ -28,3 +31,12 @@ def mlflow_server_pg(postgres_url: str, tmp_path: Path) -> Iterator[str]:
                 yield url
         except RuntimeError as exc:
             pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def prepared_fraud_data(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Callable[[Any, Path], None]:
+    """``put(cfg, root)``: the fraud sample data at 20,000 rows, prepared once per test run (every xdist worker
+    shares it, see ``session_world``), copied under ``root``; ``cfg`` must be what would have prepared it."""
+    world = build_once(tmp_path_factory, "prepared-fraud-data", lambda folder: build_prepared_fraud_data(folder,
+                                                                                                     repo_root))
+    return lambda cfg, root: copy_prepared_fraud_data(world, cfg, root)

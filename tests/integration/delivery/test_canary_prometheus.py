@@ -10,10 +10,8 @@ those numbers, not the code's own output.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -25,6 +23,7 @@ from mlops_config import DeliveryConfig
 from mlops_delivery.canary import analyze_canary_prometheus
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter, log_rows
+from tests.support.exposition import exposition_endpoint, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,33 +36,10 @@ TRAFFIC = [
 ]
 
 
-def _endpoint(metrics: ServingMetrics) -> tuple[ThreadingHTTPServer, str]:
-    class Exposition(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = metrics.exposition()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Exposition)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"127.0.0.1:{server.server_address[1]}"
-
 
 def _q(url: str, promql: str) -> list:
     return httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5).json()["data"]["result"]
 
-
-def _wait(predicate, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "Prometheus did not get there in time"
-        time.sleep(0.25)
 
 
 def _scores(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -75,7 +51,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, start_prometheus) -> Itera
     """(Prometheus URL, prediction-log folder) once the known traffic is scraped and logged."""
     tmp = tmp_path_factory.mktemp("canary-prom")
     revisions = {variant: ServingMetrics() for variant in ("stable", "canary")}
-    servers = [_endpoint(m) for m in revisions.values()]
+    servers = [exposition_endpoint(m) for m in revisions.values()]
     # every series exists at 0 before the first scrape, so increase() sees the whole traffic
     for model, version, variant, _, _, errors in TRAFFIC:
         m = revisions[variant]
@@ -85,7 +61,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, start_prometheus) -> Itera
             m.errors.labels(model, version, "internal", status)
     prom = start_prometheus(tmp / "prometheus", [addr for _, addr in servers], scrape_s=1)
     try:
-        _wait(lambda: len(_q(prom.url, "mlops_serving_requests_total")) == len(TRAFFIC))
+        wait_until(lambda: len(_q(prom.url, "mlops_serving_requests_total")) == len(TRAFFIC))
         time.sleep(1.5)
         for model, version, variant, answered, latency, errors in TRAFFIC:
             m = revisions[variant]
@@ -94,7 +70,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, start_prometheus) -> Itera
                 m.request_latency.labels(model, version, variant).observe(latency)
             for status, n in errors.items():
                 m.errors.labels(model, version, "internal", status).inc(n)
-        _wait(lambda: float(_q(prom.url, "sum(mlops_serving_requests_total)")[0]["value"][1]) == 2700)
+        wait_until(lambda: float(_q(prom.url, "sum(mlops_serving_requests_total)")[0]["value"][1]) == 2700)
         time.sleep(2.5)  # a couple more samples at the final values
         writer = PredictionLogWriter(tmp / "log", "fraud", flush_s=0.2)
         writer.start()

@@ -1,6 +1,7 @@
-"""A small world for the evaluation tests: prepared data, one model trained by the real pipeline (torchrun,
-tracked, registered) and models trained here on the same encoded data — a weak champion, one trained on
-shuffled labels, and a much larger (slower) one — each exported with ``mlops_model`` and registered
+"""A small world for the evaluation tests: prepared data (the run's shared copy, tests/support/prepared_data.py),
+one model trained by the real pipeline (torchrun, tracked, registered) and models trained here on the same
+encoded data — a weak champion, one trained on shuffled labels, and a much larger (slower) one — each exported
+with ``mlops_model`` and registered
 as a version of a real MLflow (SQLite) registry."""
 
 from __future__ import annotations
@@ -61,8 +62,15 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], *, steps: int
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+IDENTITY_PLATT = {"method": "platt", "a": 1.0, "b": 0.0}
+"""A Platt calibrator that returns the raw score (sigmoid of its own logit): the pipeline's exports carry a fitted
+one (``training.calibration: platt``), so a hand-made version whose latency is compared with them scores through
+the same path."""
+
+
 def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidden: tuple[int, ...],
-             encoder: dict[str, Any], name: str, *, feature_service: str = "fraud_v1") -> str:
+             encoder: dict[str, Any], name: str, *, feature_service: str = "fraud_v1",
+             calibration: dict[str, Any] | None = None) -> str:
     """Export ``state`` (safetensors + model.json), log it as ``model/`` of a tracked run, register a version."""
     import mlflow
 
@@ -73,7 +81,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
     cfg = world_loaded.config
     folder = root / ".mlops" / "test-models" / name
     meta = {"kind": "tabular_mlp", "architecture": {"input_dim": encoder["input_dim"], "hidden_sizes": list(hidden)},
-            "features": {"feature_service": feature_service, "encoder": encoder}, "lineage": {"run_name": name}}
+            "features": {"feature_service": feature_service, "encoder": encoder}, "lineage": {"run_name": name},
+            **({"calibration": calibration} if calibration is not None else {})}
     save_exported(folder, state, meta, sign=model_signer(cfg.provenance, root))  # the gates refuse unsigned models
     with start_run(cfg.tracking, root, run_name=name, seed=0) as run:
         mlflow.log_artifacts(str(folder), "model")
@@ -83,8 +92,8 @@ def register(world_loaded: LoadedConfig, root: Path, state: dict[str, Any], hidd
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    from mlops_features import prepare_local_data, training_set
+def world(tmp_path_factory: pytest.TempPathFactory, prepared_fraud_data: Any) -> World:
+    from mlops_features import training_set
     from mlops_model import EncoderSpec
     from mlops_training import train_model
 
@@ -93,7 +102,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     shutil.copytree(REPO / "feature_repo", root / "feature_repo")
     loaded = load_config(config_dir=root / "configs", overrides=SETS, environ={})
     cfg = loaded.config
-    prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
+    prepared_fraud_data(cfg, root)  # prepare_local_data's output, prepared once per run (tests/support)
     result = train_model(cfg, root, run_name="fraud-better")  # the real pipeline: torchrun, MLflow, registry
     from mlops_model import read_meta
 
@@ -102,9 +111,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     train = df.iloc[: int(len(df) * (1 - cfg.evaluation.holdout_fraction))]
     x, y = EncoderSpec.from_dict(encoder).encode_frame(train), train["is_fraud"].to_numpy().astype(np.int64)
     versions = {"better": str(result.model_version)}
-    # Same architecture as the pipeline's model (so latency is comparable), trained only briefly: weaker.
+    # Same architecture and scoring path as the pipeline's model (so latency is comparable: its export applies a
+    # Platt calibrator, so does this one, as the identity), trained only briefly: weaker.
     versions["champion"] = register(loaded, root, fit_mlp(x, y, (64, 32), steps=3, seed=1), (64, 32), encoder,
-                                    "champion-weak")
+                                    "champion-weak", calibration=IDENTITY_PLATT)
     shuffled = np.random.default_rng(0).permutation(y)
     versions["shuffled"] = register(loaded, root, fit_mlp(x, shuffled, (64, 32), steps=150, seed=2), (64, 32),
                                     encoder, "shuffled-labels")

@@ -17,8 +17,10 @@ from mlops_config import load_config
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
+# 4,000 rows leave the calibrator's half of the validation split without a fraud: these tests replay trajectories,
+# they need no calibration (training.calibration: none, the default before it was on)
 SETS = ["data.rows=4000", "training.nproc=1", "training.eval_every=0", "training.max_steps=12",
-        "training.checkpoint.every_steps=0", "evaluation.repro_steps=5"]
+        "training.checkpoint.every_steps=0", "evaluation.repro_steps=5", "training.calibration=none"]
 
 
 def _git(root: Path, *args: str) -> str:
@@ -48,15 +50,23 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "loaded": loaded, "honest": result}
 
 
+def _scorer(world: dict[str, Any], version: str) -> Any:
+    """The registered version as the gate loads it (nothing replayed)."""
+    from mlops_core import mlflow_client
+    from mlops_evaluation.scorer import load_version
+
+    client = mlflow_client(world["loaded"].config.tracking, world["root"])
+    return load_version(client, "fraud", version, world["root"] / ".mlops" / f"gate-{version}")
+
+
 def _gate(world: dict[str, Any], version: str) -> Any:
     from mlops_core import mlflow_client
     from mlops_evaluation.runner import check_reproducibility
-    from mlops_evaluation.scorer import load_version
     from mlops_training import reproduce
 
     cfg = world["loaded"].config
     client = mlflow_client(cfg.tracking, world["root"])
-    scorer = load_version(client, "fraud", version, world["root"] / ".mlops" / f"gate-{version}")
+    scorer = _scorer(world, version)
     rerun = lambda recorded, root, max_steps: reproduce(recorded, root, max_steps=max_steps)  # noqa: E731
     return check_reproducibility(scorer, world["root"], cfg.evaluation, rerun, client=client), scorer
 
@@ -180,7 +190,7 @@ def _gate_under(world: dict[str, Any], scorer: Any, **section: Any) -> Any:
 def test_no_hash_at_repro_steps_is_not_verifiable_unless_determinism_only_is_chosen(world: dict[str, Any]) -> None:
     """Evaluated with repro_steps=7, the 12-step candidate recorded no hash at step 7. The old gate re-ran 7 steps
     twice, compared the two re-runs with each other and passed "bit-identical weights" without the candidate."""
-    _, scorer = _gate(world, str(world["honest"].model_version))
+    scorer = _scorer(world, str(world["honest"].model_version))
     refused = _gate_under(world, scorer, repro_steps=7)
     assert not refused.passed and refused.reason.startswith("not verifiable"), refused.reason
     assert "no weights hash at step 7 (recorded at steps ['5', '12'])" in refused.reason
@@ -195,7 +205,7 @@ def test_no_hash_at_repro_steps_is_not_verifiable_unless_determinism_only_is_cho
 def test_determinism_only_still_checks_config_and_code(world: dict[str, Any]) -> None:
     """The old two-re-runs path skipped the config and code checks: a moved checkout passed."""
     root = world["root"]
-    _, scorer = _gate(world, str(world["honest"].model_version))
+    scorer = _scorer(world, str(world["honest"].model_version))
     recorded = _git(root, "rev-parse", "HEAD")
     (root / "packages" / "recipe.py").write_text("LEARNING = 'a later commit'\n")
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "later code")
@@ -213,7 +223,7 @@ def test_weights_that_are_not_the_end_of_the_trajectory_fail(world: dict[str, An
 
     from mlops_model import load_exported, save_exported, weights_hash
 
-    _, scorer = _gate(world, str(world["honest"].model_version))
+    scorer = _scorer(world, str(world["honest"].model_version))
     tensors, meta = load_exported(scorer.folder)
     name = sorted(tensors)[0]
     tensors[name] = tensors[name] + 1e-3  # weights from some other recipe

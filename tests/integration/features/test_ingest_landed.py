@@ -30,7 +30,7 @@ def _workspace(tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.timeout(1200)  # ~1 min alone: a dozen dvc processes; far longer when the cores are shared
-def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path) -> None:
+def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     landing, remote = tmp_path / "landing", tmp_path / "dvc-remote"
     data = DataConfig(raw_dir="data/landed", validated_dir="data/accepted", landing_uri=landing.as_uri(),
                       dvc_remote=str(remote))
@@ -45,6 +45,10 @@ def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path) -> Non
     first = ingest_landed(data, pod)
     assert sorted(Path(p).name for p in first.new) == sorted([*(p.name for p in days[:2]), "broken.parquet"])
     assert first.pushed and first.validation is not None
+    # progress off a terminal (`mlops data ingest` in a CronJob's log): a line per batch fetched, then validated
+    err = capfd.readouterr().err.splitlines()
+    assert [line.split()[1] for line in err if line.startswith("fetched ")] == ["1/3", "2/3", "3/3"], err
+    assert [line.split()[1] for line in err if line.startswith("batch ")] == ["1/3", "2/3", "3/3"], err
     accepted = pod / "data/accepted"
     assert set(_digests(accepted)) == {p.name for p in days[:2]}
     rows = sum(pq.read_metadata(p).num_rows for p in accepted.glob("*.parquet"))

@@ -33,6 +33,7 @@ def test_the_llm_data_stages_run_once_then_only_on_change(tmp_path: Path, repo_r
     (repo / "tests").mkdir()
     for name in ("README.md", ".dvcignore", "tests/hf_checkpoint.py"):
         shutil.copy(repo_root / name, repo / name)
+    shutil.copytree(repo_root / "tests/tokenizer_corpus", repo / "tests/tokenizer_corpus")  # the tokenizer's text
     (repo / ".venv").symlink_to(repo_root / ".venv")
     subprocess.run([str(repo / ".venv/bin/dvc"), "config", "core.no_scm", "true"], cwd=repo, check=True,
                    env={**os.environ, "DVC_NO_ANALYTICS": "1"}, capture_output=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import random
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -338,7 +339,8 @@ def test_the_sampled_comparison_counts_a_registry_change_the_reader_did_not_see(
     merchant = store.get_entity("merchant")
     try:
         store.apply([Entity(name="merchant", join_keys=["user_id"], value_type=merchant.value_type)])
-        time.sleep(1.1)  # past registry_cache_ttl_s: Feast's next lookup reads the changed registry
+        # two more refresh rounds (every registry_cache_ttl_s, off the request path): one begun after the change
+        assert online.registry.wait(online.registry.attempts + 2, 30)
         served = online.get(rows)
         online.parity.wait(30)
     finally:
@@ -383,8 +385,10 @@ def test_the_all_types_view_holds_every_type_and_kind_of_absence(env: Env) -> No
 
 @pytest.mark.parametrize("service", ["fraud_v1", "fraud_rt_v1"])
 def test_a_lookup_never_reads_the_registry(env: Env, tmp_path: Path, service: str) -> None:
-    """Everything the direct reader needs is taken from the registry at load: with the registry gone and its cache
-    expired, it still answers, where Feast's reader (which refreshes the registry inside the lookup) fails."""
+    """Everything the direct reader needs is taken from the registry at load, and Feast's reader resolves against a
+    cache refreshed off the request path: with the registry gone and its cache past its ttl, both still answer (the
+    refresh fails in the background and the cached registry is served; Feast's own sync cache raised 'Registry
+    not found' inside the lookup)."""
     registry = tmp_path / "registry.db"
     shutil.copy(env.root / env.features.registry, registry)
     features = env.features.model_copy(update={"registry": str(registry), "registry_cache_ttl_s": 1,
@@ -396,6 +400,45 @@ def test_a_lookup_never_reads_the_registry(env: Env, tmp_path: Path, service: st
     assert differences(expected, feast.get(rows)) == []
     registry.unlink()
     time.sleep(1.1)
+    assert feast.registry.wait(feast.registry.attempts + 1, 30)
+    assert feast.registry.failures >= 1
     assert direct.get(rows) == expected
-    with pytest.raises(FeatureStoreUnavailableError, match="Registry not found"):
-        feast.get(rows)
+    assert differences(feast.get(rows), expected) == []
+
+
+def test_the_feast_reader_refreshes_the_registry_off_the_request_path(env: Env, tmp_path: Path) -> None:
+    """Every read of the registry's backend is recorded with the thread it ran on: past the cache's ttl, lookups on
+    this thread read nothing (Feast's ``cache_mode: sync`` re-read it inside the first lookup that found it
+    expired), the refresher's thread does, and a change it reads is served."""
+    from feast import Entity
+
+    registry = tmp_path / "registry.db"
+    shutil.copy(env.root / env.features.registry, registry)
+    features = env.features.model_copy(update={"registry": str(registry), "registry_cache_ttl_s": 1,
+                                               "feature_service": "fraud_v1", "online_reader": "feast"})
+    online = OnlineFeatures(features, env.root)
+    backend = online._store.registry._registry_store  # the file the registry is read from
+    read = backend.get_registry_proto
+    readers: list[str] = []
+
+    def observed() -> Any:
+        readers.append(threading.current_thread().name)
+        return read()
+
+    backend.get_registry_proto = observed
+    rows = [{"user_id": "U0021", "merchant_id": "M00001"}, {"user_id": "U0022", "merchant_id": "M00002"}]
+    before = online.get(rows)
+    assert not any(r["unknown_merchant"] for r in before)
+    for _ in range(3):
+        time.sleep(1.1)  # past registry_cache_ttl_s
+        assert online.get(rows) == before
+    assert threading.current_thread().name not in readers, readers
+    assert online.registry.wait(2, 30)
+    assert set(readers) == {"feast-registry-refresh"}, readers
+
+    store = open_store(features, env.root)  # the registry changed under the server: merchant keyed by user_id
+    merchant = store.get_entity("merchant")
+    store.apply([Entity(name="merchant", join_keys=["user_id"], value_type=merchant.value_type)])
+    assert online.registry.wait(online.registry.attempts + 2, 30)
+    assert all(r["unknown_merchant"] for r in online.get(rows))
+    assert threading.current_thread().name not in readers

@@ -1,6 +1,7 @@
 """One racing process: walks its own version through the lifecycle (and sometimes rolls back), many times.
 
-Run as a script by the concurrency tests: ``python race_worker.py URI ROOT VERSION ROUNDS START_EPOCH``.
+Run as a script by the concurrency tests: ``python race_worker.py URI ROOT VERSION ROUNDS BARRIER_DIR``; it
+starts when the test releases every worker (``tests.support.barrier``).
 Prints one JSON line: the ledger seqs this process wrote and the refusals it got.
 """
 
@@ -9,19 +10,21 @@ from __future__ import annotations
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 from mlops_config import TrackingConfig
 from mlops_core.lifecycle import LIFECYCLE, LifecycleError, promote, rollback
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root: tests.support
+from tests.support.barrier import wait_for_go
 
-def main(uri: str, root: str, version: str, rounds: int, start: float) -> None:
+
+def main(uri: str, root: str, version: str, rounds: int, barrier: Path) -> None:
     tracking = TrackingConfig(uri=uri, artifact_location=str(Path(root) / "artifacts"))
     rng = random.Random(int(version))
     written: list[int] = []
     refused: list[str] = []
-    time.sleep(max(0.0, start - time.time()))  # every worker starts at the same instant
+    wait_for_go(barrier, version)  # every worker starts at the same instant, once all have imported
     for _ in range(rounds):
         for to in LIFECYCLE:
             try:
@@ -41,4 +44,4 @@ def main(uri: str, root: str, version: str, rounds: int, start: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))

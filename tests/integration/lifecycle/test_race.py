@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from mlops_config import TrackingConfig
 from mlops_core import lifecycle
 from mlops_core.ledger import LedgerEntry, load_entries
+from tests.support.barrier import release_when_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,12 +55,14 @@ def _register(tracking: TrackingConfig, root: Path, n: int) -> None:
 def _race(uri: str, root: Path, workers: int, rounds: int) -> None:
     tracking = TrackingConfig(uri=uri, artifact_location=str(root / "artifacts"))
     _register(tracking, root, workers)
-    start = time.time() + 6.0  # interpreter start-up + imports take ~3-5 s on this (shared) machine
+    barrier = root / "barrier"
+    barrier.mkdir()
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), uri, str(root), str(v), str(rounds), str(start)],
+        subprocess.Popen([sys.executable, str(WORKER), uri, str(root), str(v), str(rounds), str(barrier)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for v in range(1, workers + 1)
     ]
+    release_when_ready(barrier, procs)  # a fixed 6 s head start lost the race to slow imports on a loaded runner
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)

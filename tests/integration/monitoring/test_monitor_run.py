@@ -104,8 +104,9 @@ def sections(tmp_path: Path, webhook: tuple[str, list[dict]], monkeypatch: pytes
     }
 
 
-def _register(sections: dict, root: Path, profile: dict) -> None:
-    """Two registered versions whose runs logged the profile; v2 champion, v1 fallback (through the ledger)."""
+def _register(sections: dict, root: Path, profile: dict, model_json: dict | None = None) -> None:
+    """Two registered versions whose runs logged the profile (and ``model_json`` as the export's ``model.json``);
+    v2 champion, v1 fallback (through the ledger)."""
     from mlops_core import lifecycle, mlflow_client
     from mlops_core.tracking import ensure_experiment
 
@@ -116,6 +117,8 @@ def _register(sections: dict, root: Path, profile: dict) -> None:
     for _ in range(2):
         run = client.create_run(experiment)
         client.log_dict(run.info.run_id, profile, "reference_profile.json")
+        if model_json is not None:
+            client.log_dict(run.info.run_id, model_json, "model/model.json")
         mv = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run.info.run_id)
         for to in ("candidate", "staging", "canary", "champion"):
             lifecycle.promote(tracking, root, "fraud", mv.version, to, reason="test setup", actor="test",
@@ -220,6 +223,34 @@ def test_delayed_labels_give_realized_quality(tmp_path: Path, sections: dict, re
     assert q.f1 == pytest.approx(2 * tp / (2 * tp + fp + fn))
     assert result.level == "CRITICAL" and "realized F1" in result.reasons[0]
     assert next(a for a in result.actions if a.action == "rollback").detail.startswith("skipped: dry run")
+
+
+def test_the_served_versions_recorded_threshold_decides_and_an_override_is_named(
+        tmp_path: Path, sections: dict, reference: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sklearn.metrics import f1_score
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    _, profile = reference
+    _register(sections, tmp_path, profile, {"kind": "tabular_mlp", "decision_threshold": {"value": 0.15,
+                                                                                         "criterion": "f1"}})
+    rows = _rows(tmp_path, 6, "none", 3000)
+    _log(tmp_path / "log", rows, NOW, "clean")
+    rows[["transaction_id", "is_fraud"]].to_csv(tmp_path / "labels.csv", index=False)
+    quiet = sections["monitoring"].model_copy(update={"webhook_url": None})
+    result = run_monitor(MonitorRun(**{**sections, "monitoring": quiet}, root=tmp_path, model="fraud", window="1h",
+                                    labels=tmp_path / "labels.csv", dry_run=True, html=False, now=NOW))
+    q, y, s = result.quality, rows["is_fraud"].to_numpy(), rows["score"].to_numpy()
+    assert q is not None and q.threshold == 0.15 and q.f1 == pytest.approx(f1_score(y, s >= 0.15))
+    assert result.decision_threshold == {"value": 0.15, "source": "model", "recorded": 0.15,
+                                         "note": "served v2's recorded threshold 0.15"}
+    assert result.estimate is not None and "at threshold 0.15" in result.estimate.reason
+    assert not any("decision threshold" in r for r in result.reasons)
+    over = quiet.model_copy(update={"decision_threshold": 0.5})
+    result = run_monitor(MonitorRun(**{**sections, "monitoring": over}, root=tmp_path, model="fraud", window="1h",
+                                    labels=tmp_path / "labels.csv", dry_run=True, html=False, now=NOW))
+    assert result.quality is not None and result.quality.f1 == pytest.approx(f1_score(y, s >= 0.5))
+    assert ("decision threshold: monitoring.decision_threshold=0.5 overrides served v2's recorded threshold 0.15 "
+            "(they disagree)") in result.reasons
 
 
 def test_too_few_rows_and_a_missing_token_are_refused(tmp_path: Path, sections: dict,

@@ -1,27 +1,30 @@
 """One monitor's rollback in a process of its own (for the two-monitors race in test_rollback.py).
 
-Usage: rollback_worker.py ROOT REMOTE START_AT OUT_JSON — waits until the wall clock reaches START_AT so
-both workers start together, carries out the rollback v2 -> v1 and writes its outcome (or error) as JSON.
+Usage: rollback_worker.py ROOT REMOTE BARRIER_DIR OUT_JSON — waits until the test releases both workers
+(``tests.support.barrier``) so they start together, carries out the rollback v2 -> v1 and writes its outcome (or
+error) as JSON.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_monitoring import RollbackDecision
 from mlops_pipeline import execute_rollback
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root: tests.support
+from tests.support.barrier import wait_for_go
+
 
 def main() -> None:
-    root, remote, start_at, out = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
+    root, remote, barrier, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     delivery = DeliveryConfig(gitops_repo=remote, git_branch="main")
     tracking = TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts")
     decision = RollbackDecision("fraud", "2", "1", "drift monitor CRITICAL: amount PSI 0.9", "CRITICAL")
-    time.sleep(max(0.0, start_at - time.time()))
+    wait_for_go(barrier, out.stem)
     try:
         done = execute_rollback(decision, delivery, tracking, root)
         out.write_text(json.dumps({"ok": True, **done.to_dict()}))

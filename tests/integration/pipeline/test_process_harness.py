@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
+from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +122,22 @@ def test_ctrl_c_stops_the_servers_too(tmp_path: Path) -> None:
     assert len(pids) == 2
     assert [p for p in pids if _alive(p)] == []
     assert os.getpgid(0) not in pids  # the harness never signals the test's own group
+
+
+def test_a_server_does_not_inherit_what_it_must_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's secrets (here two stand-ins) reach a server only where its spec sets them again."""
+    monkeypatch.setenv("LOOP_SECRET", "writer-password")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "delivery-password")
+    port = free_port()
+    script = tmp_path / "env_server.py"
+    script.write_text("import json, os, sys, socket\n"
+                      "open(sys.argv[2], 'w').write(json.dumps(dict(os.environ)))\n"
+                      "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); s.accept()\n")
+    seen = tmp_path / "env.json"
+    with ProcessHarness(tmp_path / "logs") as harness:
+        harness.start(ServerSpec("env", [sys.executable, str(script), str(port), str(seen)], ready=tcp_ready(port),
+                                 env={"LOOP_SECRET": "reader-password"}, ready_timeout_s=30, stop_timeout_s=2,
+                                 unset=("LOOP_SECRET", "MLFLOW_TRACKING_PASSWORD")))
+    env = json.loads(seen.read_text())
+    assert env["LOOP_SECRET"] == "reader-password" and "MLFLOW_TRACKING_PASSWORD" not in env
+    assert env["PATH"] == os.environ["PATH"]  # the rest is inherited

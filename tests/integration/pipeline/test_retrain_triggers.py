@@ -116,6 +116,19 @@ def refs(remote: Path) -> str:
     return git(remote, "for-each-ref", "--format=%(refname) %(objectname)")
 
 
+def counters(cfg: LoadedConfig, reason: str = "drift") -> dict[str, float]:
+    """``outcome -> count`` of one reason in the triggers' Prometheus file, read with prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mlops_pipeline.triggers import retrain_metrics_path
+
+    text = retrain_metrics_path(cfg).read_text()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    mine = {"model": "fraud", "reason": reason}
+    return {s.labels["outcome"]: s.value for s in samples
+            if s.name == "mlops_retrain_triggers_total" and all(s.labels[k] == v for k, v in mine.items())}
+
+
 def ledger(world: dict[str, Any]) -> list[dict[str, Any]]:
     path = world["root"] / ".mlops" / "retrain" / "triggers.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -169,6 +182,8 @@ def test_critical_drift_opens_the_pr_with_its_evidence_then_updates_then_is_rate
     assert refs(remote) == before
     third.check()  # rate-limited is policy, not a failure
     assert [x["status"] for x in ledger(world)] == ["opened", "updated", "rate-limited"]
+    assert counters(cfg) == {"opened": 1, "updated": 1, "rate-limited": 1, "up_to_date": 0, "disabled": 0,
+                             "failed": 0}
 
 
 def test_a_disabled_trigger_pushes_nothing_and_says_which_switch(world: dict[str, Any],
@@ -223,6 +238,7 @@ def test_a_failed_request_leaves_the_rollback_done_and_fails_the_run(world: dict
                                                  r"opened: GitError: cannot clone"):
         result.check()
     assert ledger(world)[-1]["status"] == "failed"
+    assert counters(cfg)["failed"] == 1 and counters(cfg)["opened"] == 0
 
 
 def test_cli_monitor_run_reports_the_outcome_and_exits_non_zero_on_failure(world: dict[str, Any],
@@ -249,6 +265,31 @@ def test_cli_monitor_run_reports_the_outcome_and_exits_non_zero_on_failure(world
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["level"] == "CRITICAL"  # the verdict is printed in full first
     assert "the retraining pull request was not opened" in bad.stderr
+
+
+def test_cli_retrain_request_by_hand_is_counted_in_the_triggers_metrics(world: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    """`mlops retrain request` appends to the same ledger as the monitor's triggers, so its outcome is in the
+    Prometheus counters the drift job's textfile exposes (it used to reach them only at the next monitor run)."""
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    evidence = tmp_path / "evidence.json"
+    evidence.write_text(json.dumps({"summary": "asked by hand after a data fix", "figures": {}, "links": {}}))
+    env = {**os.environ, "MLOPS_CONFIG_DIR": str(world["config_dir"]), "MLOPS_PROFILE": "local"}
+    args = ["retrain", "request", "--model", "fraud", "--reason", "data", "--evidence", str(evidence), "--json",
+            "--set", f"data.dvc_remote={world['dvc']}", "--set", f"delivery.retrain.repo={world['remote']}"]
+    first = CliRunner().invoke(app, args, env=env)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["status"] == "opened"
+    again = CliRunner().invoke(app, args, env=env)
+    assert again.exit_code == 0, again.output
+    cfg = loaded(world)
+    statuses = [row["status"] for row in ledger(world) if row["reason"] == "data"]
+    assert statuses == ["opened", json.loads(again.stdout)["status"]]
+    got = counters(cfg, "data")
+    assert got["opened"] == 1 and sum(got.values()) == 2, got  # what the ledger holds, counted by hand above
 
 
 # --- performance: `mlops monitor performance` ----------------------------------------------------------------------
@@ -370,6 +411,27 @@ def test_cli_monitor_performance_prints_the_outcome(world: dict[str, Any], tmp_p
     assert bad.exit_code == 1
     assert "retrain fraud (performance): failed" in bad.stdout and "version 2: drop" in bad.stdout
     assert "performance dropped beyond the policy; the retraining pull request for 'fraud' was not opened" in bad.stderr
+
+
+# --- data, where git is: the drift job's data check ----------------------------------------------------------------
+
+
+def test_the_drift_jobs_data_check_pins_the_newest_version_once(world: dict[str, Any]) -> None:
+    from mlops_pipeline import run_data_trigger
+
+    remote = world["remote"]
+    assert run_data_trigger(loaded(world), now=T0) is None  # on_data off: nothing asked, nothing recorded
+    cfg = loaded(world, "delivery.retrain.on_data=true", "delivery.retrain.min_interval_hours=0")
+    first = run_data_trigger(cfg, now=T0)
+    assert first is not None and (first.status, first.reason, first.data_version) == ("opened", "data", V1)
+    head = git(remote, "rev-parse", "refs/heads/retrain/fraud")
+    assert git(remote, "show", f"{head}:{PIN}") == V1 and record(remote)["previous"] == V0
+    again = run_data_trigger(cfg, now=T0 + timedelta(hours=1))  # the next hourly run: the branch already pins V1
+    assert again is not None and again.status == "up_to_date" and "already pins" in again.detail
+    assert git(remote, "rev-parse", "refs/heads/retrain/fraud") == head and record(remote)["updates"] == 0
+    assert [x["status"] for x in ledger(world)] == ["opened", "up_to_date"]
+    assert counters(cfg, "data") == {"opened": 1, "updated": 0, "rate-limited": 0, "up_to_date": 1, "disabled": 0,
+                                     "failed": 0}
 
 
 # --- data: `mlops data ingest` -------------------------------------------------------------------------------------

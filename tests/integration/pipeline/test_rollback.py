@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_delivery import ModelManifest, commit_rollback
 from mlops_monitoring import RollbackDecision
 from mlops_pipeline import execute_rollback
+from tests.support.barrier import release_when_ready
 
 pytestmark = pytest.mark.integration
 
@@ -182,10 +182,12 @@ def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, rem
 def test_two_monitors_firing_at_once_make_one_commit_and_one_ledger_entry(tmp_path: Path, remote: Path,
                                                                           registry) -> None:
     root = registry(tmp_path / "repo")
-    start_at = time.time() + 15  # both processes import (slow on a loaded machine), then start together
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     outs = [tmp_path / f"worker-{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(root), str(remote), str(start_at), str(out)], cwd=root)
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(root), str(remote), str(barrier), str(out)], cwd=root)
              for out in outs]
+    release_when_ready(barrier, procs)  # both import (slow on a loaded machine), then start together
     for p in procs:
         assert p.wait(timeout=180) == 0
     results = [json.loads(o.read_text()) for o in outs]

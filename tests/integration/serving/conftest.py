@@ -15,6 +15,8 @@ import pytest
 
 from tests.support import free_port
 
+REPO = Path(__file__).resolve().parents[3]
+
 STORE_FEATURES = ("user_txn_count_1h", "user_amount_zscore", "merchant_risk")
 VOCAB = {
     "currency": ["EUR", "USD", "GBP"],
@@ -201,3 +203,17 @@ def kit() -> Any:
                            numpy_score=numpy_score, export_model=export_model, make_app=make_app,
                            start_server=start_server, free_port=free_port, USERS=USERS, MERCHANTS=MERCHANTS,
                            RedisHashFeatures=RedisHashFeatures, serving_config=serving_config)
+
+
+@pytest.fixture(scope="module")
+def base_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Hugging Face causal LM folder (``tests/hf_checkpoint.py``, built here: nothing downloaded), one per
+    test module (a module may sign or alter its own)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        from hf_checkpoint import make_checkpoint
+    finally:
+        sys.path.pop(0)
+    return make_checkpoint(tmp_path_factory.mktemp("lm") / "base")

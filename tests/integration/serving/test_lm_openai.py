@@ -8,6 +8,7 @@ token counts from ``AutoTokenizer``: never from the server's own code.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -95,14 +96,9 @@ def stop(server: LMServer) -> None:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(REPO / "tests"))
-    try:
-        from hf_checkpoint import make_checkpoint
-    finally:
-        sys.path.pop(0)
-    folder = make_checkpoint(tmp_path_factory.mktemp("lm") / "base")
-    return sign(folder, keys_of(folder))  # the server verifies the signature at load, as training signs it
+def checkpoint(base_checkpoint: Path) -> Path:
+    """Signed: the server verifies the signature at load, as training signs it."""
+    return sign(base_checkpoint, keys_of(base_checkpoint))
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +250,7 @@ def test_the_openai_client_raises_its_own_error_types(server: LMServer) -> None:
 
 
 def test_a_prompt_over_the_context_length_gets_400_naming_limit_and_count(server: LMServer, reference: Any) -> None:
-    prompt = "stone lamp green tiger " * 60
+    prompt = "stone lamp green tiger " * 120
     n = len(reference.tokenizer(prompt)["input_ids"])
     context = reference_context(server)
     assert n + 8 > context  # the case is real: over the 256-token context of the test checkpoint
@@ -456,3 +452,37 @@ def test_chat_roles_are_system_first_then_user_and_assistant(server: LMServer, m
     r = httpx.post(f"{server.openai_base}/chat/completions", json={"model": MODEL, "messages": good, "max_tokens": 2},
                    timeout=30)
     assert r.status_code == 200, r.text
+
+
+def test_megabyte_prompts_are_refused_while_a_stream_goes_on(server: LMServer, reference: Any) -> None:
+    """The attack: prompts of a million characters (just under the 1 MiB body limit) to every generating route while
+    a client streams. The stream holds the server's one place (max_concurrent=1, max_queue=1); each big prompt is
+    refused 400 by the character bound before it is admitted or tokenized (not 503: it took no place), and the stream
+    ends with exactly the text plain transformers gives."""
+    prompt = PROMPTS[2]
+    text, _ = reference.greedy(reference.tokenizer(prompt)["input_ids"], 24)
+    big = "a" * 1_000_000
+    attacks = [(f"{server.openai_base}/completions", {"model": MODEL, "prompt": big, "max_tokens": 4}),
+               (f"{server.openai_base}/chat/completions",
+                {"model": MODEL, "messages": [{"role": "user", "content": big}], "max_tokens": 4}),
+               (f"{server.url}/v2/models/{MODEL}/generate", {"text_input": big, "parameters": {"max_tokens": 4}})]
+    refused: list[int] = []
+    pieces: list[str] = []
+    with httpx.stream("POST", f"{server.openai_base}/completions", timeout=60,
+                      json={"model": MODEL, "prompt": prompt, "max_tokens": 24, "temperature": 0,
+                            "stream": True}) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                pieces.append(json.loads(line.removeprefix("data: "))["choices"][0]["text"])
+                break  # the stream is under way: attack now
+        with httpx.Client(timeout=60) as attacker:
+            for _ in range(3):
+                refused += [attacker.post(url, json=body).status_code for url, body in attacks]
+        rest = list(lines)
+    pieces += [json.loads(line.removeprefix("data: "))["choices"][0]["text"] for line in rest
+               if line.startswith("data: {")]
+    assert refused == [400] * 9, refused
+    assert rest[-1] == "data: [DONE]" or "data: [DONE]" in rest
+    assert "".join(pieces) == text

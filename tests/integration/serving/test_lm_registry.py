@@ -1,4 +1,4 @@
-"""The language-model server resolves a registry alias (``--alias`` or ``--model-dir models:/<name>@<alias>``)
+"""The language-model server resolves a registry alias (``--alias`` or ``--model-uri models:/<name>@<alias>``)
 through a real ``mlflow server`` to one immutable version, as the fraud model does, so the canary/stable aliases
 work for the LM too.
 
@@ -127,7 +127,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def test_the_lm_server_serves_the_version_its_alias_names(mlflow_url: str, registered: dict[str, Any],
                                                           tmp_path: Path, how: str, version: str) -> None:
     alias = {"1": "champion", "2": "canary"}[version]
-    args = ("--alias", alias) if how == "alias" else ("--model-dir", f"models:/{registered['name']}@{alias}")
+    args = ("--alias", alias) if how == "alias" else ("--model-uri", f"models:/{registered['name']}@{alias}")
     proc, url = _serve(mlflow_url, tmp_path, *args)
     try:
         _ready(proc, url)
@@ -149,8 +149,8 @@ def test_the_lm_server_serves_the_version_its_alias_names(mlflow_url: str, regis
 
 @pytest.mark.parametrize(("args", "words"), [
     (("--alias", "nope"), ["'nope'", "llm-sft"]),
-    (("--model-dir", "models:/fraud@champion"), ["'fraud'", "llm-sft"]),
-    (("--model-dir", "models:/llm-sft"), ["models:/llm-sft", "@<alias>"]),
+    (("--model-uri", "models:/fraud@champion"), ["'fraud'", "llm-sft"]),
+    (("--model-uri", "models:/llm-sft"), ["models:/llm-sft", "@<alias>"]),
     (("--alias", "unsigned"), ["model.sig", "unsigned"]),
 ], ids=["unset-alias", "other-model", "no-alias", "unsigned"])
 def test_a_bad_alias_or_uri_stops_the_server_naming_it(mlflow_url: str, registered: dict[str, Any],

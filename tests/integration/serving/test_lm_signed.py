@@ -5,7 +5,6 @@ ready, saying why; the honest folder is ready."""
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,11 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(REPO / "tests"))
-    try:
-        from hf_checkpoint import make_checkpoint
-    finally:
-        sys.path.pop(0)
-    return make_checkpoint(tmp_path_factory.mktemp("lm") / "base")
+def checkpoint(base_checkpoint: Path) -> Path:
+    return base_checkpoint
 
 
 def _signed(checkpoint: Path, folder: Path, keys: Path) -> Path:

@@ -4,6 +4,7 @@ and ends bit-identical to an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -94,18 +95,35 @@ def straight(tiny_lm: Callable[..., object], root: Path) -> TrainResult:
     return result
 
 
-def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) -> None:
+def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path, straight: TrainResult) -> None:
     tag = uuid.uuid4().hex
-    # long enough to outlive the second launch, whose CLI start-up alone (imports) takes seconds on a busy machine
-    first, log = start_cli(root, "twice", tag, "training.max_steps=1000")
+    first, log = start_cli(root, "twice", tag)
+    paused: list[int] = []
     try:
+        # The first run's workers are paused (SIGSTOP) while the second launch is tried, so the first is still
+        # mid-training then however long the second's start-up takes: no step count long enough to hope for.
+        # Their pids are read before the step-8 checkpoint, so the pause follows it by one poll (20 ms), not
+        # by a scan of /proc, with 32 steps and 4 checkpoints still to go.
+        deadline = time.monotonic() + 600
+        while len(found := workers(tag)) < 2:
+            assert first.poll() is None, f"the run exited early:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no two workers started: {tagged_processes(tag)}"
+            time.sleep(0.05)
         wait_for(root / ".mlops/checkpoints/twice/step_00000008/manifest.json", first, log)
+        paused = list(found)
+        assert len(paused) == 2, tagged_processes(tag)
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
         second = subprocess.run([MLOPS, "train", "run", "--model", "llm-tiny", "--run-name", "twice", "--no-track",
                                  *[a for s in (*TINY, *STEPS) for a in ("--set", s)]],
                                 cwd=root, env={**os.environ, "MLOPS_CONFIG_DIR": str(root / "configs")},
                                 capture_output=True, text=True, timeout=600)
         assert first.poll() is None, "the first run should still be training when the second is refused"
+        assert not (root / ".mlops/checkpoints/twice/step_00000040").exists(), "the first run had finished already"
     finally:
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):  # a worker gone meanwhile: the asserts below say so
+                os.kill(pid, signal.SIGCONT)
         first.wait(timeout=900)
     out = log.read_text()
     assert second.returncode != 0
@@ -113,10 +131,11 @@ def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path) ->
     assert "already being trained" in message, message
     assert f"pid {first.pid} on host {socket.gethostname()!r}" in message, message
     assert re.search(r"since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", message), message
-    # The refused launch started no worker and touched nothing: the first finishes as if alone.
+    # The refused launch started no worker and touched nothing: the first finishes as if alone, bit for bit.
     assert first.returncode == 0, out
     result = json.loads((root / ".mlops/checkpoints/twice/result.json").read_text())
-    assert result["resumed_from_step"] is None and result["steps"] == 1000
+    assert result["resumed_from_step"] is None and result["steps"] == 40
+    assert result["weights_sha256"] == straight.weights_sha256
 
 
 def _kill_at(root: Path, run: str, step: int, tag: str, *, group: bool) -> float:

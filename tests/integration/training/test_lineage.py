@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,12 +35,10 @@ def _client(root: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def fraud_root(root: Path, repo_root: Path) -> Path:
-    from mlops_features import prepare_local_data
-
+def fraud_root(root: Path, repo_root: Path, prepared_fraud_data: Any) -> Path:
     shutil.copytree(repo_root / "feature_repo", root / "feature_repo")
     cfg = load_config(model="fraud", config_dir=root / "configs", overrides=FRAUD, environ={}).config
-    prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
+    prepared_fraud_data(cfg, root)  # prepare_local_data's output, prepared once per run (tests/support)
     return root
 
 

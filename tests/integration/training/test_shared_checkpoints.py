@@ -66,8 +66,10 @@ def _kill_node(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _two_nodes(tiny_lm: Callable[..., PlatformConfig], shared: Path) -> PlatformConfig:
+    """Both nodes, and their replacements, sign with one key pair, as pods mount one signing Secret: each checkpoint's
+    manifest is sealed with it and a resume refuses a seal by another key."""
     return tiny_lm(*STEPS, "training.nproc=1", "training.nnodes=2", f"training.rdzv_endpoint=127.0.0.1:{free_port()}",
-                   f"training.checkpoint.dir={shared}")
+                   f"training.checkpoint.dir={shared}", f"provenance.local_key_dir={shared.parent / 'signing-secret'}")
 
 
 def _complete(run_dir: Path) -> list[int]:

@@ -102,3 +102,24 @@ def test_help_lists_only_working_groups(repo_root: Path) -> None:
     res = run(["config", "show", "--help"], cwd=repo_root)
     assert res.returncode == 0
     assert "--profile" in res.stdout and "--set" in res.stdout and "--json" in res.stdout
+
+
+def test_family_names_each_models_kind_and_sets_the_step_output(tmp_path: Path) -> None:
+    """What the workflows condition their family steps on: the model config's training section decides (tabular for
+    fraud; a causal LM with an instruction dataset is a fine-tuned Hugging Face LM), read here off the YAML."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[3]
+    for model, expected in (("fraud", "tabular_mlp"), ("llm-sft", "hf_causal_lm")):
+        training = yaml.safe_load((repo / "configs" / "models" / f"{model}.yaml").read_text())["training"]
+        assert (training["model"], bool(training.get("causal_lm", {}).get("dataset"))) == (
+            {"tabular_mlp": "tabular", "hf_causal_lm": "causal_lm"}[expected], expected == "hf_causal_lm")
+        out = tmp_path / f"{model}.out"
+        res = run(["config", "family", "--model", model, "--output", "family"], cwd=repo,
+                  env={"GITHUB_OUTPUT": str(out)})
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == expected and out.read_text() == f"family={expected}\n"
+    bad = run(["config", "family", "--model", "frod"], cwd=repo)
+    assert bad.returncode != 0
+    assert "unknown model 'frod'" in bad.stderr and "'fraud', 'llm-sft'" in bad.stderr and "did you mean 'fraud'" \
+        in bad.stderr

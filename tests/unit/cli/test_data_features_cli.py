@@ -44,6 +44,10 @@ def test_generate_validate_apply_materialize_get(config_dir: Path, repo_root: Pa
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert [b["batch_rejected"] for b in doc["batches"]] == [False, True, False]
+    # progress off a terminal: a plain line per batch on stderr (stdout is the JSON), the last with nothing left
+    progress = [line for line in res.stderr.splitlines() if line.startswith("batch ")]
+    assert [line.split()[1] for line in progress] == ["1/3", "2/3", "3/3"], res.stderr
+    assert progress[-1].startswith(f"batch 3/3 {batches[2].name}: ") and progress[-1].endswith(" eta 0s")
     assert doc["accepted_rows"] == good_rows
     for b in doc["batches"]:
         assert b["accepted_rows"] + b["quarantined_rows"] == b["input_rows"]
@@ -59,6 +63,10 @@ def test_generate_validate_apply_materialize_get(config_dir: Path, repo_root: Pa
     assert done["ingested_rows"]["transactions"] == good_rows
     assert done["backfilled_rows"]["user_transactions"] == good_rows
     assert sorted(done["views"]) == ["merchant_risk", "user_transactions"]
+    views = [line.split() for line in res.stderr.splitlines() if line.startswith("view ")]
+    assert [(v[1], v[2]) for v in views] in ([("1/2", "merchant_risk"), ("2/2", "user_transactions")],
+                                            [("1/2", "user_transactions"), ("2/2", "merchant_risk")]), res.stderr
+    assert views[-1][-2:] == ["eta", "0s"]
     assert (repo / ".mlops/feast/online.db").is_file() and (repo / ".mlops/feast/registry.db").is_file()
 
     users = pd.read_parquet(repo / "data/features/user_transactions.parquet")

@@ -29,7 +29,7 @@ def registry(config_dir: Path) -> dict[str, str]:
 
 def _report(tmp_path: Path, version: str) -> str:
     gates = [{"name": g, "passed": True, "reason": "ok", "evidence": {}}
-             for g in ("quality", "reproducibility", "latency", "contract")]
+             for g in ("quality", "reproducibility", "latency", "contract", "calibration")]
     path = tmp_path / f"eval-{version}.json"
     path.write_text(json.dumps({"model": "fraud", "candidate": {"version": version}, "passed": True, "gates": gates}))
     return str(path)

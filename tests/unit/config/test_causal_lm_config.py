@@ -9,9 +9,11 @@ import pytest
 from mlops_config import ConfigError, load_config
 
 
-def test_the_llm_sft_config_names_a_checkpoint_a_dataset_and_lora(config_dir: Path) -> None:
-    cfg = load_config(model="llm-sft", config_dir=config_dir, environ={}).config.training
-    assert cfg.causal_lm.finetune == "lora" and cfg.causal_lm.load_method == "dcp"
+def test_the_llm_sft_config_names_a_checkpoint_a_dataset_a_full_fine_tune_and_a_task_floor(config_dir: Path) -> None:
+    loaded = load_config(model="llm-sft", config_dir=config_dir, environ={}).config
+    cfg = loaded.training
+    assert cfg.causal_lm.finetune == "full" and cfg.causal_lm.load_method == "dcp"
+    assert loaded.evaluation.hf_min_exact_match == 0.9  # the model's own floor, above the schema default
     assert cfg.causal_lm.dataset == "datasets/instructions.jsonl" and cfg.causal_lm.checkpoint
     assert cfg.fsdp.mixed_precision.param_dtype == "bfloat16" and cfg.fsdp.activation_checkpointing
 

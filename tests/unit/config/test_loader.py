@@ -69,7 +69,7 @@ def test_set_parses_lists_and_model_file_selects(config_dir: Path) -> None:
 
 def test_staging_profile_names_remote_services_and_secrets_by_env_name(config_dir: Path) -> None:
     env = {v: "x" for v in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_S3_ENDPOINT_URL",
-                            "REDIS_PASSWORD", "FEAST_REGISTRY_PASSWORD")}
+                            "REDIS_PASSWORD", "REDIS_USERNAME", "FEAST_REGISTRY_PASSWORD")}
     cfg = _load(config_dir, profile="staging", environ=env).config
     assert cfg.features.online_store == "redis"
     assert cfg.features.registry.startswith("postgresql")

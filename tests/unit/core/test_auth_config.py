@@ -44,3 +44,19 @@ def test_the_database_url_survives_any_password_and_the_command_line_holds_none(
     cmd = server_command(artifacts_destination="s3://b", host="127.0.0.1", port=5000)
     assert not [a for a in cmd if "backend-store" in a or "postgres" in a]
     assert server_env("/x.ini", "k" * 16, backend_store_uri=url)[BACKEND_STORE_ENV] == url
+
+
+def test_the_credential_cache_reaches_mlflow_off_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's own basic-auth credential cache (``auth_cache_ttl_seconds``): off by default, as MLflow's is; the
+    value given is the one MLflow's reader gets; a negative one is refused naming it."""
+    from mlflow.server.auth.config import read_auth_config
+
+    for var in ("MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        monkeypatch.delenv(var, raising=False)
+    for ttl in (0, 300):
+        path = write_auth_config(tmp_path / f"{ttl}.ini", database_uri="sqlite:///auth.db",
+                                 auth_cache_ttl_seconds=ttl)
+        monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(path))
+        assert read_auth_config().auth_cache_ttl_seconds == ttl
+    with pytest.raises(ValueError, match="auth_cache_ttl_seconds -1"):
+        write_auth_config(tmp_path / "bad.ini", database_uri="sqlite:///auth.db", auth_cache_ttl_seconds=-1)

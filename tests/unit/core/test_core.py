@@ -30,6 +30,29 @@ def test_seed_everything_makes_torch_and_numpy_repeat() -> None:
         seed_everything(-1)
 
 
+def test_seed_everything_leaves_torch_as_use_deterministic_algorithms_does() -> None:
+    """In a fresh interpreter (this one may have Inductor loaded already): the same kernel switch, warn-only
+    setting and Inductor flag as torch's own ``use_deterministic_algorithms(True)``, read after Inductor is
+    imported."""
+    import sys
+
+    probe = ("import sys, torch\n{setup}\nloaded = 'torch._inductor.config' in sys.modules\n"
+             "import torch._inductor.config as inductor\n"
+             "print(torch.are_deterministic_algorithms_enabled(),"
+             " torch.is_deterministic_algorithms_warn_only_enabled(), inductor.deterministic, loaded)")
+
+    def state(setup: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", probe.format(setup=setup)], capture_output=True, text=True,
+                              check=True, timeout=300)
+        return done.stdout.split()
+
+    theirs = state("torch.use_deterministic_algorithms(True, warn_only=False)")
+    ours = state("from mlops_core import seed_everything; seed_everything(7)")
+    assert theirs[:3] == ["True", "False", "True"]
+    assert ours[:3] == theirs[:3]
+    assert ours[3] == "False"  # and Inductor was not imported to get there
+
+
 def test_hash_files_matches_hand_built_sha256(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_bytes(b"bee")
     (tmp_path / "a.txt").write_bytes(b"ay")

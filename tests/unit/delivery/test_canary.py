@@ -193,3 +193,44 @@ def test_cli_answers_with_exit_codes_and_reads_versions_from_git(tmp_path: Path,
     doc = json.loads(proc.stdout)
     assert doc["decision"] == "rollback" and (doc["stable"]["version"], doc["canary"]["version"]) == (1, 2)
     assert doc["canary"]["logged_predictions"] == 2000
+
+
+def _cbpe_f1(scores: np.ndarray, t: float) -> float:
+    """CBPE F1 by its definition, row by row (a flagged row is a fraud with probability ``s``)."""
+    tp = fp = fn = 0.0
+    for s in scores.tolist():
+        if s >= t:
+            tp, fp = tp + s, fp + 1 - s
+        else:
+            fn += s
+    return 2 * tp / (2 * tp + fp + fn)
+
+
+def test_the_estimate_check_decides_each_version_at_its_recorded_threshold(tmp_path: Path) -> None:
+    from mlops_model import resolve_threshold
+
+    rng = np.random.default_rng(5)
+    stable, canary = rng.beta(0.5, 10, 3000), rng.beta(0.5, 8, 3000)  # calibrated-like: a few percent
+    log = log_frame(tmp_path, stable, canary)
+    cfg = CFG.model_copy(update={"canary_max_estimated_f1_drop": 0.5})
+    s_metrics, c_metrics = exposition(ok=1000), exposition(ok=1000, version="2")
+    recorded = {"1": {"decision_threshold": {"value": 0.12}}, "2": {"decision_threshold": {"value": 0.18}}}
+    key = "delivery.canary_estimate_threshold"
+
+    def look(override: float | None) -> str:
+        result = analyze_canary(cfg, s_metrics, c_metrics, log, stable_version=1, canary_version=2,
+                                threshold_of=lambda v: resolve_threshold(recorded[v], override, override_key=key,
+                                                                         model=f"v{v}"))
+        return next(r for r in result.reasons if "estimated F1" in r)
+
+    own = look(None)
+    assert f"canary {_cbpe_f1(canary, 0.18):.4f} (at 0.18) vs stable {_cbpe_f1(stable, 0.12):.4f} (at 0.12)" in own
+    assert "overrides" not in own
+    over = look(0.3)
+    assert f"canary {_cbpe_f1(canary, 0.3):.4f} (at 0.3) vs stable {_cbpe_f1(stable, 0.3):.4f} (at 0.3)" in over
+    assert "delivery.canary_estimate_threshold=0.3 overrides v1's recorded threshold 0.12 (they disagree)" in over
+    assert "delivery.canary_estimate_threshold=0.3 overrides v2's recorded threshold 0.18 (they disagree)" in over
+    # versions that record none (exports made before per-version thresholds): the legacy 0.5, named
+    legacy = analyze_canary(cfg, s_metrics, c_metrics, log, stable_version=1, canary_version=2)
+    line = next(r for r in legacy.reasons if "estimated F1" in r)
+    assert f"canary {_cbpe_f1(canary, 0.5):.4f} (at 0.5)" in line and "v2 records no decision_threshold" in line

@@ -177,3 +177,54 @@ def test_one_threshold_rule_orders_missing_failed_passed() -> None:
     assert decide_checks(checks) == ("hold", ("insufficient: c", "FAILED: b", "ok: a"))
     assert decide_checks(checks[:3]) == ("rollback", ("FAILED: b", "ok: a"))
     assert decide_checks([Check("a", False)]) == ("promote", ("ok: a",))
+
+
+def truncating_log(n_stable: int, n_canary: int, *, stable_cut: int, canary_cut: int) -> pd.DataFrame:
+    """Log rows as the LM server writes them: the first ``*_cut`` answers of each side ran to ``max_tokens``."""
+    rows = [{"model_version": v, "completion_tokens": 8 if i < cut else 3,
+             "finish_reason": "length" if i < cut else "stop"}
+            for v, n, cut in (("1", n_stable, stable_cut), ("2", n_canary, canary_cut)) for i in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_a_canary_that_truncates_more_is_rolled_back_by_the_sequential_test() -> None:
+    """Truncated answers (finish_reason length) are a fourth always-valid test, its margin max_truncated_increase;
+    alpha is split in quarters. The fewest canary truncations of 30 (stable: none of 30) that reach the rollback
+    level log(4 / alpha) are found by quadrature: that look rolls back, one fewer holds; neither is a threshold
+    rollback (30 canary requests are below the 40 the thresholds wait for)."""
+    delivery = DELIVERY.model_copy(update={"max_truncated_increase": MARGIN, "max_response_length_psi": None})
+    boundary = math.log(4 / ALPHA)
+    k_star = next(k for k in range(31) if mixture_log_lr(k, 30, 0, 30, null=0.0, direction=+1) >= boundary)
+    assert 5 <= k_star <= 20, k_star
+    worse = analyze(exposition("1", n=30), exposition("2", n=30), truncating_log(30, 30, stable_cut=0,
+                                                                                  canary_cut=k_star), delivery)
+    assert worse.decision == "rollback" and worse.threshold_decision == "hold", worse.reasons
+    assert worse.sequential is not None and len(worse.sequential.tests) == 4
+    cut = next(t for t in worse.sequential.tests if t.metric.startswith("truncated_answer"))
+    assert (cut.canary_events, cut.canary_seen, cut.stable_events, cut.stable_seen) == (k_star, 30, 0, 30)
+    assert cut.outcome == "worse" and cut.rollback_boundary == pytest.approx(boundary)
+    assert cut.rollback_statistic == pytest.approx(mixture_log_lr(k_star, 30, 0, 30, null=0.0, direction=+1),
+                                                   rel=1e-6)
+    assert worse.reasons[0].startswith(f"WORSE: truncated_answer(finish_reason=length): canary-stable "
+                                       f"{k_star / 30:+.4f} ({k_star}/30 vs 0/30)")
+    assert all(t.rollback_boundary == pytest.approx(boundary) for t in worse.sequential.tests)  # quarters
+    fewer = analyze(exposition("1", n=30), exposition("2", n=30), truncating_log(30, 30, stable_cut=0,
+                                                                                  canary_cut=k_star - 1), delivery)
+    assert fewer.decision == "hold", fewer.reasons
+
+
+def test_an_equally_truncating_canary_is_not_rolled_back_and_promotes_once_shown_within_the_margin() -> None:
+    """Both sides cut 10 % of their answers: never worse; promotion needs the rise shown below the margin by
+    quadrature, the same n as the other tests would need at that variance, and not before."""
+    delivery = DELIVERY.model_copy(update={"max_truncated_increase": MARGIN, "min_canary_requests": 10})
+    n_star = next(n for n in range(10, 2000, 10)
+                  if mixture_log_lr(n // 10, n, n // 10, n, null=MARGIN, direction=-1) >= math.log(1 / ALPHA))
+    for n in (10, n_star - 10, n_star):
+        result = analyze(exposition("1", n=n), exposition("2", n=n),
+                         truncating_log(n, n, stable_cut=n // 10, canary_cut=n // 10), delivery)
+        assert result.sequential is not None
+        cut = next(t for t in result.sequential.tests if t.metric.startswith("truncated_answer"))
+        assert cut.outcome != "worse" and result.decision != "rollback", (n, result.reasons)
+        assert cut.promote_statistic == pytest.approx(mixture_log_lr(n // 10, n, n // 10, n, null=MARGIN,
+                                                                     direction=-1), rel=1e-6)
+        assert (cut.outcome == "non_inferior") == (n == n_star), (n, cut)

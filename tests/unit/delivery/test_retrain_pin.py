@@ -23,10 +23,9 @@ def test_a_pin_holds_one_data_version() -> None:
 def test_a_cluster_profile_with_require_pin_refuses_to_train_without_a_pin(profile: str, config_dir: Path) -> None:
     from mlops_training import train_model
 
-    loaded = load_config(profile=profile, config_dir=config_dir, overrides=["delivery.retrain.require_pin=true"],
-                         environ={}, check_secrets=False)
+    loaded = load_config(profile=profile, config_dir=config_dir, environ={}, check_secrets=False)
     retrain = loaded.config.delivery.retrain
-    assert retrain.require_pin
+    assert retrain.require_pin  # the profile's own setting
     expected = (r"delivery.retrain.require_pin is set and the data-version pin 'configs/models/fraud.data_version' "
                 r"is missing .* `mlops retrain request --model fraud --reason data --evidence FILE.json`")
     with pytest.raises(ConfigError, match=expected):

@@ -62,9 +62,30 @@ def test_quality_ci_and_slice_rules() -> None:
     cand2 = cand.copy()
     cand2[slices == "app"] = 0.0
     loose = EvaluationConfig(bootstrap_samples=100, min_improvement=0.0, improvement_mode="absolute",
-                             require_ci_above_threshold=False, min_slice_rows=10)
+                             require_ci_above_threshold=False, min_slice_rows=10, min_slice_positives=1)
     gate2 = quality_gate(y, cand2, ref, {"channel": slices}, loose)
     assert not gate2.passed and "channel=app" in gate2.reason
+
+
+def test_a_slice_with_too_few_frauds_is_reported_not_gated() -> None:
+    y, slices, noise = _data(4000, seed=5)
+    ref = np.where(noise < 0.9, y, 1 - y) * 0.8 + 0.1
+    cand = y * 0.8 + 0.1  # right on every row ...
+    few = np.flatnonzero(slices == "app")[:300]  # ... but a third slice of 300 rows, ~30 frauds
+    tag = slices.astype(object)
+    tag[few] = "tap"
+    cand[few] = 0.0  # ruined there: F1 0
+    frauds = int(y[few].sum())
+    on = EvaluationConfig(bootstrap_samples=100, min_improvement=0.0, min_slice_rows=100,
+                          min_slice_positives=frauds)
+    off = on.model_copy(update={"min_slice_positives": frauds + 1})
+    gated = quality_gate(y, cand, ref, {"channel": tag}, on)
+    assert not gated.passed and "channel=tap" in gated.reason
+    assert gated.evidence["slices"]["channel"]["tap"]["positives"] == frauds
+    spared = quality_gate(y, cand, ref, {"channel": tag}, off)
+    assert spared.evidence["slices"]["channel"]["tap"]["gated"] is False
+    assert spared.evidence["slices"]["channel"]["tap"]["delta"] == gated.evidence["slices"]["channel"]["tap"]["delta"]
+    assert "channel=tap" not in spared.evidence["slice_regressions"] and spared.passed, spared.reason
 
 
 def test_quality_without_champion_compares_to_flag_everything() -> None:
@@ -75,6 +96,45 @@ def test_quality_without_champion_compares_to_flag_everything() -> None:
     assert gate.evidence["baseline"] is True
     assert gate.evidence["reference_metrics"]["f1"] == pytest.approx(2 * p / (1 + p))  # F1 of "all fraud"
     assert "trivial baseline" in gate.reason and gate.passed
+
+
+def test_quality_judges_each_model_at_its_recorded_threshold_and_names_an_override() -> None:
+    from sklearn.metrics import f1_score
+
+    from mlops_model import resolve_threshold
+
+    y, slices, noise = _data(4000, seed=4)
+    rng = np.random.default_rng(4)
+    # two calibrated-looking models of a rare class: scores a few percent, frauds a little higher
+    cand = np.clip(0.02 + 0.25 * y * (noise < 0.8) + 0.05 * rng.random(len(y)), 0, 1)
+    champ = np.clip(0.03 + 0.15 * y * (noise < 0.6) + 0.05 * rng.random(len(y)), 0, 1)
+    meta_c, meta_r = {"decision_threshold": {"value": 0.2}}, {"decision_threshold": {"value": 0.12}}
+    cfg = EvaluationConfig(bootstrap_samples=200, min_slice_rows=100)
+    key = "evaluation.decision_threshold"
+    gate = quality_gate(y, cand, champ, {"channel": slices}, cfg, reference_name="champion v1",
+                        candidate_threshold=resolve_threshold(meta_c, None, override_key=key, model="candidate v2"),
+                        reference_threshold=resolve_threshold(meta_r, None, override_key=key, model="champion v1"))
+    # scikit-learn's F1 at each model's own threshold, not at 0.5 (where neither flags anything)
+    assert gate.evidence["candidate"]["f1"] == pytest.approx(f1_score(y, cand >= 0.2))
+    assert gate.evidence["reference_metrics"]["f1"] == pytest.approx(f1_score(y, champ >= 0.12))
+    expected = f1_score(y, cand >= 0.2) - f1_score(y, champ >= 0.12)
+    assert gate.evidence["bootstrap"]["estimate"] == pytest.approx(expected)
+    assert f1_score(y, cand >= 0.5) == 0.0 and gate.passed, gate.reason
+    assert "candidate at 0.2, champion v1 at 0.12" in gate.reason and "override" not in gate.reason
+    assert gate.evidence["thresholds"]["candidate"]["source"] == "model"
+    # an override that disagrees with the recorded thresholds is used, and named in the reason
+    over = quality_gate(y, cand, champ, {"channel": slices}, cfg, reference_name="champion v1",
+                        candidate_threshold=resolve_threshold(meta_c, 0.5, override_key=key, model="candidate v2"),
+                        reference_threshold=resolve_threshold(meta_r, 0.5, override_key=key, model="champion v1"))
+    assert over.evidence["candidate"]["f1"] == 0.0 and not over.passed
+    assert "evaluation.decision_threshold=0.5 overrides candidate v2's recorded threshold 0.2" in over.reason
+    assert "champion v1's recorded threshold 0.12" in over.reason
+    # an export that records none is judged at the legacy 0.5, and the reason says so
+    legacy = quality_gate(y, cand, champ, {"channel": slices}, cfg, reference_name="champion v1",
+                          candidate_threshold=resolve_threshold(meta_c, None, override_key=key, model="candidate v2"),
+                          reference_threshold=resolve_threshold({}, None, override_key=key, model="champion v1"))
+    assert legacy.evidence["reference_metrics"]["f1"] == pytest.approx(f1_score(y, champ >= 0.5))
+    assert "champion v1 records no decision_threshold" in legacy.reason
 
 
 def test_reproducibility_gate() -> None:

@@ -120,3 +120,32 @@ def test_latency_rounds_refuses_a_zero_budget() -> None:
 
     with pytest.raises(EvaluationError, match="max_rounds=0"):
         latency_rounds(_rounds(0, 50, 1.0)[0], TOLERANCE, max_rounds=0)
+
+
+def test_latency_gate_times_on_one_torch_thread_as_serving_does_and_restores_the_setting() -> None:
+    """Serving scores on one intra-op thread (mlops_serving.transformer.single_threaded_torch); the gate's timed
+    calls must run under the same setting, and the caller's own setting comes back afterwards."""
+    import types
+
+    import pandas as pd
+    import torch
+
+    from mlops_config import EvaluationConfig
+    from mlops_evaluation.runner import check_latency
+
+    seen: list[int] = []
+
+    def predict(batch: object) -> None:
+        seen.append(torch.get_num_threads())
+
+    scorer = types.SimpleNamespace(serving_predictor=lambda: (["amount"], predict))
+    holdout = types.SimpleNamespace(frame=pd.DataFrame({"amount": [float(i) for i in range(64)]}))
+    section = EvaluationConfig(latency_requests=20, latency_warmup=2, latency_repeats=1, latency_max_rounds=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        check_latency(scorer, scorer, holdout, section)  # type: ignore[arg-type]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) == 3 * 22 and set(seen) == {1}

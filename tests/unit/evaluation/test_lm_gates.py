@@ -24,7 +24,7 @@ from mlops_evaluation.lm_gates import decode_determinism_gate, perplexity_gate
 # latency: shape only here (tolerance 100×, no wall-clock bound); its verdicts are tested in test_lm_latency.py
 SECTION = EvaluationConfig(bootstrap_samples=400, hf_latency_requests=3, hf_latency_warmup=1, hf_max_new_tokens=4,
                            latency_max_noise=100.0, hf_latency_max_noise=100.0, latency_tolerance=100.0,
-                           hf_latency_wall_max_ratio=None, hf_latency_max_rounds=1)
+                           hf_latency_wall_max_ratio=None, hf_latency_max_rounds=1, hf_task_max_examples=12)
 
 
 def test_perplexity_bootstrap_equals_numpy_by_hand() -> None:
@@ -126,6 +126,8 @@ def root(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
 
     base_dir = tmp_path_factory.mktemp("lmgates")
     shutil.copytree(repo_root / "datasets", base_dir / "datasets")
+    instructions = base_dir / "datasets" / "instructions.jsonl"  # the 240 hand-written lines: a held-out set of 24
+    instructions.write_text("\n".join(instructions.read_text().splitlines()[:240]) + "\n")
     sys.path.insert(0, str(repo_root / "tests"))
     try:
         from hf_checkpoint import make_checkpoint
@@ -160,9 +162,12 @@ def test_fine_tune_passes_every_gate_but_an_unreplayable_reproducibility(root: P
                              None, root, seed=0)
     gates = {g.name: g for g in results}
     assert held["reference"] == "base checkpoint" and held["rows"] > 5
-    assert gates["quality"].passed, gates["quality"].reason
+    # 40 steps lower the perplexity below the base's, but do not teach the task: the quality gate's task check
+    # (exact match of greedy answers on the held-out prompts, floor hf_min_exact_match) blocks it
+    assert gates["quality"].evidence["perplexity_passed"], gates["quality"].reason
     assert gates["quality"].evidence["candidate"]["perplexity"] < gates["quality"].evidence["reference_metrics"][
         "perplexity"]
+    assert not gates["quality"].passed and "< floor" in gates["quality"].reason
     # a folder with no recorded run has no training to replay: not verifiable, whatever decoding shows (the old
     # gate called two equal greedy decodings "reproducibility" and passed)
     assert not gates["reproducibility"].passed and gates["reproducibility"].reason.startswith("not verifiable")
@@ -171,6 +176,45 @@ def test_fine_tune_passes_every_gate_but_an_unreplayable_reproducibility(root: P
     assert gates["latency"].evidence["requests"] == 3 and gates["latency"].passed  # tolerance 100×: shape only
     assert gates["latency"].evidence["candidate"]["ttft_ms"]["p50"] > 0
     assert gates["contract"].passed, gates["contract"].reason
+
+
+@pytest.mark.parametrize("candidate", ["silent", "base"])
+def test_a_model_that_cannot_do_the_task_fails_quality_however_its_perplexity_compares(root: Path,
+                                                                                       candidate: str) -> None:
+    """Two real checkpoints that cannot answer, each against a reference it beats on perplexity (the old gate
+    judged perplexity alone and passed both): ``silent``, the random base with its output head zeroed, so every
+    logit is 0, greedy decoding picks token 0 (``<s>``) and serving, which drops special tokens, returns "" to
+    every prompt; and ``base``, the untrained random checkpoint itself. The reference is the random base with its
+    head scaled ×8 (the same guesses, far more confident: a worse perplexity)."""
+    import torch
+
+    from mlops_training import held_out
+
+    def variant(name: str, scale: float) -> Path:
+        folder = root / f"head-{name}"
+        if not folder.is_dir():
+            model = load_hf(root / "base").model
+            with torch.no_grad():
+                model.lm_head.weight.mul_(scale)
+            _save(model, root / "base", folder)
+        return folder
+
+    cand = load_hf(variant("silent", 0.0) if candidate == "silent" else root / "base")
+    reference = ("champion v1", load_hf(variant("sharp", 8.0)))
+    results, _ = hf_gates(cand, _meta(), reference, ("quality",), SECTION, None, root, seed=0)
+    gate = results[0]
+    assert not gate.passed and "exact match 0/" in gate.reason and "< floor" in gate.reason, gate.reason
+    assert gate.evidence["perplexity_passed"], gate.reason  # what the old gate decided on alone
+    assert gate.evidence["task"]["candidate"]["exact_match"] == 0.0
+    rows = [json.loads(line) for line in (root / "datasets" / "instructions.jsonl").read_text().splitlines()]
+    prompts = [r["prompt"] for r in rows if held_out(r, 0.1)][:3]
+    for prompt in prompts:  # independently: plain generate, decoded as serving returns text
+        enc = cand.tokenizer(prompt, return_tensors="pt")
+        out = cand.model.generate(**enc, do_sample=False, max_new_tokens=6, pad_token_id=cand.tokenizer.pad_token_id)
+        text = cand.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert text == "" if candidate == "silent" else text not in {r["completion"] for r in rows}
+    if candidate == "silent":  # uniform next-token distribution: perplexity is the vocabulary size, by arithmetic
+        assert gate.evidence["candidate"]["perplexity"] == pytest.approx(cand.model.config.vocab_size, rel=1e-4)
 
 
 def test_damaged_candidate_fails_perplexity_and_changed_template_fails_contract(root: Path) -> None:
@@ -184,6 +228,52 @@ def test_damaged_candidate_fails_perplexity_and_changed_template_fails_contract(
     too_short = _meta(seq_len=512)  # more than the checkpoint's 256 positions: the held-out set itself says so
     results, _ = hf_gates(load_hf(root / "tuned"), too_short, champion, ("contract",), SECTION, None, root, seed=0)
     assert not results[0].passed and "context length 256 < training seq_len 512" in results[0].reason
+
+
+@pytest.mark.parametrize("eos_early", [False, True])
+def test_batched_greedy_answers_are_each_prompts_own_greedy_answer(root: Path, eos_early: bool) -> None:
+    """The quality gate answers its held-out prompts in left-padded batches: each row must be exactly the ids
+    ``generate`` gives that prompt alone, up to and with its end of sequence. Prompts of different lengths in
+    batches of 4 (so rows are padded, and the last batch is short). With ``eos_early`` the fine-tune's
+    end-of-sequence logit is raised, by the first of a few fixed shifts that does it, until answers end at
+    different lengths: rows that end inside a batch that goes on (padded after their end, which must be cut)."""
+    import torch
+
+    from mlops_evaluation.lm_evaluate import HFModel, greedy_batched
+    from mlops_training import held_out
+
+    hf = load_hf(root / "tuned")
+    rows = [json.loads(line) for line in (root / "datasets" / "instructions.jsonl").read_text().splitlines()]
+    prompts = [r["prompt"] for r in rows if held_out(r, 0.1)][:10]
+    assert len({len(hf.tokenizer(p)["input_ids"]) for p in prompts}) > 1  # the batches are padded
+    eos = hf.tokenizer.eos_token_id
+
+    def alone(model: HFModel) -> list[list[int]]:  # independently: plain generate, one prompt at a time
+        out = []
+        for prompt in prompts:
+            enc = model.tokenizer(prompt, return_tensors="pt")
+            ids = model.model.generate(**enc, do_sample=False, max_new_tokens=8,
+                                       pad_token_id=model.tokenizer.pad_token_id)
+            out.append(ids[0, enc["input_ids"].shape[1]:].tolist())
+        return out
+
+    expected = alone(hf)
+    if eos_early:
+        row = hf.model.lm_head.weight[eos].detach().clone()
+        # the smallest shift of the eos logit, up or down, that ends answers at different lengths: the checkpoint
+        # is trained here with a tokenizer trained on the repo's prose, so how far its answers are from ending
+        # early (or late) changes with the docs (+0.01 once stopped all but one at once, another time none)
+        shifts = [sign * 1e-4 * 2 ** (k / 2) for k in range(40) for sign in (1, -1)]  # |shift| 1e-4 .. ~74
+        for shift in shifts:
+            with torch.no_grad():
+                hf.model.lm_head.weight[eos] = row + shift
+            expected = alone(hf)
+            if any(a[-1] == eos for a in expected) and len({len(a) for a in expected}) > 1:
+                break
+        else:
+            pytest.fail(f"no shift of the eos logit ended answers at different lengths: {expected}")
+    assert greedy_batched(hf, prompts, 8, batch=4) == expected
+    assert greedy_batched(hf, prompts[:1], 8) == expected[:1]  # a batch of one: no padding at all
 
 
 def test_evaluate_dispatches_a_registered_hf_version(root: Path, tmp_path: Path) -> None:
@@ -207,4 +297,5 @@ def test_evaluate_dispatches_a_registered_hf_version(root: Path, tmp_path: Path)
     gates = {g.name: g for g in report.gates}
     assert report.holdout["reference"] == "base checkpoint"
     assert not gates["quality"].passed and gates["contract"].passed
-    assert "perplexity" in (tmp_path / "report" / "evaluation.md").read_text()
+    markdown = (tmp_path / "report" / "evaluation.md").read_text()
+    assert "perplexity" in markdown and "| model | exact match (floor 50%) | token accuracy |" in markdown

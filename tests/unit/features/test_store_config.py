@@ -32,7 +32,8 @@ def test_feast_parses_each_yaml(repo_root: Path, profile: str, monkeypatch: pyte
     monkeypatch.setenv("REDIS_PASSWORD", "r-secret")
     monkeypatch.setenv("FEAST_REGISTRY_PASSWORD", SPECIAL)
     cfg = load_repo_config(repo_root / "feature_repo", repo_root / "feature_repo" / PROFILES[profile])
-    assert cfg.project == "fraud_detection"
+    # each cluster environment has a Feast project of its own (its keys in Redis, its registry rows)
+    assert cfg.project == ("fraud_detection" if profile == "local" else f"fraud_detection_{profile}")
     if profile == "local":
         # Feast's DuckDB store, handing a BatchFeatureView's udf every source column (see offline_duckdb)
         assert cfg.offline_store.type == "mlops_features.offline_duckdb.UdfDuckDBOfflineStore"
@@ -49,6 +50,7 @@ def test_feast_parses_each_yaml(repo_root: Path, profile: str, monkeypatch: pyte
     else:
         # The Redis password is read from the env var the store names, never from a string Feast splits.
         assert cfg.online_store.type == REDIS_STORE_TYPE and cfg.online_store.password_env == "REDIS_PASSWORD"
+        assert cfg.online_store.username_env == "REDIS_USERNAME"  # the environment's ACL user, by role
         assert "password" not in cfg.online_store.connection_string
         assert cfg.registry.registry_type == "sql"
         # Feast expanded ${FEAST_REGISTRY_PASSWORD} into the YAML text: the value survived it byte for byte.
@@ -95,6 +97,32 @@ def test_local_paths_are_absolute_under_the_root(tmp_path: Path) -> None:
     raw = repo_config_dict(FeaturesConfig(), tmp_path)
     assert raw["registry"]["path"] == str(tmp_path / ".mlops/feast/registry.db")
     assert raw["online_store"]["path"] == str(tmp_path / ".mlops/feast/online.db")
+
+
+def test_tls_acl_user_and_cluster_reach_feasts_redis_store_config(tmp_path: Path) -> None:
+    """What Feast's ``RedisOnlineStoreConfig`` and redis-py get for ``rediss://user@…`` with a CA file, as one
+    server and as a cluster (whose client refuses ``db`` and ``retry``; redis-py's cluster.py)."""
+    from feast import RepoConfig
+    from feast.infra.online_stores.redis import RedisOnlineStore
+
+    base = dict(online_store="redis", redis_url="rediss://svc%2Dreader@10.0.0.7:6380/0", redis_ca_cert="tls/ca.pem")
+    one = repo_config_dict(FeaturesConfig(**base), tmp_path)["online_store"]
+    assert one["connection_string"].split(",")[0] == "10.0.0.7:6380"
+    assert {"db=0", "ssl=true", "retry=null"} <= set(one["connection_string"].split(","))
+    assert one["username"] == "svc-reader" and "redis_type" not in one
+    assert one["ssl_ca_certs"] == str(tmp_path / "tls" / "ca.pem")
+    cluster = repo_config_dict(FeaturesConfig(**base, redis_type="redis_cluster"), tmp_path, relative_to=tmp_path)
+    online = cluster["online_store"]
+    assert online["redis_type"] == "redis_cluster" and online["ssl_ca_certs"] == str(tmp_path / "tls" / "ca.pem")
+    parts = online["connection_string"].split(",")
+    assert "ssl=true" in parts and not any(p.startswith(("db=", "retry=")) for p in parts)
+    config = RepoConfig(repo_path=tmp_path, **cluster)
+    assert config.online_store.redis_type.value == "redis_cluster" and config.online_store.username == "svc-reader"
+    _nodes, kwargs = RedisOnlineStore._parse_connection_string(online["connection_string"])
+    assert kwargs["ssl"] is True and not {"db", "retry"} & set(kwargs)
+    with pytest.raises(FeatureStoreError, match="a Redis Cluster has only db 0"):
+        repo_config_dict(FeaturesConfig(**{**base, "redis_url": "rediss://10.0.0.7:6380/2"},
+                                        redis_type="redis_cluster"), tmp_path)
 
 
 @pytest.mark.parametrize("url", ["http://x:6379", "redis://", "127.0.0.1:6379"])

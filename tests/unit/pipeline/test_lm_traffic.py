@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mlops_pipeline.lm_loop import send_prompts
-from mlops_pipeline.local_server import RunningServer
+from mlops_pipeline.local_server import Endpoint
 
 ARRIVALS: list[tuple[str, str]] = []
 LOCK = threading.Lock()
@@ -37,11 +37,11 @@ def _server(arm: str, status: int) -> ThreadingHTTPServer:
 
 
 @pytest.fixture
-def arms(tmp_path: Path) -> Iterator[dict[str, RunningServer]]:
+def arms(tmp_path: Path) -> Iterator[dict[str, Endpoint]]:
     ARRIVALS.clear()
     httpds = {"stable": _server("stable", 200), "canary": _server("canary", 503)}
     try:
-        yield {arm: RunningServer(url=f"http://127.0.0.1:{h.server_address[1]}", model="llm-sft",
+        yield {arm: Endpoint(url=f"http://127.0.0.1:{h.server_address[1]}", model="llm-sft",
                                   log_path=tmp_path / f"{arm}.log") for arm, h in httpds.items()}
     finally:
         for h in httpds.values():
@@ -49,7 +49,7 @@ def arms(tmp_path: Path) -> Iterator[dict[str, RunningServer]]:
             h.server_close()
 
 
-def test_one_client_alternates_the_arms_rotating_each_round(arms: dict[str, RunningServer]) -> None:
+def test_one_client_alternates_the_arms_rotating_each_round(arms: dict[str, Endpoint]) -> None:
     prompts = [f"p{i}" for i in range(8)]
     out = send_prompts(arms, prompts, concurrency=1)
     assert out == {"stable": {"requests": 4, "statuses": {200: 4}}, "canary": {"requests": 4, "statuses": {503: 4}}}
@@ -57,7 +57,7 @@ def test_one_client_alternates_the_arms_rotating_each_round(arms: dict[str, Runn
                         ("stable", "p4"), ("canary", "p5"), ("canary", "p6"), ("stable", "p7")]
 
 
-def test_every_prompt_is_sent_once_with_concurrent_clients(arms: dict[str, RunningServer]) -> None:
+def test_every_prompt_is_sent_once_with_concurrent_clients(arms: dict[str, Endpoint]) -> None:
     prompts = [f"p{i}" for i in range(41)]  # odd: the last round is short
     out = send_prompts(arms, prompts, concurrency=2)
     assert sorted(p for _, p in ARRIVALS) == sorted(prompts)

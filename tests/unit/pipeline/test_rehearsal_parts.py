@@ -10,7 +10,7 @@ import yaml
 
 from mlops_pipeline.rehearsal.context import config_env, load_rehearsal_config
 from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
-from mlops_pipeline.rehearsal.topology import Platform, prometheus_rules
+from mlops_pipeline.rehearsal.topology import Platform, launch_mlflow, prometheus_rules
 from tests.support import sample_as_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +23,7 @@ def _platform(tmp_path: Path) -> Platform:
                     alertmanager_url="http://127.0.0.1:9093", prometheus_url="http://127.0.0.1:9090",
                     spark_master_url="spark://127.0.0.1:7177",
                     secrets={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p",
-                             "REDIS_PASSWORD": "r", "FEAST_REGISTRY_PASSWORD": "f"})
+                             "REDIS_PASSWORD": "r", "REDIS_USERNAME": "default", "FEAST_REGISTRY_PASSWORD": "f"})
 
 
 def test_the_staging_profile_pointed_at_the_run_loads_with_every_secret_it_names(tmp_path: Path) -> None:
@@ -89,3 +89,41 @@ def test_what_serves_is_read_from_the_remote_head_not_the_clone(tmp_path: Path) 
     assert served.stable_uri == "file:///bucket/models/fraud/v4/"
     assert served.canary_uri == "file:///bucket/models/fraud/v5/"
     assert served.commit == repo.head() != before.commit
+
+
+def test_the_rehearsal_mlflow_caches_verified_credentials_in_its_one_worker(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without MLflow's credential cache every request re-hashed the password (scrypt): 14-16 requests an alias
+    move, 0.5-1 s each on the loaded machine. The cache is safe here because the server runs one worker (a
+    password changed through the API leaves that worker's cache at once)."""
+    from mlflow.server.auth.config import read_auth_config
+
+    launched = []
+
+    class Harness:
+        def launch(self, spec: object) -> None:
+            launched.append(spec)
+
+    platform = _platform(tmp_path)
+    db = "postgresql://postgres@127.0.0.1:5432/"
+    launch_mlflow(Harness(), platform, db + "backend", db + "auth")  # type: ignore[arg-type]
+    (spec,) = launched
+    argv = list(spec.argv)
+    assert argv[argv.index("--workers") + 1] == "1"
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", spec.env["MLFLOW_AUTH_CONFIG_PATH"])
+    config = read_auth_config()
+    assert config.auth_cache_ttl_seconds > 0
+    assert config.default_permission == "NO_PERMISSIONS"  # the cache changes nothing about who may do what
+
+
+def test_serving_processes_are_held_from_the_signing_keys_private_half_the_profile_names(tmp_path: Path) -> None:
+    """The staging profile names the private key's variables (``provenance.private_key_var`` and its password's);
+    the rehearsal's serving processes must not inherit them (the ServingRuntime mounts the public key only), while
+    the public key stays for the signature check at load."""
+    from mlops_pipeline.rehearsal.serving import PRIVATE_SIGNING_ENV
+
+    env = config_env(_platform(tmp_path), tmp_path / "gitops.git", fast=True)
+    provenance = load_rehearsal_config(REPO, env).config.provenance
+    private = {provenance.private_key_var, provenance.private_key_password_var} - {None}
+    assert private and private <= set(PRIVATE_SIGNING_ENV)
+    assert provenance.public_key_var not in PRIVATE_SIGNING_ENV and provenance.public_key_var in env

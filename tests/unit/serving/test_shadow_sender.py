@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ def offer_many(fraction: float, n: int) -> list[bool]:
                           metrics=ShadowMetrics(CollectorRegistry()), log_writer=None)
     try:
         return [sender.offer(request_id=str(i), ts=0.0, live_version="1", live_variant="stable", rows=[{}],
-                             features=[{}], live_scores=[0.5], live_predict_ms=1.0) for i in range(n)]
+                             features={}, live_scores=[0.5], live_predict_ms=1.0) for i in range(n)]
     finally:
         sender.close(timeout=1.0)
 
@@ -53,3 +54,47 @@ def test_a_predictor_refuses_to_shadow(tmp_path: Path) -> None:
     cfg = ServingConfig(role="predictor", shadow={"fraction": 1.0, "url": "candidate:80"})
     with pytest.raises(ServingError, match="cannot be used with role 'predictor'"):
         serve(cfg, FeaturesConfig(), TrackingConfig(), tmp_path, "fraud", model_dir=tmp_path)
+
+
+CANDIDATE = {"version": 1, "input_dim": 3 + 1 + 3 + 3,
+             "numeric": [{"name": "amount", "log": True, "mean": 2.0, "std": 1.5},
+                         {"name": "user_amount_mean_7d", "log": True, "mean": 3.0, "std": 0.8},
+                         {"name": "user_txn_count_1h", "log": False, "mean": 1.0, "std": 2.0}],
+             "derived": [{"name": "amount_vs_user_mean_7d", "op": "log_ratio",
+                          "args": ["amount", "user_amount_mean_7d"], "mean": 0.2, "std": 1.1}],
+             "categorical": [{"name": "currency", "vocab": ["EUR", "GBP"]},
+                             {"name": "device", "vocab": ["ios", "android"]}]}
+
+
+@pytest.mark.parametrize("n", [1, 9, 64])
+def test_the_candidates_tensor_from_the_columns_is_byte_identical_to_the_merged_rows(n: int) -> None:
+    """The sender encodes the mirrored requests from the lookup's columns: the same bytes as encoding each request
+    row merged with its features (``{**row, **features}``, what it sent before) with the candidate's encoder. The
+    batch holds a feature that overrides a request field (device), one only the request has (currency, missing
+    in some rows), None and NaN values, and requests at different offsets of the batch's columns."""
+    import math
+    import random
+
+    from mlops_model import EncoderSpec
+    from mlops_serving.shadow import _Mirrored, mirrored_columns
+
+    rng = random.Random(n)
+    spec = EncoderSpec.from_dict(CANDIDATE, source="test")
+    total = 3 * n + 2  # three mirrored requests of n rows, at offsets 0, n + 2 and 2n + 2 of the batch
+    columns = {
+        "_unknown_entity": [rng.random() < 0.3 for _ in range(total)],
+        "user_amount_mean_7d": [rng.choice([None, math.nan, rng.uniform(1, 90)]) for _ in range(total)],
+        "user_txn_count_1h": [rng.choice([None, 0, rng.randint(1, 9)]) for _ in range(total)],
+        "device": [rng.choice(["ios", "android", "web", None]) for _ in range(total)],
+    }
+    rows = [{"amount": round(rng.uniform(0.5, 900), 2), "device": "ignored",
+             **({"currency": rng.choice(["EUR", "GBP", "JPY"])} if rng.random() < 0.7 else {})} for _ in range(total)]
+    starts = [0, n + 2, 2 * n + 2]
+    items = [_Mirrored(str(k), 0.0, "1", "stable", rows[s : s + n], columns, s, [0.5] * n, 1.0)
+             for k, s in enumerate(starts)]
+    merged = [{**row, **{name: values[s + j] for name, values in columns.items()}}
+              for s in starts for j, row in enumerate(rows[s : s + n])]
+    expected = np.asarray(spec.encode_records(merged), dtype=np.float32)
+    got = np.asarray(spec.encode_columns(mirrored_columns(spec.input_columns, items)), dtype=np.float32)
+    assert got.shape == (3 * n, CANDIDATE["input_dim"])
+    assert got.tobytes() == expected.tobytes()

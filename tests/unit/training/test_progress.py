@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from mlops_training.trainer import _Progress
+from mlops_training.trainer import _figures, _progress
 
 
 def _lines(caplog: pytest.LogCaptureFixture, *, enabled: bool, total: int, start: int = 0) -> list[str]:
-    progress = _Progress(enabled, total, start, "samples", every_s=1e9)  # the seconds clause never fires here
+    progress = _progress(enabled, total, start, "samples", every_s=1e9)  # the seconds clause never fires here
     assert progress.bar is None, "pytest's stderr is not a terminal"
     with caplog.at_level(logging.INFO, logger="mlops_training.trainer"):
         for step in range(start + 1, total + 1):
-            progress.update(step, loss=1.0 / step, rate=1000.0)
+            progress.update(step, _figures(1.0 / step, "samples", 1000.0))
     progress.close()
     return [r.getMessage() for r in caplog.records if r.name == "mlops_training.trainer"]
 

@@ -112,3 +112,53 @@ def test_submit_returns_when_complete(tmp_path: Path) -> None:
     result = submit_trainjob(REPO / "infra/overlays/production", "r2", poll_s=0.01, kubectl=str(kubectl),
                              echo=lambda _: None)
     assert (result.name, result.namespace, result.state) == ("fraud-trainjob-r2", "mlops-production", "Complete")
+
+
+def _rendered_with_lm(tmp_path: Path) -> str:
+    """The production overlay with its language-model switch on, as an operator's commit would have it."""
+    import shutil
+    import subprocess
+
+    infra = tmp_path / "infra"
+    shutil.copytree(REPO / "infra", infra)
+    kustomization = infra / "overlays" / "production" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace("  # - llm  #", "  - llm  #"))
+    return subprocess.run([str(KUBECTL), "kustomize", str(infra / "overlays" / "production")], capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+
+
+def test_each_models_template_by_its_annotation(tmp_path: Path) -> None:
+    """--model picks the template annotated with the model: fraud's TrainJob, the language model's suspended
+    PyTorchJob (unsuspended in the copy, the overlay's own left suspended); a model without one is named."""
+    rendered = _rendered_with_lm(tmp_path)
+    fraud = job_from_overlay(rendered, "gh7-1", model="fraud")
+    assert (fraud["kind"], fraud["metadata"]["name"], fraud["spec"]["suspend"]) == ("TrainJob", "fraud-trainjob-gh7-1",
+                                                                                    False)
+    lm = job_from_overlay(rendered, "gh7-1", model="llm-sft")
+    assert (lm["kind"], lm["metadata"]["name"], lm["metadata"]["namespace"]) == (
+        "PyTorchJob", "llm-sft-finetune-gh7-1", "mlops-production")
+    assert lm["spec"]["runPolicy"]["suspend"] is False
+    template = next(d for d in yaml.safe_load_all(rendered) if d and d["metadata"]["name"] == "llm-sft-finetune")
+    assert template["spec"]["runPolicy"]["suspend"] is True
+    assert job_from_overlay(rendered, "gh7-1")["metadata"]["name"] == "fraud-trainjob-gh7-1"  # no --model: as before
+    with pytest.raises(TrainingError, match=r"mlops\.platform/model: llm-sft.*switched on"):
+        job_from_overlay(_rendered(), "gh7-1", model="llm-sft")  # the committed overlay: the LM is off
+
+
+def test_a_pytorchjob_is_watched_as_a_pytorchjob(tmp_path: Path) -> None:
+    kubectl = _fake_kubectl(tmp_path, [
+        {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated"}]},
+        {"conditions": [{"type": "Running", "status": "True"},
+                        {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]}])
+    import shutil
+
+    infra = tmp_path / "repo" / "infra"
+    shutil.copytree(REPO / "infra", infra)
+    kustomization = infra / "overlays" / "production" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace("  # - llm  #", "  - llm  #"))
+    result = submit_trainjob(infra / "overlays" / "production", "r3", poll_s=0.01, kubectl=str(kubectl),
+                             echo=lambda _: None, model="llm-sft")
+    assert (result.name, result.state, result.reason) == ("llm-sft-finetune-r3", "Complete", "PyTorchJobSucceeded")
+    calls = [json.loads(line) for line in (tmp_path / "calls.log").read_text().splitlines()]
+    assert [c[:2] for c in calls if c[0] == "get"] == [["get", "pytorchjob"], ["get", "pytorchjob"]]
+    assert job_state({"conditions": [{"type": "Succeeded", "status": "True"}]})[0] == "Complete"

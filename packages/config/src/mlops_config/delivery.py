@@ -83,7 +83,8 @@ class SequentialCanaryConfig(Section):
     """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
 
     lm: LMSequentialConfig = LMSequentialConfig()
-    """The language-model canary's tests (error rate, slow first token, slow decode) and their margins."""
+    """The language-model canary's tests (error rate, slow first token, slow decode) and their margins; its fourth,
+    truncated answers, takes ``delivery.max_truncated_increase`` as its margin."""
 
     max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
     """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
@@ -102,9 +103,10 @@ class RetrainConfig(Section):
     data-version pin; merging it is what trains (``train.yml`` watches the pin)."""
 
     require_pin: bool = False
-    """Training refuses to register a version unless the model's pin (``pin_path``) names a data version. Off in
-    every shipped profile for now: ``mlops data pull`` takes the pinned version, but training does not yet check
-    that the data it read is that version."""
+    """Training refuses to register a version unless the model's pin (``pin_path``) names a data version and the
+    accepted area it reads is exactly that version (its DVC pointer names it, ``dvc status`` finds it unchanged).
+    On in the cluster profiles (staging, production); off locally, where the demo's data is generated, not
+    pulled."""
 
     pin_path: str = "configs/models/{model}.data_version"
     """The pin, relative to the repository root: one line, the accepted data version (DVC md5) to train on."""
@@ -227,16 +229,28 @@ class DeliveryConfig(Section):
     max_prediction_psi: float = Field(default=0.2, ge=0)
     """PSI of canary vs stable prediction scores above which the canary is rolled back."""
 
+    canary_max_estimated_f1_drop: float | None = Field(default=None, gt=0, lt=1)
+    """Tabular canaries: the most the canary's CBPE estimated F1 may fall below the stable's on the same traffic
+    (relative; ``mlops_delivery.estimate_guard``). Beyond it, past label noise: rollback; undecided: a promotion
+    is held. ``null``: not checked. Only for calibrated models (the calibration gate)."""
+
+    canary_estimate_threshold: float | None = Field(default=None, gt=0, lt=1)
+    """Override of the decision threshold the canary's and the stable's estimated F1 are computed at. ``null``:
+    each version's own, recorded in its ``model.json`` (0.5 for an export that records none, reported as such);
+    a value set here that disagrees with a recorded one is named in the reason."""
+
     max_response_length_psi: float | None = Field(default=0.2, ge=0)
     """Language models: PSI of canary vs stable response lengths (completion tokens) above which the canary is
     rolled back (a two-sided distance: it also stops a canary that answers better, e.g. one that stopped rambling).
     ``null``: the PSI and KS are reported, not checked, and :attr:`max_truncated_increase` guards the harmful
     direction alone."""
 
-    max_truncated_increase: float = Field(default=0.05, ge=0, le=1)
+    max_truncated_increase: float = Field(default=0.05, gt=0, le=1)
     """Language models: the most the share of answers cut off at ``max_tokens`` (``finish_reason: length``) may
     rise, canary minus stable (absolute); beyond it the canary is rolled back (vetoed, under the sequential
-    verdict). Checked whenever the prediction log records ``finish_reason``."""
+    verdict). Checked whenever the prediction log records ``finish_reason``. Under the sequential verdict it is also
+    the truncation test's margin: a promotion needs the rise shown below it, and a canary shown to truncate more
+    often than stable is rolled back."""
 
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""

@@ -37,6 +37,12 @@ class EvaluationConfig(Section):
     min_slice_rows: int = Field(default=200, ge=1)
     """Slices with fewer holdout rows are reported but not gated."""
 
+    min_slice_positives: int = Field(default=30, ge=0)
+    """Slices with fewer holdout frauds are reported but not gated: F1 on a handful of positives is noise (as
+    ``calibration_min_positives``). On the demo's holdout, ``channel=contactless`` holds 1,005 rows but 12 frauds:
+    v2 against v1, each at its own threshold, moves its F1 by -0.071 with a 95 % bootstrap interval of
+    [-0.261, +0.107]. ``0``: every slice with ``min_slice_rows`` rows is gated."""
+
     latency_tolerance: float = Field(default=0.10, ge=0)
     """Allowed regression of the candidate over the champion, at the centre (median per-request ratio) and in the
     tail (p95): the gate passes when both paired-bootstrap CIs end at or below it, fails when either begins above
@@ -73,8 +79,11 @@ class EvaluationConfig(Section):
     """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU): a trajectory
     replay's weights sketch must match the recorded one within rtol x each tensor's norm."""
 
-    decision_threshold: float = Field(default=0.5, gt=0, lt=1)
-    """Score at or above which a transaction counts as flagged for F1, precision and recall."""
+    decision_threshold: float | None = Field(default=None, gt=0, lt=1)
+    """Override of the threshold (score at or above it: flagged) the quality gate judges candidate and champion
+    at. ``null``: each at its own threshold recorded in ``model.json`` (``training.decision_threshold``; 0.5 for
+    an export that records none, reported as such). A value set here that disagrees with a model's recorded
+    threshold is named in the gate's reason."""
 
     latency_batch_rows: int = Field(default=1, ge=1)
     """Rows per timed request in the latency run (1: one transaction per call, as serving sees it)."""
@@ -93,6 +102,19 @@ class EvaluationConfig(Section):
     """Hugging Face causal LMs: required relative perplexity reduction against the reference (the champion, or
     the pretrained checkpoint the candidate was fine-tuned from when there is none), point estimate and, with
     ``require_ci_above_threshold``, the paired-bootstrap lower bound."""
+
+    hf_min_exact_match: float = Field(default=0.5, gt=0, le=1)
+    """Hugging Face causal LMs: the floor of the quality gate's task check, the share of held-out instructions
+    (training's validation split) whose greedy answer equals the reference exactly. Strictly positive, so a model
+    that answers nothing fails whatever its reference; set per model (``configs/models/llm-sft.yaml``)."""
+
+    hf_max_exact_match_drop: float = Field(default=0.05, ge=0, lt=1)
+    """Hugging Face causal LMs: how far the candidate's exact-match rate may fall below the reference's (the
+    champion, or the base checkpoint for a first version) and still pass the quality gate."""
+
+    hf_task_max_examples: int = Field(default=120, ge=10)
+    """Hugging Face causal LMs: held-out examples the task check answers at most (evenly spaced over the split,
+    in file order, so every task of the set is in it); each costs one greedy generation per model."""
 
     hf_prompts: tuple[str, ...] = Field(default=(
         "Add 12 and 30.\nAnswer:", "Reverse the words: stone lamp\nAnswer:", "Write in capitals: green tiger\nAnswer:",
@@ -125,6 +147,22 @@ class EvaluationConfig(Section):
     fails when the lower end of the CI of its paired wall-clock ratio (median over rounds of candidate / reference,
     whole generations) is above this (time spent waiting inside ``generate``: locks, I/O, sleeps). Wide, as the
     neighbours' load is in wall-clock; ``null`` reports the ratio without a bound."""
+
+    max_calibration_error: float = Field(default=0.05, gt=0, lt=1)
+    """Calibration gate: largest holdout ECE of the served (calibrated) scores. It passes when the bootstrap
+    interval ends at or below it, fails when it begins above it, and is inconclusive (does not pass) between."""
+
+    calibration_min_positives: int = Field(default=30, ge=1)
+    """Calibration gate: fewer frauds than this in the holdout and it is inconclusive (ECE of a handful of
+    positives is noise)."""
+
+    calibration_bins: int = Field(default=10, ge=2, le=100)
+    """Calibration gate: equal-width score bins of the ECE (as ``monitoring.calibration_bins`` for windows)."""
+
+    calibration_required: bool = True
+    """Calibration gate: an export without a recorded calibrator (``training.calibration: none``) fails: the
+    per-version threshold and the performance estimate read its scores as probabilities. Off: it passes
+    unchecked, reported as not calibrated (the estimate is then not to be trusted)."""
 
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""

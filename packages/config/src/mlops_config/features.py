@@ -28,10 +28,24 @@ class FeaturesConfig(Section):
     """SQLite online store file (``online_store: sqlite``)."""
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis connection (``online_store: redis``), as ``redis://host:port/db``; no password here."""
+    """Redis connection (``online_store: redis``), as ``redis://[user@]host:port/db``; ``rediss://`` for TLS. The
+    user is a Redis ACL user (none: ``default``); no password here (``redis_password_env``). With
+    ``redis_type: redis_cluster`` the host is one startup node (the client discovers the others) and db is 0."""
+
+    redis_type: Literal["redis", "redis_cluster"] = "redis"
+    """Feast's ``redis_type``: ``redis`` (one server, or a primary behind one address) or ``redis_cluster`` (a Redis
+    Cluster: each entity's hash lives on the node of its key's slot; both readers route by slot)."""
+
+    redis_ca_cert: str | None = None
+    """PEM file of the certificate authorities a ``rediss://`` Redis's certificate is verified against (absolute,
+    or relative to the repo root); ``None``: the system's trust store."""
 
     redis_password_env: str | None = None
     """Name of the env var holding the Redis password (secret)."""
+
+    redis_username_env: str | None = None
+    """Name of the env var holding the Redis ACL user (one per environment and role, e.g. a workload's
+    ``<namespace>.fraud-reader``); ``None``: the ``default`` user."""
 
     registry: str = ".mlops/feast/registry.db"
     """Feast registry: a file path, or a SQL URL (``postgresql+psycopg2://...``) with ``registry_type: sql``."""
@@ -60,7 +74,9 @@ class FeaturesConfig(Section):
     15-minute materialization schedule plus its run time); the ``FeatureViewStale`` alert fires past it."""
 
     registry_cache_ttl_s: int = Field(default=60, ge=0)
-    """Seconds the Feast registry is cached in memory before it is read again (0: never expires)."""
+    """Seconds the Feast registry is cached in memory before it is read again (0: never expires). The online lookup
+    (serving) re-reads it at this interval on a background thread, never inside a request; other commands the way
+    Feast does (the first call past the ttl re-reads it)."""
 
     online_reader: Literal["direct", "feast"] = "direct"
     """How the online lookup (serving) reads the FeatureService. ``direct``: the platform's reader of Feast's Redis

@@ -65,14 +65,23 @@ class MonitoringConfig(Section):
     auto_rollback: bool = True
     """Roll traffic back to the ``fallback`` model on CRITICAL."""
 
+    rollback_signal: Literal["drift", "estimate"] = "drift"
+    """What decides the rollback. ``drift``: any CRITICAL. ``estimate``: the window's CBPE estimated F1 against
+    the reference's (``mlops_monitoring.estimated_drop``) decides when it can tell: a drop beyond
+    ``max_f1_drop`` rolls back even below the PSI thresholds, an estimate that holds keeps a CRITICAL drift from
+    rolling back a model that absorbs the shift; when it cannot tell, drift decides. CRITICAL realized quality
+    always rolls back. Trust the estimate only for calibrated models (the calibration gate, docs/monitoring.md)."""
+
     webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
     """Timeout of one webhook POST; a failed POST is logged and reported, never retried silently."""
 
     min_rows: int = Field(default=200, ge=1)
     """A window with fewer current rows is refused: PSI on a handful of rows is noise."""
 
-    decision_threshold: float = Field(default=0.5, gt=0, lt=1)
-    """Score from which a prediction counts as positive (fraud) for realized precision/recall/F1."""
+    decision_threshold: float | None = Field(default=None, gt=0, lt=1)
+    """Override of the threshold (score at or above it: fraud) of realized and estimated precision/recall/F1.
+    ``null``: the served version's own, recorded in its ``model.json`` (0.5 for an export that records none,
+    reported as such). A value set here that disagrees with the recorded one is named in the verdict."""
 
     max_f1_drop: float = Field(default=0.1, ge=0, le=1)
     """Relative drop of realized F1 below the reference (validation) F1 that raises WARNING (0.1 = 10% lower)."""

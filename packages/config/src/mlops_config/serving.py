@@ -138,5 +138,9 @@ class ServingConfig(Section):
     shed_retry_after_s: int = Field(default=1, ge=1, le=3600)
     """``Retry-After`` (seconds) of a request refused for overload or a missed deadline."""
 
+    not_ready_retry_after_s: int = Field(default=5, ge=1, le=3600)
+    """``Retry-After`` (seconds) of an inference request to a model that is not ready (still loading, or refused at
+    load): 503, the same for every family."""
+
     llm: LLMServingConfig = LLMServingConfig()
     """The language-model server (``mlops serve --model-dir`` on a ``hf_causal_lm`` folder)."""

@@ -31,6 +31,7 @@ from mlops_core.lifecycle import (
 )
 from mlops_core.lineage import CODE_PATHS, GitInfo, dirty_code_files, git_info, hash_files
 from mlops_core.logs import KNOWN_WARNINGS, RedactingFormatter, filter_known_warnings, setup_logging
+from mlops_core.progress import Progress
 from mlops_core.redact import redact_credentials, redact_tree, restore_credentials
 from mlops_core.seed import seed_everything
 from mlops_core.spark_cluster import spark_class, spark_master_args, spark_worker_args
@@ -86,6 +87,7 @@ __all__ = [
     "LocalStateError",
     "PlatformError",
     "ProfileError",
+    "Progress",
     "RedactingFormatter",
     "TrackingError",
     "aliases",

@@ -25,7 +25,8 @@ SECRET_KEY_ENV = "MLFLOW_FLASK_SERVER_SECRET_KEY"
 
 
 def write_auth_config(path: str | Path, *, database_uri: str, admin_username: str | None = None,
-                      admin_password: str | None = None, default_permission: str = "READ") -> Path:
+                      admin_password: str | None = None, default_permission: str = "READ",
+                      auth_cache_ttl_seconds: int = 0) -> Path:
     """Write MLflow's basic-auth config (an INI file) and return its path.
 
     Args:
@@ -36,9 +37,18 @@ def write_auth_config(path: str | Path, *, database_uri: str, admin_username: st
         admin_password: Its password, 12 characters or more (``None``: from ``MLFLOW_AUTH_ADMIN_PASSWORD``).
         default_permission: What an authenticated user may do without a grant: ``READ``, ``EDIT``,
             ``MANAGE`` or ``NO_PERMISSIONS``.
+        auth_cache_ttl_seconds: MLflow's own credential cache (``0``: off, MLflow's default). Without it every
+            request re-checks the password against its werkzeug ``scrypt`` hash (N=32768: ~0.1 s of CPU on an idle
+            core, ~0.5-1 s on a loaded 2-core machine), and one alias move is 14-16 requests. A hit skips only
+            that hash check (the key is an HMAC of the password under a per-process random key); permissions
+            are still checked per request. A password changed through the API is dropped from the cache of the
+            worker that served the change at once, from other workers after the TTL: one worker
+            (``--workers 1``, as the rehearsal runs) has no stale window.
     """
     if default_permission not in {"READ", "EDIT", "MANAGE", "NO_PERMISSIONS"}:
         raise ValueError(f"default_permission {default_permission!r} is not one of READ, EDIT, MANAGE, NO_PERMISSIONS")
+    if auth_cache_ttl_seconds < 0:
+        raise ValueError(f"auth_cache_ttl_seconds {auth_cache_ttl_seconds!r} is negative; 0 turns the cache off")
     if admin_password is not None and len(admin_password) < 12:
         raise ValueError("admin_password must be at least 12 characters")
     parser = configparser.ConfigParser(interpolation=None)
@@ -48,6 +58,7 @@ def write_auth_config(path: str | Path, *, database_uri: str, admin_username: st
         **({"admin_username": admin_username} if admin_username else {}),
         **({"admin_password": admin_password} if admin_password else {}),
         "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+        **({"auth_cache_ttl_seconds": str(auth_cache_ttl_seconds)} if auth_cache_ttl_seconds else {}),
     }
     # MLflow reads the file with configparser's default (``%``-interpolating) parser: a ``%`` written as is
     # (a percent-encoded password in the URI, or one in the admin password) stops the server at start-up or

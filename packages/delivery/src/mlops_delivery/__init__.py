@@ -19,6 +19,7 @@ from mlops_delivery.git import push_head
 from mlops_delivery.images import set_images
 from mlops_delivery.ledger import resolve_version
 from mlops_delivery.manifest import ModelManifest, Placement
+from mlops_delivery.prometheus import query as query_prometheus
 from mlops_delivery.promotion import (
     ManifestChange,
     gitops_status,
@@ -29,6 +30,7 @@ from mlops_delivery.promotion import (
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.retrain import RetrainOutcome, RetrainTrigger, load_evidence, merge_retrain, request_retrain
+from mlops_delivery.retrain_metrics import retrain_metrics_text
 from mlops_delivery.retrain_trigger import trigger_retrain
 from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.shadow_stage import (
@@ -42,7 +44,8 @@ from mlops_delivery.shadow_stage import (
 from mlops_delivery.summary import write_job_summary, write_step_output
 
 if TYPE_CHECKING:
-    from mlops_delivery.canary import analyze_canary, analyze_canary_prometheus, analyze_until_decided
+    from mlops_delivery.canary import analyze_canary, analyze_canary_prometheus
+    from mlops_delivery.canary_evidence import CanaryLook, analyze_until_decided
     from mlops_delivery.lm_canary import LMCanaryAnalysis, analyze_lm_canary
     from mlops_delivery.shadow import (
         ShadowAnalysis,
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {"analyze_canary": "mlops_delivery.canary", "analyze_canary_prometheus": "mlops_delivery.canary",
-         "analyze_until_decided": "mlops_delivery.canary",
+         **dict.fromkeys(("CanaryLook", "analyze_until_decided"), "mlops_delivery.canary_evidence"),
          **dict.fromkeys(("LMCanaryAnalysis", "analyze_lm_canary"), "mlops_delivery.lm_canary"),
          **dict.fromkeys(("ShadowAnalysis", "ShadowLimits", "analyze_shadow", "analyze_shadow_until_enough",
                           "summarize_shadow"), "mlops_delivery.shadow")}
@@ -68,6 +71,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CanaryLook",
     "DeliveryError",
     "GitError",
     "LMCanaryAnalysis",
@@ -104,8 +108,10 @@ __all__ = [
     "publish_folder",
     "publish_model",
     "push_head",
+    "query_prometheus",
     "request_retrain",
     "resolve_version",
+    "retrain_metrics_text",
     "rollback_env",
     "set_images",
     "shadow_status",

@@ -12,7 +12,6 @@ either way. Any failed check with enough evidence means ``rollback``; all checks
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -25,6 +24,7 @@ import pandas as pd
 from mlops_config import DeliveryConfig
 from mlops_delivery.checks import Check, decide_checks, error_rate_check, requests_check
 from mlops_delivery.errors import MetricsError
+from mlops_delivery.estimate_guard import estimate_guard
 from mlops_delivery.metrics import (
     counter_total,
     histogram_buckets,
@@ -42,10 +42,13 @@ from mlops_delivery.sequential import (
     skew_guard,
     slow_count,
 )
+from mlops_model import ThresholdChoice, resolve_threshold
 
 logger = logging.getLogger(__name__)
 
 Decision = Literal["promote", "hold", "rollback"]
+ThresholdOf = Callable[[str], ThresholdChoice]
+"""A registry version → its decision threshold (:func:`mlops_serving.version_thresholds`)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ def analyze_canary(
     model: str | None = None,
     decide_fn: DecideFn | None = None,
     skew_mismatch_rate: float | None = None,
+    threshold_of: ThresholdOf | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable and decide.
 
@@ -171,6 +175,8 @@ def analyze_canary(
         decide_fn: The decision rule (default :func:`decide`).
         skew_mismatch_rate: A skew replay's mismatch rate; a promotion needs one at most
             ``delivery.sequential.max_skew_mismatch_rate`` when that is set.
+        threshold_of: Version → its decision threshold (:func:`mlops_serving.version_thresholds`), for the
+            estimated-F1 check; ``None``: ``delivery.canary_estimate_threshold``, else the legacy 0.5.
     """
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
@@ -178,11 +184,12 @@ def analyze_canary(
     stable = variant_evidence(delivery, stable_metrics, stable_scores, stable_version, source="stable", model=model)
     canary = variant_evidence(delivery, canary_metrics, canary_scores, canary_version, source="canary", model=model)
     return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide,
-                     skew_mismatch_rate)
+                     skew_mismatch_rate, threshold_of)
 
 
 def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvidence, stable_scores: np.ndarray,
-              canary_scores: np.ndarray, decide_fn: DecideFn, skew_mismatch_rate: float | None) -> CanaryAnalysis:
+              canary_scores: np.ndarray, decide_fn: DecideFn, skew_mismatch_rate: float | None,
+              threshold_of: ThresholdOf | None = None) -> CanaryAnalysis:
     psi = (population_stability_index(stable_scores, canary_scores, bins=delivery.psi_bins, floor=delivery.psi_floor)
            if stable_scores.size and canary_scores.size else None)
     decision, reasons = decide_fn(delivery, stable, canary, psi)
@@ -193,6 +200,15 @@ def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: Variant
         threshold_decision = decision
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=delivery.sequential.threshold_guard)
     decision, reasons = skew_guard(decision, reasons, skew_mismatch_rate, delivery.sequential.max_skew_mismatch_rate)
+    if delivery.canary_max_estimated_f1_drop is not None:  # each arm at its own threshold (model.json)
+        key = "delivery.canary_estimate_threshold"
+        st, ct = ((threshold_of(str(stable.version)), threshold_of(str(canary.version))) if threshold_of else
+                  (resolve_threshold(None, delivery.canary_estimate_threshold, override_key=key,
+                                     model=f"v{v.version}") for v in (stable, canary)))
+        decision, reasons = estimate_guard(decision, reasons, stable_scores, canary_scores,
+                                           limit=delivery.canary_max_estimated_f1_drop, threshold=st.value,
+                                           canary_threshold=ct.value,
+                                           notes=[c.note for c in (st, ct) if c.disagrees or c.source == "legacy"])
     logger.info("canary v%s vs stable v%s: %s", canary.version, stable.version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
@@ -252,6 +268,7 @@ def analyze_canary_prometheus(
     since: datetime | None = None,
     decide_fn: DecideFn | None = None,
     skew_mismatch_rate: float | None = None,
+    threshold_of: ThresholdOf | None = None,
 ) -> CanaryAnalysis:
     """Compare canary with stable from Prometheus (error rate, p99 per version) and the shared prediction log.
 
@@ -268,6 +285,7 @@ def analyze_canary_prometheus(
         since: Only prediction-log rows at or after this time (UTC), e.g. when the canary step started.
         decide_fn: The threshold rule (default :func:`decide`).
         skew_mismatch_rate: A skew replay's mismatch rate (see :func:`analyze_canary`).
+        threshold_of: Each version's decision threshold (see :func:`analyze_canary`).
     """
     from mlops_delivery.prometheus import version_figures
 
@@ -279,7 +297,28 @@ def analyze_canary_prometheus(
     stable = prometheus_evidence(delivery, figures, stable_scores, stable_version)
     canary = prometheus_evidence(delivery, figures, canary_scores, canary_version)
     return _conclude(delivery, stable, canary, stable_scores, canary_scores, decide_fn or decide,
-                     skew_mismatch_rate)
+                     skew_mismatch_rate, threshold_of)
+
+
+def canary_versions(delivery: DeliveryConfig, root: Path, model: str, stable_version: int | None,
+                    canary_version: int | None) -> tuple[int, int]:
+    """The versions given, or what the canary environment's overlay under ``root`` says runs (stable, canary).
+
+    Raises:
+        MetricsError: no canary version given and none runs there per git.
+    """
+    if stable_version is None or canary_version is None:
+        from mlops_delivery.promotion import gitops_status, stage_env
+
+        prod = gitops_status(delivery, root, model)[stage_env(delivery, "canary")]
+        if canary_version is None and prod.canary_version is None:
+            raise MetricsError(f"no canary of {model} runs in {prod.env} (per git); pass the canary version")
+        stable_version = prod.stable_version if stable_version is None else stable_version
+        canary_version = prod.canary_version if canary_version is None else canary_version
+    if stable_version is None or canary_version is None:
+        raise MetricsError(f"no stable version of {model} to compare the canary with (per git); pass "
+                           "--stable-version")
+    return stable_version, canary_version
 
 
 def analyze_canary_sources(
@@ -294,6 +333,7 @@ def analyze_canary_sources(
     canary_version: int | None = None,
     since: datetime | None = None,
     skew_mismatch_rate: float | None = None,
+    threshold_of: ThresholdOf | None = None,
 ) -> CanaryAnalysis:
     """Read the metrics (Prometheus, or both predictors' ``/metrics``), read the prediction log, and decide.
 
@@ -307,51 +347,13 @@ def analyze_canary_sources(
         raise MetricsError("no metrics source: set delivery.prometheus_url, or give --stable-metrics and "
                            "--canary-metrics (the predictors' /metrics)")
 
-    if stable_version is None or canary_version is None:
-        from mlops_delivery.promotion import gitops_status, stage_env
-
-        prod = gitops_status(delivery, root, model)[stage_env(delivery, "canary")]
-        if canary_version is None and prod.canary_version is None:
-            raise MetricsError(f"no canary of {model} runs in {prod.env} (per git); pass the canary version")
-        stable_version = prod.stable_version if stable_version is None else stable_version
-        canary_version = prod.canary_version if canary_version is None else canary_version
-    assert canary_version is not None
+    stable_version, canary_version = canary_versions(delivery, root, model, stable_version, canary_version)
     if stable_source is None or canary_source is None:
         assert delivery.prometheus_url is not None
         return analyze_canary_prometheus(delivery, delivery.prometheus_url, log_uri, model,
                                          stable_version=stable_version, canary_version=canary_version, since=since,
-                                         skew_mismatch_rate=skew_mismatch_rate)
+                                         skew_mismatch_rate=skew_mismatch_rate, threshold_of=threshold_of)
     log = _read_scores(log_uri, model, since, [stable_version, canary_version])
     return analyze_canary(delivery, read_metrics_text(stable_source), read_metrics_text(canary_source), log,
                           stable_version=stable_version, canary_version=canary_version,
-                          skew_mismatch_rate=skew_mismatch_rate)
-
-
-def analyze_until_decided(
-    delivery: DeliveryConfig,
-    root: Path,
-    log_uri: str | Path,
-    model: str,
-    stable_source: str | None,
-    canary_source: str | None,
-    *,
-    wait_s: float = 0.0,
-    interval_s: float = 30.0,
-    stable_version: int | None = None,
-    canary_version: int | None = None,
-    since: datetime | None = None,
-    skew_mismatch_rate: float | None = None,
-) -> CanaryAnalysis:
-    """Analyze, and while the answer is ``hold`` analyze again every ``interval_s`` for up to ``wait_s``.
-
-    Returns the first ``promote`` or ``rollback``, or the last ``hold`` when the wait runs out.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        result = analyze_canary_sources(delivery, root, log_uri, model, stable_source, canary_source,
-                                        stable_version=stable_version, canary_version=canary_version, since=since,
-                                        skew_mismatch_rate=skew_mismatch_rate)
-        if result.decision != "hold" or time.monotonic() + interval_s > deadline:
-            return result
-        logger.info("canary analysis: hold (%s); again in %.0f s", "; ".join(result.reasons), interval_s)
-        time.sleep(interval_s)
+                          skew_mismatch_rate=skew_mismatch_rate, threshold_of=threshold_of)

@@ -24,7 +24,7 @@ requests or a side without observations → ``hold``; any check failed with enou
 passed → ``promote``.
 
 Under ``delivery.sequential.verdict: sequential`` (the default) the decision is the sequential verdict instead
-(:mod:`mlops_delivery.sequential`'s always-valid tests, safe however often the canary is looked at), on three
+(:mod:`mlops_delivery.sequential`'s always-valid tests, safe however often the canary is looked at), on these
 differences of proportions, canary minus stable, with ``delivery.sequential.lm``'s margins:
 
 - **error rate**: 5xx per request;
@@ -35,10 +35,16 @@ differences of proportions, canary minus stable, with ``delivery.sequential.lm``
   answer has no decode phase, so it is not slow: its trial still counts, or short answers would starve the test
   (the loop's toy model answered 110 requests with 31 decode rates). A share of slow requests, not the decode
   rate over all tokens: a ratio of two sums has no simple variance.
+- **truncated answers**: the share of logged answers cut off at ``max_tokens`` (``finish_reason: length``), with
+  ``delivery.max_truncated_increase`` as its margin (the rise the threshold check tolerates). A canary that rambles
+  to the limit where stable stopped is rolled back by this test, not only vetoed by the threshold; one that stops
+  where stable rambled is not worse. Made whenever the prediction log records ``finish_reason`` (the LM server
+  always does).
 
-Rollback splits ``alpha`` in thirds over them (as the tabular canary's error, slow and score tests). The response
-length stays a threshold (PSI): a distance has no martingale form, and a retrained LM legitimately answers at
-other lengths. The thresholds then only veto a promotion (``threshold_guard``), as in the tabular canary.
+Rollback splits ``alpha`` evenly over the tests made (quarters; thirds without ``finish_reason``), as the tabular
+canary splits it over its error, slow and score tests. The response length stays a threshold (PSI): a distance has
+no martingale form, and a retrained LM legitimately answers at other lengths. The thresholds then only veto a
+promotion (``threshold_guard``), as in the tabular canary.
 """
 
 from __future__ import annotations
@@ -148,11 +154,26 @@ def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
     return rows["completion_tokens"].to_numpy(dtype=float)
 
 
-def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np.ndarray, version: int, *,
-                        source: str, model: str | None = None, before: str | None = None,
-                        truncated: int | None = None) -> LMVariantEvidence:
-    """Requests, 5xx, TTFT p99 and mean tokens/s of ``version`` from one LM server's exposition (counted from the
-    ``before`` exposition on, when given), and the slow counts of the sequential verdict."""
+@dataclass(frozen=True)
+class LMCounts:
+    """One LM variant's counts over the canary's window, wherever they were read (two servers' expositions, or
+    Prometheus): what :func:`lm_evidence` turns into evidence."""
+
+    answered: float
+    errors: float
+    """5xx answers."""
+    ttft: list[tuple[float, float]]
+    """Cumulative ``(le, count)`` buckets of the time-to-first-token histogram."""
+    rate: list[tuple[float, float]]
+    """Cumulative ``(le, count)`` buckets of the per-request tokens/s histogram."""
+    decode_tokens: float
+    decode_seconds: float
+
+
+def lm_counts(delivery: DeliveryConfig, metrics_text: str, version: int, *, source: str, model: str | None = None,
+              before: str | None = None) -> LMCounts:
+    """``version``'s counts from one LM server's exposition (counted from the ``before`` exposition on, when
+    given)."""
     samples = parse_samples(metrics_text, source=source)
     prior = parse_samples(before, source=f"{source} (before)") if before is not None else []
     labels = {"model": model} if model else {}
@@ -161,28 +182,67 @@ def lm_variant_evidence(delivery: DeliveryConfig, metrics_text: str, lengths: np
     if not any(s.name == f"{TTFT_METRIC}_bucket" for s in samples):
         raise MetricsError(f"{source!r} has no {TTFT_METRIC!r} series: is it an LM server (mlops serve on an "
                            "hf_causal_lm folder)?")
-    answered = (counter_total(samples, delivery.requests_metric, labels=labels)
-                - counter_total(prior, delivery.requests_metric, labels=labels))
-    errors = (counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
-              - counter_total(prior, delivery.errors_metric, labels=labels, label_prefix={"status": "5"}))
-    requests = answered + errors
-    ttft = _windowed(samples, prior, TTFT_METRIC, labels)
-    decoded = (counter_total(samples, DECODE_TOKENS_METRIC, labels=labels)
-               - counter_total(prior, DECODE_TOKENS_METRIC, labels=labels))
-    decode_s = (counter_total(samples, DECODE_SECONDS_METRIC, labels=labels)
-                - counter_total(prior, DECODE_SECONDS_METRIC, labels=labels))
+
+    def total(metric: str, **prefix: str) -> float:
+        return (counter_total(samples, metric, labels=labels, label_prefix=prefix or None)
+                - counter_total(prior, metric, labels=labels, label_prefix=prefix or None))
+
+    return LMCounts(answered=total(delivery.requests_metric), errors=total(delivery.errors_metric, status="5"),
+                    ttft=_windowed(samples, prior, TTFT_METRIC, labels),
+                    rate=_windowed(samples, prior, RATE_METRIC, labels),
+                    decode_tokens=total(DECODE_TOKENS_METRIC), decode_seconds=total(DECODE_SECONDS_METRIC))
+
+
+def lm_evidence(delivery: DeliveryConfig, counts: LMCounts, lengths: np.ndarray, version: int, *, source: str,
+                truncated: int | None = None) -> LMVariantEvidence:
+    """Requests, 5xx, TTFT p99 and the decode rate of one variant's counts, its log rows' lengths, and the slow
+    counts of the sequential verdict."""
+    requests = counts.answered + counts.errors
+    ttft = counts.ttft
     seen = bool(ttft) and ttft[-1][1] > 0
     p99 = histogram_quantile(0.99, ttft) if seen else None
     slow: dict[str, float | None] = dict.fromkeys(("first_tokens", "slow_first_tokens", "decoded_requests",
                                                    "slow_decodes"))
     if delivery.sequential.verdict == "sequential":
-        slow = _slow_counts(delivery.sequential, ttft, _windowed(samples, prior, RATE_METRIC, labels), source)
+        slow = _slow_counts(delivery.sequential, ttft, counts.rate, source)
     return LMVariantEvidence(
-        version=version, requests=requests, errors=errors, error_rate=errors / requests if requests else None,
+        version=version, requests=requests, errors=counts.errors,
+        error_rate=counts.errors / requests if requests else None,
         ttft_p99_s=p99, ttft_p99_bucket_s=_bucket_width(ttft, p99),
-        tokens_per_s_mean=decoded / decode_s if decode_s > 0 else None,
+        tokens_per_s_mean=counts.decode_tokens / counts.decode_seconds if counts.decode_seconds > 0 else None,
         responses_logged=int(lengths.size), completion_tokens_mean=float(lengths.mean()) if lengths.size else None,
         truncated_responses=truncated, **slow)
+
+
+def lm_version_counts(delivery: DeliveryConfig, prometheus_url: str, model: str) -> dict[int, LMCounts]:
+    """Every version's counts over ``delivery.canary_rate_window`` from Prometheus (``delivery.prometheus_url``):
+    the LM servers' series carry ``model`` and ``version``, so one query answers for both variants wherever
+    they run, as for the tabular canary (:mod:`mlops_delivery.prometheus`).
+
+    Raises:
+        MetricsError: a query fails, or Prometheus holds no time-to-first-token series of ``model``.
+    """
+    from mlops_delivery.prometheus import FIVE_XX, window_counts
+
+    w = delivery.canary_rate_window
+    totals, buckets = window_counts(
+        prometheus_url, model, w,
+        counters={"answered": (delivery.requests_metric, ""), "errors": (delivery.errors_metric, FIVE_XX),
+                  "decode_tokens": (DECODE_TOKENS_METRIC, ""), "decode_seconds": (DECODE_SECONDS_METRIC, "")},
+        histograms={"ttft": TTFT_METRIC, "rate": RATE_METRIC})
+    if not buckets["ttft"]:
+        raise MetricsError(f"Prometheus at {prometheus_url!r} holds no {TTFT_METRIC!r} series for model {model!r} "
+                           f"in the last {w}: is it scraping the LM servers (mlops serve on an hf_causal_lm folder)?")
+    out: dict[int, LMCounts] = {}
+    for version in buckets["ttft"]:
+        if not version.isdigit():
+            continue
+        out[int(version)] = LMCounts(
+            answered=totals["answered"].get(version, 0.0), errors=totals["errors"].get(version, 0.0),
+            ttft=buckets["ttft"][version], rate=buckets["rate"].get(version, []),
+            decode_tokens=totals["decode_tokens"].get(version, 0.0),
+            decode_seconds=totals["decode_seconds"].get(version, 0.0))
+    return out
 
 
 def _windowed(samples: list[Any], prior: list[Any], metric: str, labels: dict[str, str]) -> list[tuple[float, float]]:
@@ -274,32 +334,45 @@ def truncation_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary
                  f"+{delivery.max_truncated_increase})", delta > delivery.max_truncated_increase)
 
 
-def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence,
-                        canary: LMVariantEvidence) -> list[MetricTest]:
-    """The LM's always-valid tests: error rate, slow first token, slow decode (``alpha`` / 3 each to roll back)."""
+def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence, *,
+                        truncation_margin: float | None = None) -> list[MetricTest]:
+    """The LM's always-valid tests: error rate, slow first token, slow decode and, with ``truncation_margin`` and a
+    log that records ``finish_reason`` on both sides, truncated answers (``alpha`` split evenly to roll back)."""
     counts = [(v.slow_first_tokens, v.first_tokens, v.slow_decodes) for v in (stable, canary)]
     if any(c is None for pair in counts for c in pair):
         raise MetricsError("the sequential verdict needs the slow first-token and decode counts: evidence read "
                            "with delivery.sequential.verdict = 'threshold' has none")
+    truncation = (truncation_margin is not None and stable.truncated_responses is not None
+                  and canary.truncated_responses is not None)
     for side, v in (("stable", stable), ("canary", canary)):
-        for name, events, trials in (("5xx", v.errors, v.requests), ("slow first-token", v.slow_first_tokens,
-                                     v.first_tokens), ("slow decode", v.slow_decodes, v.first_tokens)):
+        checked = [("5xx", v.errors, v.requests), ("slow first-token", v.slow_first_tokens, v.first_tokens),
+                   ("slow decode", v.slow_decodes, v.first_tokens)]
+        if truncation:
+            checked.append(("truncated answer", v.truncated_responses, v.responses_logged))
+        for name, events, trials in checked:
             if not 0 <= events <= trials:  # type: ignore[operator]
                 raise MetricsError(f"{side} v{v.version}: {name} count {events!r} must lie in [0, {trials!r}]; did "
                                    "the server restart after the before exposition (counters reset)?")
-    lm, third = cfg.lm, cfg.alpha / 3.0
-    return [
-        metric_test(cfg, "error_rate", shift=False, margin=lm.error_margin, alpha_rollback=third,
+    lm, share = cfg.lm, cfg.alpha / (4.0 if truncation else 3.0)
+    tests = [
+        metric_test(cfg, "error_rate", shift=False, margin=lm.error_margin, alpha_rollback=share,
                     canary_events=canary.errors, canary_trials=canary.requests, stable_events=stable.errors,
                     stable_trials=stable.requests),
         metric_test(cfg, f"slow_first_token(>{lm.ttft_slow_ms:g}ms)", shift=False, margin=lm.ttft_margin,
-                    alpha_rollback=third, canary_events=canary.slow_first_tokens, canary_trials=canary.first_tokens,
+                    alpha_rollback=share, canary_events=canary.slow_first_tokens, canary_trials=canary.first_tokens,
                     stable_events=stable.slow_first_tokens, stable_trials=stable.first_tokens),
         metric_test(cfg, f"slow_decode(<={lm.slow_decode_tokens_per_s:g}tok/s)", shift=False,
-                    margin=lm.decode_margin, alpha_rollback=third, canary_events=canary.slow_decodes,
+                    margin=lm.decode_margin, alpha_rollback=share, canary_events=canary.slow_decodes,
                     canary_trials=canary.first_tokens, stable_events=stable.slow_decodes,
                     stable_trials=stable.first_tokens),
     ]
+    if truncation:
+        assert truncation_margin is not None  # for the type checker: ``truncation`` implies it
+        tests.append(metric_test(cfg, "truncated_answer(finish_reason=length)", shift=False, margin=truncation_margin,
+                                 alpha_rollback=share, canary_events=canary.truncated_responses,
+                                 canary_trials=canary.responses_logged, stable_events=stable.truncated_responses,
+                                 stable_trials=stable.responses_logged))
+    return tests
 
 
 def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_metrics: str, log: pd.DataFrame,
@@ -308,18 +381,32 @@ def analyze_lm_canary(delivery: DeliveryConfig, *, stable_metrics: str, canary_m
                       stable_before: str | None = None, canary_before: str | None = None) -> LMCanaryAnalysis:
     """Compare the two LM variants from their expositions (text; ``*_before``: taken when traffic started) and
     the prediction log (rows of both)."""
+    stable = lm_counts(delivery, stable_metrics, stable_version, source=stable_source, model=model,
+                       before=stable_before)
+    canary = lm_counts(delivery, canary_metrics, canary_version, source=canary_source, model=model,
+                       before=canary_before)
+    return analyze_lm_counts(delivery, stable, canary, log=log, stable_version=stable_version,
+                             canary_version=canary_version, stable_source=stable_source, canary_source=canary_source)
+
+
+def analyze_lm_counts(delivery: DeliveryConfig, stable_counts: LMCounts, canary_counts: LMCounts, *,
+                      log: pd.DataFrame, stable_version: int, canary_version: int, stable_source: str = "stable",
+                      canary_source: str = "canary") -> LMCanaryAnalysis:
+    """Compare the two LM variants from their counts (:func:`lm_counts`, or Prometheus's
+    :func:`mlops_delivery.prometheus.lm_version_counts`) and the prediction log (rows of both)."""
     s_len, c_len = completion_lengths(log, stable_version), completion_lengths(log, canary_version)
-    stable = lm_variant_evidence(delivery, stable_metrics, s_len, stable_version, source=stable_source, model=model,
-                                 before=stable_before, truncated=truncated_responses(log, stable_version))
-    canary = lm_variant_evidence(delivery, canary_metrics, c_len, canary_version, source=canary_source, model=model,
-                                 before=canary_before, truncated=truncated_responses(log, canary_version))
+    stable = lm_evidence(delivery, stable_counts, s_len, stable_version, source=stable_source,
+                         truncated=truncated_responses(log, stable_version))
+    canary = lm_evidence(delivery, canary_counts, c_len, canary_version, source=canary_source,
+                         truncated=truncated_responses(log, canary_version))
     psi, ks = length_shift(s_len, c_len, delivery)
     decision, reasons = decide_lm(delivery, stable, canary, psi)
     threshold_decision, verdict = None, None
     seq = delivery.sequential
     if seq.verdict == "sequential":
-        verdict = verdict_from_tests(seq, lm_sequential_tests(seq, stable, canary), canary_requests=canary.requests,
-                                     stable_requests=stable.requests, min_requests=delivery.min_canary_requests)
+        tests = lm_sequential_tests(seq, stable, canary, truncation_margin=delivery.max_truncated_increase)
+        verdict = verdict_from_tests(seq, tests, canary_requests=canary.requests, stable_requests=stable.requests,
+                                     min_requests=delivery.min_canary_requests)
         threshold_decision = decision
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=seq.threshold_guard)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,

@@ -116,3 +116,28 @@ def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -
             "is it scraping the predictors? (delivery.requests_metric names the counter)")
     logger.debug("canary figures from %s: %s", prometheus_url, figures)
     return figures
+
+
+def counter_name(metric: str) -> str:
+    """A counter's exposed name: ``metric`` with its ``_total`` suffix."""
+    return metric if metric.endswith("_total") else f"{metric}_total"
+
+
+def window_counts(prometheus_url: str, model: str, window: str, *, counters: dict[str, tuple[str, str]],
+                  histograms: dict[str, str]) -> tuple[dict[str, dict[str, float]],
+                                                       dict[str, dict[str, list[tuple[float, float]]]]]:
+    """Counts of ``model``'s series by version over ``window``, all evaluated at one time:
+    ``{name: {version: increase}}`` for ``counters`` (``name: (counter, extra matcher)``) and
+    ``{name: {version: [(le, cumulative increase), ...]}}`` for ``histograms`` (``name: histogram``).
+
+    Raises:
+        MetricsError: a query fails.
+    """
+    at = time.time()  # one evaluation time: increase() extrapolates to it, and ratios of counts must agree
+    totals = {name: by_version(query(prometheus_url, f"sum by (version) (increase({counter_name(metric)}"
+                                                     f"{_selector(model, extra)}[{window}]))", at=at))
+              for name, (metric, extra) in counters.items()}
+    buckets = {name: by_version_buckets(query(prometheus_url, f"sum by (version, le) (increase({metric}_bucket"
+                                                              f"{_selector(model)}[{window}]))", at=at))
+               for name, metric in histograms.items()}
+    return totals, buckets

@@ -231,6 +231,11 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
         clone = _clone(repo, Path(tmp) / "repo", base, env)
         backend = backend_for(delivery, clone, env, environ)  # a GitHub backend without a token fails here
         seen = _remote_branch(clone, branch, env)
+        if seen is not None and trigger.reason == "data" and _pin_at(clone, seen, rel_pin) == version:
+            # the data trigger runs every hour in the drift job: a branch that already pins the version is enough
+            outcome.status, outcome.head_sha = "up_to_date", seen
+            outcome.detail = f"{branch!r} already pins {version!r}: nothing to push"
+            return _record(outcome, ledger)
         if seen is not None:
             last = datetime.fromtimestamp(int(_git(clone, "log", "-1", "--format=%ct", seen)), UTC)
             wait = last + timedelta(hours=retrain.min_interval_hours) - moment
@@ -270,6 +275,12 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
             outcome.merged_sha = backend.merge(model=trigger.model, branch=branch, base=base)
     logger.info("retrain %s: %s %s (%s)", trigger.model, outcome.status, branch, version)
     return _record(outcome, ledger)
+
+
+def _pin_at(clone: Path, commit: str, rel_pin: str) -> str | None:
+    """The data version the pin holds at ``commit`` (``None``: no pin there)."""
+    shown = run_git(clone, "show", f"{commit}:{rel_pin}")
+    return parse_data_pin(shown.stdout, f"{rel_pin} at {commit[:12]}") if shown.returncode == 0 else None
 
 
 def merge_retrain(delivery: DeliveryConfig, root: Path, model: str) -> str:

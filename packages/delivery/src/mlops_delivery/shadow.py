@@ -15,7 +15,7 @@ Optional limits (largest flip rate, error rate, p99 difference) turn it into a c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +70,8 @@ class ShadowAnalysis:
     passed: bool | None = None
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    version_thresholds: dict[str, float] = field(default_factory=dict)
+    """Each version's own decision threshold a flip was judged at (``threshold_of``); empty: ``threshold``."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
@@ -77,8 +79,14 @@ class ShadowAnalysis:
 
 
 def summarize_shadow(frame: pd.DataFrame, *, model: str, threshold: float,
-                     limits: ShadowLimits | None = None) -> ShadowAnalysis:
-    """The analysis of shadow-log rows (``mlops_serving.read_shadow_log``'s columns)."""
+                     limits: ShadowLimits | None = None,
+                     threshold_of: Callable[[str], float] | None = None) -> ShadowAnalysis:
+    """The analysis of shadow-log rows (``mlops_serving.read_shadow_log``'s columns).
+
+    A decision is ``score >= threshold``; with ``threshold_of`` each version decides at its own (the live
+    model at ``threshold_of(live_version)``, the candidate at ``threshold_of(model_version)``: the thresholds
+    recorded in their ``model.json``), so a flip is a decision that changes for a caller.
+    """
     if not 0 < threshold < 1:
         raise ShadowError(f"threshold {threshold!r} must be a score strictly between 0 and 1")
     missing = [c for c in COLUMNS if c not in frame.columns]
@@ -93,7 +101,15 @@ def summarize_shadow(frame: pd.DataFrame, *, model: str, threshold: float,
     cand = answered["score"].to_numpy(dtype=np.float64)
     notes: list[str] = []
     pearson, spearman = _correlations(live, cand, notes)
-    live_flag, cand_flag = live >= threshold, cand >= threshold
+    at: dict[str, float] = {}
+    if threshold_of is not None:
+        at = {v: float(threshold_of(v)) for v in {*map(str, answered["live_version"]),
+                                                  *map(str, answered["model_version"])}}
+        live_t = answered["live_version"].astype(str).map(at).to_numpy(dtype=np.float64)
+        cand_t = answered["model_version"].astype(str).map(at).to_numpy(dtype=np.float64)
+    else:
+        live_t = cand_t = np.full(len(answered), threshold)
+    live_flag, cand_flag = live >= live_t, cand >= cand_t
     to_flag = int(np.sum(cand_flag & ~live_flag))
     to_pass = int(np.sum(live_flag & ~cand_flag))
     n = len(answered)
@@ -114,7 +130,7 @@ def summarize_shadow(frame: pd.DataFrame, *, model: str, threshold: float,
         error_rate=errors / len(per_request), errors_by_status={str(k): int(v) for k, v in status_counts.items()},
         pearson=pearson, spearman=spearman, mean_abs_diff=float(np.mean(np.abs(cand - live))) if n else None,
         flipped=to_flag + to_pass, flip_rate=(to_flag + to_pass) / n if n else None, flipped_to_flag=to_flag,
-        flipped_to_pass=to_pass, latency=latency, notes=tuple(notes),
+        flipped_to_pass=to_pass, latency=latency, notes=tuple(notes), version_thresholds=at,
     )
     return _check(result, limits) if limits is not None else result
 
@@ -150,7 +166,9 @@ def _check(result: ShadowAnalysis, limits: ShadowLimits) -> ShadowAnalysis:
         if result.flip_rate is None:
             reasons.append("no answered instance: the flip rate is unknown")
         elif result.flip_rate > limits.max_flip_rate:
-            reasons.append(f"{result.flipped} of {result.answered_rows} decisions flipped at {result.threshold} "
+            at = (", ".join(f"v{v} {t:.4g}" for v, t in sorted(result.version_thresholds.items()))
+                  or f"{result.threshold}")
+            reasons.append(f"{result.flipped} of {result.answered_rows} decisions flipped at {at} "
                            f"(rate {result.flip_rate:.4f} > {limits.max_flip_rate})")
     diff = result.latency["p99_diff_ms"]
     if limits.max_p99_diff_ms is not None and (diff is None or diff > limits.max_p99_diff_ms):
@@ -160,7 +178,8 @@ def _check(result: ShadowAnalysis, limits: ShadowLimits) -> ShadowAnalysis:
 
 def analyze_shadow(log_uri: str | Path, model: str, *, threshold: float, since: datetime | None = None,
                    until: datetime | None = None, versions: Sequence[str | int] | None = None,
-                   limits: ShadowLimits | None = None) -> ShadowAnalysis:
+                   limits: ShadowLimits | None = None,
+                   threshold_of: Callable[[str], float] | None = None) -> ShadowAnalysis:
     """Read the shadow log of ``model`` beside the prediction log at ``log_uri`` and analyse it.
 
     Raises:
@@ -181,11 +200,12 @@ def analyze_shadow(log_uri: str | Path, model: str, *, threshold: float, since: 
         only = f" of version(s) {list(versions)!r}" if versions else ""
         raise ShadowError(f"no shadow answers of {model!r}{only}{window} in {shadow_log_uri(log_uri)!r}: is "
                           "serving.shadow.fraction > 0 with serving.shadow.url set on the transformer?")
-    return summarize_shadow(frame, model=model, threshold=threshold, limits=limits)
+    return summarize_shadow(frame, model=model, threshold=threshold, limits=limits, threshold_of=threshold_of)
 
 
 def analyze_shadow_until_enough(log_uri: str | Path, model: str, *, threshold: float, wait_s: float = 0.0,
                                 interval_s: float = 30.0, limits: ShadowLimits | None = None,
+                                threshold_of: Callable[[str], float] | None = None,
                                 **window: Any) -> ShadowAnalysis:
     """:func:`analyze_shadow`, retried every ``interval_s`` for up to ``wait_s`` while fewer than
     ``limits.min_requests`` requests were mirrored (or none yet); the last answer (or error) stands."""
@@ -195,7 +215,8 @@ def analyze_shadow_until_enough(log_uri: str | Path, model: str, *, threshold: f
     need = limits.min_requests if limits is not None else 1
     while True:
         try:
-            result = analyze_shadow(log_uri, model, threshold=threshold, limits=limits, **window)
+            result = analyze_shadow(log_uri, model, threshold=threshold, limits=limits, threshold_of=threshold_of,
+                                    **window)
             if result.requests >= need or time.monotonic() + interval_s > deadline:
                 return result
         except ShadowError as exc:

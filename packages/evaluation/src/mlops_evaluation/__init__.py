@@ -1,6 +1,7 @@
-"""Evaluation gates: metrics on a fixed holdout, quality vs champion, reproducibility, latency, contract."""
+"""Evaluation gates: quality vs champion, reproducibility, latency, contract, calibration."""
 
 from mlops_evaluation.bootstrap import BootstrapResult, paired_bootstrap_f1
+from mlops_evaluation.calibration_gate import calibration_gate
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import (
     GATES,
@@ -25,6 +26,7 @@ __all__ = [
     "GateResult",
     "LatencyRun",
     "binary_metrics",
+    "calibration_gate",
     "check_trajectory",
     "contract_gate",
     "evaluate",

@@ -1,4 +1,4 @@
-"""The four gates as pure functions over arrays, hashes, timings and model metadata.
+"""The gates as pure functions over arrays, hashes, timings and model metadata.
 
 Each returns a :class:`GateResult`: a verdict, a reason a person can read, and the evidence behind it.
 Nothing here touches MLflow, files or models; :mod:`mlops_evaluation.runner` gathers the inputs.
@@ -17,9 +17,11 @@ from mlops_evaluation.bootstrap import paired_bootstrap_f1
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.latency import LatencyRun
 from mlops_evaluation.metrics import binary_metrics, slice_metrics
-from mlops_model import EncoderSpec, EncoderSpecError
+from mlops_model import EncoderSpec, EncoderSpecError, ModelKind, ThresholdChoice, kind_problem, resolve_threshold
 
-GATES = ("quality", "reproducibility", "latency", "contract")
+GATES = ("quality", "reproducibility", "latency", "contract", "calibration")
+TABULAR_ONLY = ("calibration",)
+"""Gates of the tabular suite only (a language model's scores are no probability of a class)."""
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
@@ -63,9 +65,15 @@ def _fmt(x: float) -> str:
 def quality_gate(
     labels: Any, candidate_scores: Any, reference_scores: Any | None, slices: Mapping[str, Sequence[Any]],
     section: EvaluationConfig, *, reference_name: str = "champion", seed: int = 0,
+    candidate_threshold: ThresholdChoice | None = None, reference_threshold: ThresholdChoice | None = None,
 ) -> GateResult:
     """Candidate F1 must beat the reference by ``min_improvement`` (point and, if configured, CI lower bound);
-    no slice with enough rows may lose more than ``max_slice_regression`` F1.
+    no slice with enough rows and frauds (``min_slice_rows``, ``min_slice_positives``) may lose more than
+    ``max_slice_regression`` F1.
+
+    Each model decides at its own threshold (``candidate_threshold`` / ``reference_threshold``, resolved from
+    its ``model.json`` by :func:`mlops_model.resolve_threshold`; ``None``: ``evaluation.decision_threshold`` or
+    the legacy 0.5). The reason names both, and an override that disagrees with a recorded threshold.
 
     With ``reference_scores=None`` (no champion yet) the reference is the trivial baseline that flags every
     transaction as fraud: the best constant predictor for F1, so a model must at least beat "flag all".
@@ -75,22 +83,26 @@ def quality_gate(
     baseline = reference_scores is None
     ref = np.ones_like(cand) if baseline else np.asarray(reference_scores, dtype=np.float64)
     ref_label = "trivial baseline (flag every transaction)" if baseline else reference_name
-    t = section.decision_threshold
-    cand_m, ref_m = binary_metrics(y, cand, t), binary_metrics(y, ref, t)
-    boot = paired_bootstrap_f1(y, cand >= t, ref >= t, mode=section.improvement_mode,
+    key = "evaluation.decision_threshold"
+    ct = candidate_threshold or resolve_threshold(None, section.decision_threshold, override_key=key,
+                                                  model="the candidate")
+    rt = ct if baseline else (reference_threshold or resolve_threshold(None, section.decision_threshold,
+                                                                       override_key=key, model=reference_name))
+    cand_m, ref_m = binary_metrics(y, cand, ct.value), binary_metrics(y, ref, rt.value)
+    boot = paired_bootstrap_f1(y, cand >= ct.value, ref >= rt.value, mode=section.improvement_mode,
                                samples=section.bootstrap_samples, confidence=section.confidence, seed=seed)
     need = section.min_improvement
     point_ok = boot.estimate >= need
     ci_ok = boot.lower >= need or not section.require_ci_above_threshold
-    cand_s = slice_metrics(y, cand, slices, t)
-    ref_s = slice_metrics(y, ref, slices, t)
+    cand_s = slice_metrics(y, cand, slices, ct.value)
+    ref_s = slice_metrics(y, ref, slices, rt.value)
     table: dict[str, dict[str, dict[str, Any]]] = {}
     regressions: list[str] = []
     for column, values in cand_s.items():
         table[column] = {}
         for value, m in values.items():
             delta = m["f1"] - ref_s[column][value]["f1"]
-            gated = m["rows"] >= section.min_slice_rows
+            gated = m["rows"] >= section.min_slice_rows and m["positives"] >= section.min_slice_positives
             table[column][value] = {"rows": int(m["rows"]), "positives": int(m["positives"]),
                                     "candidate_f1": m["f1"], "reference_f1": ref_s[column][value]["f1"],
                                     "delta": delta, "gated": gated,
@@ -99,8 +111,13 @@ def quality_gate(
             if gated and -delta > section.max_slice_regression:
                 regressions.append(f"{column}={value} F1 {_fmt(delta)}")
     unit = "absolute F1" if section.improvement_mode == "absolute" else "relative to the reference's F1"
-    parts = [f"candidate F1 {cand_m['f1']:.4f} vs {ref_label} {ref_m['f1']:.4f}: improvement {_fmt(boot.estimate)} "
-             f"({unit}) {'≥' if point_ok else '<'} required {need:+.4f}"]
+    at = f"candidate at {ct.value:.4g}" + ("" if baseline else f", {ref_label} at {rt.value:.4g}")
+    parts = [f"candidate F1 {cand_m['f1']:.4f} vs {ref_label} {ref_m['f1']:.4f} ({at}): improvement "
+             f"{_fmt(boot.estimate)} ({unit}) {'≥' if point_ok else '<'} required {need:+.4f}"]
+    notes = [c.note for c in ((ct,) if baseline else (ct, rt)) if c.source != "model" and (c.disagrees or
+                                                                                           c.source == "legacy")]
+    if notes:
+        parts.append("thresholds: " + "; ".join(notes))
     if section.require_ci_above_threshold:
         parts.append(f"{boot.confidence:.0%} paired-bootstrap CI lower bound {_fmt(boot.lower)} "
                      f"{'≥' if boot.lower >= need else '<'} {need:+.4f}")
@@ -110,11 +127,13 @@ def quality_gate(
                  + (", ".join(regressions) if regressions else "none"))
     return GateResult(
         "quality", point_ok and ci_ok and not regressions, "; ".join(parts),
-        {"reference": ref_label, "baseline": baseline, "decision_threshold": t, "mode": section.improvement_mode,
+        {"reference": ref_label, "baseline": baseline, "decision_threshold": ct.value,
+         "thresholds": {"candidate": ct.as_dict(), "reference": None if baseline else rt.as_dict()},
+         "mode": section.improvement_mode,
          "min_improvement": need, "candidate": cand_m, "reference_metrics": ref_m, "bootstrap": boot.as_dict(),
          "require_ci_above_threshold": section.require_ci_above_threshold, "slices": table,
          "slice_regressions": regressions, "max_slice_regression": section.max_slice_regression,
-         "min_slice_rows": section.min_slice_rows},
+         "min_slice_rows": section.min_slice_rows, "min_slice_positives": section.min_slice_positives},
     )
 
 
@@ -254,8 +273,9 @@ def contract_gate(meta: Mapping[str, Any], *, feature_service: str, available: S
     problems: list[str] = []
     features = meta.get("features") or {}
     encoder = features.get("encoder") or {}
-    if meta.get("kind") != "tabular_mlp":
-        problems.append(f"kind {meta.get('kind')!r} is not 'tabular_mlp'")
+    wrong_kind = kind_problem(meta, ModelKind.TABULAR)
+    if wrong_kind is not None:
+        problems.append(wrong_kind)
     got_service = features.get("feature_service")
     if got_service != feature_service:
         problems.append(f"FeatureService {got_service!r} != serving's {feature_service!r}")

@@ -86,6 +86,15 @@ def to_markdown(report: EvaluationReport) -> str:
                   f"| candidate | {ev['candidate']['perplexity']:.3f} | {ev['candidate']['nll']:.4f} |",
                   f"| {ev['reference']} | {ev['reference_metrics']['perplexity']:.3f} | "
                   f"{ev['reference_metrics']['nll']:.4f} |"]
+        task = ev.get("task")
+        if task:  # the LM's task check (mlops_evaluation.lm_task): exact match and token accuracy, held-out prompts
+            ref = task.get("reference_metrics") or {}
+            cand = task["candidate"]
+            lines += ["", f"| model | exact match (floor {task['floor']:.0%}) | token accuracy |",
+                      "| --- | --- | --- |",
+                      f"| candidate | {cand['exact_match']:.1%} | {cand['token_accuracy']:.1%} |"]
+            if ref:
+                lines.append(f"| {task['reference']} | {ref['exact_match']:.1%} | {ref['token_accuracy']:.1%} |")
     elif quality is not None:
         ev = quality.evidence
         rule = "| --- | --- | --- | --- | --- | --- |"

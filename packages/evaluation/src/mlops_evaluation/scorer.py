@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlops_evaluation.errors import EvaluationError
-from mlops_model import ExportedModel, load_exported
+from mlops_model import ExportedModel, ModelKind, ModelKindError, kind_of, load_exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,13 +41,13 @@ class Scorer:
     """The ``transformers`` tokenizer of an ``hf_causal_lm`` version."""
 
     @property
-    def kind(self) -> str:
-        """``tabular_mlp``, ``causal_lm`` or ``hf_causal_lm``."""
-        return str(self.meta.get("kind"))
+    def kind(self) -> ModelKind:
+        """The model's family (``model.json``'s ``kind``)."""
+        return kind_of(self.meta)
 
     def _tabular(self) -> ExportedModel:
         if self.tabular is None:
-            raise EvaluationError(f"v{self.version} is a {self.kind!r} model: it does not score tabular rows")
+            raise EvaluationError(f"v{self.version} is a {self.kind.value!r} model: it does not score tabular rows")
         return self.tabular
 
     def encode(self, frame: pd.DataFrame) -> np.ndarray:
@@ -96,17 +96,35 @@ def load_version(client: MlflowClient, name: str, version: str, dst: Path,
         tensors, meta = load_exported(folder, check=check)
     except ModelSignatureError as exc:
         raise EvaluationError(f"{name!r} v{version} is refused before scoring: {exc}") from None
-    if meta.get("kind") == "causal_lm":
-        from mlops_evaluation.lm import build_lm
+    try:
+        kind = kind_of(meta)
+    except ModelKindError as exc:
+        raise EvaluationError(f"{name!r} v{version} cannot be scored: {exc}") from None
+    return LOADERS[kind](str(version), mv.run_id, meta, tensors, folder)
 
-        return Scorer(str(version), mv.run_id, meta, build_lm(meta, tensors), folder)
-    if meta.get("kind") == "hf_causal_lm":
-        from mlops_evaluation.lm_evaluate import load_hf
 
-        hf = load_hf(folder)
-        return Scorer(str(version), mv.run_id, meta, hf.model, folder, tokenizer=hf.tokenizer)
-    if meta.get("kind") != "tabular_mlp":
-        raise EvaluationError(f"{name!r} v{version} is a {meta.get('kind')!r} model; expected 'tabular_mlp', "
-                              "'causal_lm' or 'hf_causal_lm'")
+def _load_tabular(version: str, run_id: str, meta: dict[str, Any], tensors: Any, folder: Path) -> Scorer:
     model = ExportedModel.load(folder)
-    return Scorer(str(version), mv.run_id, model.meta, model.network, folder, model)
+    return Scorer(version, run_id, model.meta, model.network, folder, model)
+
+
+def _load_byte_lm(version: str, run_id: str, meta: dict[str, Any], tensors: Any, folder: Path) -> Scorer:
+    from mlops_evaluation.lm import build_lm
+
+    return Scorer(version, run_id, meta, build_lm(meta, tensors), folder)
+
+
+def _load_hf(version: str, run_id: str, meta: dict[str, Any], tensors: Any, folder: Path) -> Scorer:
+    from mlops_evaluation.lm_evaluate import load_hf
+
+    hf = load_hf(folder)
+    return Scorer(version, run_id, meta, hf.model, folder, tokenizer=hf.tokenizer)
+
+
+LOADERS: dict[ModelKind, Callable[[str, str, dict[str, Any], Any, Path], Scorer]] = {
+    ModelKind.TABULAR: _load_tabular,
+    ModelKind.BYTE_LM: _load_byte_lm,
+    ModelKind.HF_CAUSAL_LM: _load_hf,
+}
+"""How a registered version of each model family is loaded to be scored (``(version, run_id, meta, tensors,
+folder)``): the one place the scorer chooses by family; the gates are chosen in :data:`.runner.GATE_SUITES`."""

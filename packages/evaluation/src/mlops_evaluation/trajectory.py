@@ -40,7 +40,7 @@ def export_transform(meta: Mapping[str, Any]) -> str | None:
     A LoRA fine-tune trains base + adapters and exports them merged (or the adapters alone), so the trajectory's
     hashes, taken over the trained state, cannot equal the export's ``weights_sha256``: only a whole re-run, whose
     export is compared, ties such weights to their run."""
-    if meta.get("kind") == "hf_causal_lm" and (meta.get("architecture") or {}).get("finetune") == "lora":
+    if (meta.get("architecture") or {}).get("finetune") == "lora":  # only a fine-tuned HF causal LM has one
         return "the LoRA adapters alone" if meta.get("adapter_only") else "the LoRA adapters merged into the base"
     return None
 

@@ -16,7 +16,14 @@ from mlops_features.instructions import (
     validate_instructions,
 )
 from mlops_features.labels import LABEL_SCHEMA, fetch_landed_labels, ingest_labels, read_labels
-from mlops_features.landing import IngestReport, accepted_md5, ingest_landed, pull_accepted, read_pointer
+from mlops_features.landing import (
+    IngestReport,
+    accepted_md5,
+    check_pinned_data,
+    ingest_landed,
+    pull_accepted,
+    read_pointer,
+)
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
@@ -48,6 +55,7 @@ __all__ = [
     "base_repo_from_git",
     "build_features",
     "check_data_lineage",
+    "check_pinned_data",
     "data_lineage",
     "data_version",
     "encode_example",

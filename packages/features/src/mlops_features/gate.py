@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlops_config import DataConfig
-from mlops_core import atomic_path, atomic_write_bytes, atomic_write_text
+from mlops_core import Progress, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_features.errors import DataError
 from mlops_features.schema import ALLOWED_VALUES, LABEL, NOT_NULL, RAW_SCHEMA
 
@@ -136,7 +136,9 @@ def validate_batches(
     now = now or datetime.now(UTC)
     runner = _SuiteRunner(data, now)
     results = []
-    for path in map(Path, paths):
+    batches = [Path(p) for p in paths]
+    progress = Progress(len(batches), "batch")  # a bar on a terminal, a line per batch (up to 20) elsewhere
+    for done, path in enumerate(batches, start=1):
         result = _validate_one(path, runner, validated_dir, quarantine_dir)
         report = quarantine_dir / f"{_stem(path)}.report.json"
         result.report_path = str(report)
@@ -145,6 +147,8 @@ def validate_batches(
         logger.info("%s: %d in, %d accepted, %d quarantined%s", path.name, result.input_rows, result.accepted_rows,
                     result.quarantined_rows, " (batch rejected)" if result.batch_rejected else "")
         results.append(result)
+        progress.update(done, f"{path.name}: {result.accepted_rows} accepted, {result.quarantined_rows} quarantined")
+    progress.close()
     return ValidationSummary(results)
 
 

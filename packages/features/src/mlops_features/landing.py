@@ -18,6 +18,7 @@ DVC runs as the venv's own ``dvc`` command (its Python API is not public); the r
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import DataConfig
+from mlops_core import Progress
 from mlops_features.errors import DataError
 from mlops_features.gate import ValidationSummary, validate_batches
 
@@ -132,16 +134,16 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
     seen = {p.stem for p in validated.glob("*.parquet")} if validated.is_dir() else set()
     raw = root / data.raw_dir
     raw.mkdir(parents=True, exist_ok=True)
-    new, skipped = [], []
-    for path in landed:
-        stem = Path(str(path)).stem
-        if stem in seen:
-            skipped.append(str(path))
-            continue
-        local = raw / Path(str(path)).name
-        fs.get_file(path, str(local))
-        new.append(str(local))
-    summary = validate_batches(new, data, root) if new else None
+    skipped = [str(p) for p in landed if Path(str(p)).stem in seen]
+    fetch = [p for p in landed if Path(str(p)).stem not in seen]
+    new = []
+    with Progress(len(fetch), "fetched") as progress:  # a bar on a terminal, plain lines elsewhere
+        for done, path in enumerate(fetch, start=1):
+            local = raw / Path(str(path)).name
+            fs.get_file(path, str(local))
+            new.append(str(local))
+            progress.update(done, local.name)
+    summary = validate_batches(new, data, root) if new else None  # its own progress, a batch at a time
     if summary is not None:
         logger.info("ingested %d new batch(es): %d rows accepted, %d quarantined", len(new),
                     summary.accepted_rows, summary.quarantined_rows)
@@ -175,6 +177,32 @@ def accepted_md5(pointer: Path) -> str:
         return str(doc["outs"][0]["md5"])
     except (KeyError, IndexError, TypeError):
         raise DataError(f"{str(pointer)!r} is not a DVC pointer file with outs[0].md5") from None
+
+
+def check_pinned_data(data: DataConfig, root: str | Path, pinned: str) -> str:
+    """Refuse unless the accepted area under ``root`` is exactly data version ``pinned``; returns the md5.
+
+    Two checks: the area's ``.dvc`` pointer names ``pinned`` (what ``mlops data pull`` wrote from the pin), and
+    ``dvc status`` finds the folder unchanged against it (no file added, edited or removed since the pull).
+
+    Raises:
+        DataError: no pointer, another version, or a folder that differs from its pointer, each naming the fix.
+    """
+    root = Path(root)
+    pointer = dvc_file(data, root)
+    rel = str(pointer.relative_to(root))
+    if not pointer.is_file():
+        raise DataError(f"the data-version pin names {pinned!r} but {rel!r} does not exist under {str(root)!r}: the "
+                        "accepted area was not pulled; run `mlops data pull` (it takes the pin) before training")
+    got = accepted_md5(pointer)
+    if got != pinned:
+        raise DataError(f"the data-version pin names {pinned!r} but the accepted area is version {got!r} ({rel}); "
+                        "run `mlops data pull` (it takes the pin) so training reads the pinned version")
+    status = json.loads(run_dvc(root, "status", "--json", rel) or "{}")
+    if status:
+        raise DataError(f"the accepted area differs from its pointer {rel!r} (version {pinned!r}): {status}; "
+                        "run `mlops data pull --force` to restore exactly the pinned version")
+    return got
 
 
 def ensure_workspace(root: Path) -> None:

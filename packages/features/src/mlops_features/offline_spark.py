@@ -44,7 +44,7 @@ def start_spark_session(features: FeaturesConfig) -> Any:
     ``features.spark_conf``, then ``spark.master = features.spark_master``. An active session on another master
     is stopped first: a materialization configured for a cluster never runs somewhere else.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     conf = spark_conf(features.spark_conf, features.spark_master)
@@ -53,7 +53,13 @@ def start_spark_session(features: FeaturesConfig) -> Any:
         log.info("stopping the Spark session on %s: this materialization runs on %s",
                  active.conf.get("spark.master"), conf["spark.master"])
         active.stop()
-    builder = SparkSession.builder.appName(f"mlops-materialize-{features.feast_project}")
+    app = f"mlops-materialize-{features.feast_project}"
+    # a JVM this process already started keeps the first context's spark.app.name as a system property, and a new
+    # context takes it over the builder's appName (a drift engine's session stopped earlier named every later one).
+    # Only then: setting it would otherwise launch the JVM here, before spark.driver.memory could size its heap
+    if SparkContext._gateway is not None:
+        SparkContext.setSystemProperty("spark.app.name", app)
+    builder = SparkSession.builder.appName(app)
     return builder.config(conf=SparkConf().setAll(list(conf.items()))).getOrCreate()
 
 

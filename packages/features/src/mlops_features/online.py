@@ -7,7 +7,9 @@ read in a request), else Feast's ``get_online_features`` call. Both give the sam
 (tests/integration/features/test_online_direct.py); :attr:`OnlineFeatures.parity` re-reads a sample of the
 direct lookups through Feast off the request path and counts any difference. When Redis is down ``get`` raises
 :class:`FeatureStoreUnavailableError` quickly (the caller may serve degraded); redis-py drops broken
-connections from its pool, so the first call after Redis is back succeeds again with no restart.
+connections from its pool, so the first call after Redis is back succeeds again with no restart. The registry
+that Feast's reader resolves a lookup against is refreshed on a thread of its own (:attr:`OnlineFeatures.registry`),
+never inside a lookup (Feast's ``cache_mode: sync`` re-reads it in whichever call finds it expired).
 
 A view's ``ttl`` is applied here, at request time: Feast's online read (Redis, SQLite) returns an entity's last
 value however old it is, while the point-in-time join that builds the training set gives a view's features
@@ -31,6 +33,7 @@ from mlops_features.dataset import feature_names, is_on_demand, request_fields, 
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.online_parity import ParitySampler
 from mlops_features.online_plan import compute_on_demand
+from mlops_features.registry_refresh import RegistryRefresher
 from mlops_features.store import open_store
 from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
 
@@ -42,8 +45,11 @@ _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, Timeout
 def _unavailable_errors() -> tuple[type[BaseException], ...]:
     try:
         import redis
+        from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 
-        return (*_UNAVAILABLE_ERRORS, redis.ConnectionError, redis.TimeoutError)
+        # a cluster client wraps a node it cannot reach at start in RedisClusterException
+        return (*_UNAVAILABLE_ERRORS, redis.ConnectionError, redis.TimeoutError, ClusterDownError,
+                RedisClusterException, SlotNotCoveredError)
     except ImportError:  # pragma: no cover - redis is a dependency
         return _UNAVAILABLE_ERRORS
 
@@ -63,7 +69,10 @@ class OnlineFeatures:
     """
 
     def __init__(self, features: FeaturesConfig, root: str | Path) -> None:
-        self._store = open_store(features, root)
+        self._store = open_store(features, root, registry_refresh="background")
+        self.registry = RegistryRefresher(self._store, features.registry_cache_ttl_s)
+        """Refreshes the registry Feast's reader (and the sampled comparison) resolves each lookup against, every
+        ``registry_cache_ttl_s`` on a thread of its own: no lookup re-reads the registry."""
         self.service_name = features.feature_service
         self.names = feature_names(self._store, self.service_name)
         self._service = self._store.get_feature_service(self.service_name)

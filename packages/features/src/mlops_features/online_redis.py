@@ -34,6 +34,15 @@ class SecretRedisOnlineStoreConfig(RedisOnlineStoreConfig):
     password_env: StrictStr | None = None
     """Name of the env var holding the Redis password; ``None``: no password."""
 
+    username_env: StrictStr | None = None
+    """Name of the env var holding the Redis ACL user (it wins over ``username``); ``None``: ``username``."""
+
+    username: StrictStr | None = None
+    """Redis ACL user (``None``: ``default``); passed to redis-py as is, not through ``connection_string``."""
+
+    ssl_ca_certs: StrictStr | None = None
+    """PEM file of the CAs a TLS (``ssl=true``) server's certificate is verified against; ``None``: the system's."""
+
 
 def password_from_env(config: Any) -> str | None:
     """The password named by ``config.password_env``, exactly as the environment holds it."""
@@ -45,23 +54,48 @@ def password_from_env(config: Any) -> str | None:
     return os.environ[var]
 
 
+def username_from_env(config: Any) -> str | None:
+    """The ACL user named by ``config.username_env`` (``None`` when it names none)."""
+    var = getattr(config, "username_env", None)
+    if var is None:
+        return None
+    if not os.environ.get(var):
+        raise FeatureStoreError(f"online_store.username_env names {var!r}, which is not set in the environment")
+    return os.environ[var]
+
+
 class SecretRedisOnlineStore(RedisOnlineStore):
     """:class:`RedisOnlineStore` that adds the password from the environment to the client's keywords."""
 
-    _password: str | None = None
+    _keywords: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated
 
     def _get_client(self, online_store_config: Any) -> Any:
-        self._password = password_from_env(online_store_config)
+        self._keywords = client_keywords(online_store_config)
         return super()._get_client(online_store_config)
 
     async def _get_client_async(self, online_store_config: Any) -> Any:
-        self._password = password_from_env(online_store_config)
+        self._keywords = client_keywords(online_store_config)
         return await super()._get_client_async(online_store_config)
 
     def _parse_connection_string(self, connection_string: str) -> tuple[list[dict[str, str]], dict[str, Any]]:  # type: ignore[override, unused-ignore]
         nodes, kwargs = RedisOnlineStore._parse_connection_string(connection_string)
         if "password" in kwargs:
             raise FeatureStoreError("the connection_string carries a password: name its env var in password_env")
-        if self._password is not None:
-            kwargs["password"] = self._password
-        return nodes, kwargs
+        return nodes, {**kwargs, **self._keywords}
+
+
+def client_keywords(config: Any) -> dict[str, Any]:
+    """The redis-py keywords kept out of ``connection_string`` (whose values Feast splits on ``,`` and ``=`` and
+    JSON-decodes): the password from its env var, the ACL user (``username_env``, else ``username``), the CA file."""
+    keywords: dict[str, Any] = {}
+    password = password_from_env(config)
+    if password is not None:
+        keywords["password"] = password
+    username = username_from_env(config)
+    if username is None:
+        username = getattr(config, "username", None)
+    if username is not None:
+        keywords["username"] = username
+    if getattr(config, "ssl_ca_certs", None) is not None:
+        keywords["ssl_ca_certs"] = config.ssl_ca_certs
+    return keywords

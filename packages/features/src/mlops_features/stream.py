@@ -48,13 +48,14 @@ def watermark_key(features: FeaturesConfig) -> str:
 def _redis(features: FeaturesConfig) -> Any:
     import redis
 
-    from mlops_features.online_redis import password_from_env
+    from mlops_features.online_redis import password_from_env, username_from_env
 
     class _Cfg:
         password_env = features.redis_password_env
+        username_env = features.redis_username_env
 
     return redis.Redis.from_url(features.redis_url, password=password_from_env(_Cfg()),
-                                socket_timeout=features.redis_timeout_s * 10)
+                                username=username_from_env(_Cfg()), socket_timeout=features.redis_timeout_s * 10)
 
 
 def publish_transactions(features: FeaturesConfig, rows: pd.DataFrame, client: Any | None = None) -> list[str]:

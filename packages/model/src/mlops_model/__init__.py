@@ -24,6 +24,7 @@ from mlops_model.errors import (
     EncoderSpecError,
     ExportedModelError,
     ModelContractError,
+    ModelKindError,
     ModelSignatureError,
     StatisticsError,
 )
@@ -38,6 +39,8 @@ from mlops_model.exported import (
     save_exported,
     weights_hash,
 )
+from mlops_model.kind import KNOWN_KINDS, ModelKind, kind_of, kind_problem
+from mlops_model.seal import ManifestSeal, manifest_seal
 from mlops_model.signing import (
     SIGNATURE_FILE,
     ModelSigner,
@@ -50,12 +53,22 @@ from mlops_model.signing import (
     verify_folder,
 )
 from mlops_model.sketch import compare_sketches, weights_sketch
+from mlops_model.threshold import (
+    LEGACY_THRESHOLD,
+    ThresholdChoice,
+    choose_threshold,
+    f1_optimal_threshold,
+    recorded_threshold,
+    resolve_threshold,
+)
 
 __all__ = [
     "CATEGORICAL_FIELDS",
     "ENTITY_KEYS",
     "FALLBACK_CHAT_TEMPLATE",
+    "KNOWN_KINDS",
     "LABEL",
+    "LEGACY_THRESHOLD",
     "META_FILE",
     "NUMERIC_FIELDS",
     "OPTIONAL_FIELDS",
@@ -72,21 +85,32 @@ __all__ = [
     "EncoderSpecError",
     "ExportedModel",
     "ExportedModelError",
+    "ManifestSeal",
     "ModelContractError",
+    "ModelKind",
+    "ModelKindError",
     "ModelSignatureError",
     "ModelSigner",
     "ModelVerifier",
     "NumericColumn",
     "StatisticsError",
+    "ThresholdChoice",
     "build_tabular_mlp",
+    "choose_threshold",
     "compare_sketches",
     "ensure_local_keys",
+    "f1_optimal_threshold",
     "fit_calibration",
+    "kind_of",
+    "kind_problem",
     "load_exported",
+    "manifest_seal",
     "model_digest",
     "model_signer",
     "model_verifier",
     "read_meta",
+    "recorded_threshold",
+    "resolve_threshold",
     "save_exported",
     "sign_folder",
     "statistics",

@@ -17,6 +17,10 @@ class ExportedModelError(ModelContractError):
     """An exported model folder is missing a file, corrupt, or of an unknown format."""
 
 
+class ModelKindError(ModelContractError):
+    """A model's family cannot be told: an unknown or missing ``kind``, or a training section naming no family."""
+
+
 class StatisticsError(ModelContractError):
     """A statistic got inputs it is not defined for (empty samples, mismatched bins, non-binary labels)."""
 

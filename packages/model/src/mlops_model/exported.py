@@ -6,7 +6,9 @@ An exported model is a folder with two files and nothing executable (never pickl
 - ``model.json``: ``{"format_version", "kind", "architecture", "features", "lineage", "weights_sha256"}``.
   ``kind`` is ``tabular_mlp`` or ``causal_lm``; ``architecture`` is what :func:`build_tabular_mlp` (or the
   LM builder) needs; for ``tabular_mlp`` ``features`` holds the FeatureService name and the fitted
-  :class:`~mlops_model.encoder.EncoderSpec`; ``lineage`` holds run id, seed, data hash, git commit.
+  :class:`~mlops_model.encoder.EncoderSpec`; ``lineage`` holds run id, seed, data hash, git commit; a tabular
+  export also holds ``calibration`` (:mod:`mlops_model.calibration`) and ``decision_threshold``
+  (:mod:`mlops_model.threshold`).
 
 A signed model also holds ``model.sig`` (:mod:`mlops_model.signing`): ``save_exported(sign=...)`` signs the
 folder before it appears, and ``load_exported(check=...)`` / ``ExportedModel.load(check=...)`` verify it
@@ -31,6 +33,8 @@ from mlops_core import atomic_dir
 from mlops_model.calibration import Calibration
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
+from mlops_model.kind import ModelKind, kind_problem
+from mlops_model.threshold import recorded_threshold
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -173,6 +177,8 @@ class ExportedModel:
         raw = meta.get("calibration")  # absent in exports made before calibration existed: raw sigmoid
         self.calibration = None if raw is None else Calibration.from_dict(
             raw, source=f"{str(folder / META_FILE)!r} calibration")
+        # chosen at training on validation (mlops_model.threshold); None for exports made before it was recorded
+        self.decision_threshold = recorded_threshold(meta, source=repr(str(folder / META_FILE)))
 
     @classmethod
     def load(cls, folder: str | Path, *, check: FolderHook | None = None) -> ExportedModel:
@@ -180,9 +186,9 @@ class ExportedModel:
         :class:`ExportedModelError`."""
         folder = Path(folder)
         tensors, meta = load_exported(folder, check=check)
-        if meta.get("kind") != "tabular_mlp":
+        if kind_problem(meta, ModelKind.TABULAR) is not None:
             raise ExportedModelError(f"{str(folder)!r} holds a model of kind {meta.get('kind')!r}; expected "
-                                     "'tabular_mlp'")
+                                     f"{ModelKind.TABULAR.value!r}")
         raw = (meta.get("features") or {}).get("encoder")
         if raw is None:
             raise ExportedModelError(f"{str(folder)!r} has no features.encoder in {META_FILE}; re-export it with "

@@ -170,6 +170,15 @@ def f1_counts(tp: Any, fp: Any, fn: Any) -> Any:
         return np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1), 0.0)
 
 
+def expected_confusion(scores: Any, threshold: float) -> dict[str, float]:
+    """Expected TP, FP, FN, TN of calibrated ``scores`` at ``threshold`` (CBPE: a score is the probability of a
+    positive, so a flagged row is a true positive with probability ``s`` and a false one with ``1 - s``)."""
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    flagged = s >= threshold
+    return {"tp": float(s[flagged].sum()), "fp": float((1 - s[flagged]).sum()),
+            "fn": float(s[~flagged].sum()), "tn": float((1 - s[~flagged]).sum())}
+
+
 def threshold_metrics(labels: Any, scores: Any, threshold: float = 0.5) -> dict[str, float]:
     """``tp, fp, fn, tn, precision, recall, f1, accuracy`` at ``threshold`` (score ≥ threshold is positive)."""
     from sklearn.metrics import confusion_matrix

@@ -45,11 +45,9 @@ class EstimatedPerformance:
 
 
 def expected_confusion(scores: Any, threshold: float) -> dict[str, float]:
-    """Expected TP, FP, FN, TN of calibrated ``scores`` at ``threshold``."""
-    s = _scores(scores)
-    flagged = s >= threshold
-    return {"tp": float(s[flagged].sum()), "fp": float((1 - s[flagged]).sum()),
-            "fn": float(s[~flagged].sum()), "tn": float((1 - s[~flagged]).sum())}
+    """Expected TP, FP, FN, TN of calibrated ``scores`` at ``threshold`` (one definition:
+    :func:`mlops_model.statistics.expected_confusion`)."""
+    return statistics.expected_confusion(_scores(scores), threshold)
 
 
 def expected_auc(scores: Any) -> float | None:

@@ -14,8 +14,10 @@ a rollback, as for the fraud model's key features. The result is the same :class
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,44 @@ def lm_reference(prompts: Iterable[str], encode: Encode, *, top_k: int = 50) -> 
     top = [tok for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]]
     return {"prompt_tokens": [len(ids) for ids in encoded], "top_ids": top,
             "id_counts": [counts[t] for t in top] + [sum(counts.values()) - sum(counts[t] for t in top)]}
+
+
+def read_prompts(path: Path) -> list[str]:
+    """The ``prompt`` of every line of a JSONL instruction dataset (``training.causal_lm.dataset``).
+
+    Raises:
+        MonitoringError: the file is missing, a line is not a JSON object with a string ``prompt``, or none is.
+    """
+    if not path.is_file():
+        raise MonitoringError(f"reference prompts {str(path)!r} do not exist; expected the JSONL dataset "
+                              "training.causal_lm.dataset names")
+    prompts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            prompt = json.loads(line).get("prompt")
+        except (json.JSONDecodeError, AttributeError):
+            prompt = None
+        if not isinstance(prompt, str):
+            raise MonitoringError(f"{str(path)!r} line {n} is not a JSON object with a string 'prompt'")
+        prompts.append(prompt)
+    if not prompts:
+        raise MonitoringError(f"{str(path)!r} holds no prompt: expected the fine-tuning prompts")
+    return prompts
+
+
+def tokenizer_encoder(folder: Path) -> Encode:
+    """Token ids of a completion prompt as the LM server encodes it (``tokenizer(prompt)``, special tokens
+    included), from a Hugging Face tokenizer folder."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text)["input_ids"])
+
+    return encode
 
 
 def _id_counts(encoded: Iterable[Sequence[int]], top_ids: Sequence[int]) -> np.ndarray:

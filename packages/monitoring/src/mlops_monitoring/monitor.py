@@ -1,6 +1,11 @@
 """One monitoring run: window → compare with the reference → realized quality → level → actions → outputs.
 
-This is the body of ``mlops monitor run`` and of the drift CronJob.
+This is the body of ``mlops monitor run`` and of the drift CronJob. What "the window against the reference" means
+is the model family's (:data:`DRIFT_SOURCES`, keyed by :class:`~mlops_model.ModelKind`): a tabular model's
+features and scores against its training profile, a fine-tuned language model's prompts against its fine-tuning
+prompts (:mod:`mlops_monitoring.lm_drift`). Everything after the verdict (alert policy, Alertmanager / webhook
+delivery with the outbox, the rollback decision, the Prometheus metrics file, the retraining request) is one path
+for every family.
 """
 
 from __future__ import annotations
@@ -8,16 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mlops_config import FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
-from mlops_model import LABEL
+from mlops_model import LABEL, ModelKind
 from mlops_monitoring.alert import (
     ActionResult,
     Alert,
@@ -29,10 +37,12 @@ from mlops_monitoring.alert import (
 )
 from mlops_monitoring.drift import SCORE, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RetrainFailedError, RollbackFailedError
+from mlops_monitoring.estimated_drop import EstimatedDrop, estimated_drop, reference_scores, rollback_called
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
+from mlops_monitoring.lm_drift import lm_drift, lm_reference, read_prompts, tokenizer_encoder
 from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
-from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.quality import RealizedQuality, realized_quality, served_threshold
 from mlops_monitoring.retrain_signal import (
     RetrainRequest,
     RetrainRequester,
@@ -43,6 +53,7 @@ from mlops_monitoring.retrain_signal import (
 from mlops_monitoring.skew import SkewReport, replay_skew, skew_registry
 from mlops_monitoring.source import (
     fetch_reference_profile,
+    fetch_served_tokenizer,
     load_reference,
     load_window,
     read_table,
@@ -69,6 +80,14 @@ class MonitorResult:
     """The training/serving skew replay, when ``monitoring.skew_sample_rows`` > 0 and features were given."""
     decision: RollbackDecision | None = None
     """The rollback this run decided on (CRITICAL), whether or not it was carried out."""
+    estimate: EstimatedDrop | None = None
+    """The window's CBPE estimated F1 against the reference's (``monitoring.rollback_signal``)."""
+    calls_rollback: bool = False
+    """Whether the verdict calls for the rollback (``monitoring.rollback_signal``), carried out or not."""
+    rollback_call: str = ""
+    """Why the verdict did or did not call for the rollback."""
+    decision_threshold: dict[str, Any] | None = None
+    """The threshold the verdict decided at (:class:`mlops_model.ThresholdChoice`): value, source, note."""
 
     def check(self) -> None:
         """Raise when an action this run owed failed: an alert not delivered, a rollback not done.
@@ -107,6 +126,10 @@ class MonitorResult:
             "outputs": dict(self.outputs),
             "decision": self.decision.to_dict() if self.decision else None,
             "skew": self.skew.to_dict() if self.skew else None,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
+            "calls_rollback": self.calls_rollback,
+            "rollback_call": self.rollback_call,
+            "decision_threshold": self.decision_threshold,
         }
 
 
@@ -147,7 +170,7 @@ def assess(
     report = _compare(reference, current, monitoring, dict(window or {}))
     quality = None
     if labels is not None:
-        quality = realized_quality(current, labels, monitoring.decision_threshold)
+        quality = realized_quality(current, labels, served_threshold(reference, monitoring).value)
     if isinstance(reference, dict):
         ref_metrics = reference.get("metrics") or {}
     else:  # reference rows: the label rate is all the validation facts they carry
@@ -184,6 +207,10 @@ class MonitorRun:
             the window's rows are replayed against its offline store (``mlops_monitoring.skew``).
         retrain: Asked for a retraining after a CRITICAL verdict's rollback (the layer above supplies it and
             applies ``delivery.retrain``'s policy; ``None``: nothing is asked).
+        kind: The served model's family (``mlops_model.kind_of`` of its training section): picks the drift source
+            in :data:`DRIFT_SOURCES`.
+        prompts: A fine-tuned language model's reference prompts (the JSONL ``training.causal_lm.dataset``
+            names); its drift source compares the logged prompts with them.
     """
 
     monitoring: MonitoringConfig
@@ -202,6 +229,8 @@ class MonitorRun:
     execute: RollbackExecutor | None = None
     features: FeaturesConfig | None = None
     retrain: RetrainRequester | None = None
+    kind: ModelKind = ModelKind.TABULAR
+    prompts: Path | None = None
 
     @property
     def want_html(self) -> bool:
@@ -223,13 +252,15 @@ def run_monitor(run: MonitorRun) -> MonitorResult:
         raise MonitoringError(f"webhook token env var {token_env!r} is not set; export it or unset it in config")
     labels_path = run.labels or (root / monitoring.labels_path if monitoring.labels_path else None)
     label_rows = read_table(labels_path, "labels") if labels_path is not None else None
-    assessed = _assess_duckdb(run, label_rows) if monitoring.engine in ("duckdb", "spark") else \
-        _assess_pandas(run, label_rows)
+    source = drift_source(run.kind)
+    assessed = source.assess(run, label_rows)
 
     out_dir = _out_dir(project, root, model, run.now)
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {"json": str(out_dir / "drift.json")}
-    if run.want_html:
+    if run.want_html and not source.evidently_html:
+        log.info("no Evidently HTML for a %r model: its data-drift report compares tabular columns", run.kind.value)
+    elif run.want_html:
         from mlops_monitoring.evidently_report import write_evidently_html
 
         ref = assessed.reference
@@ -257,6 +288,9 @@ class _Assessed:
     report: DriftReport
     quality: RealizedQuality | None
     skew: SkewReport | None
+    quality_level: Level = Level.OK
+    scores: np.ndarray | None = None
+    reference_scores: np.ndarray | None = None
 
 
 def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
@@ -301,20 +335,23 @@ def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     shown: dict[str, Any] | pd.DataFrame = ref if isinstance(ref, dict) else (
         done.reference_sample if done.reference_sample is not None else pd.DataFrame())  # shown only with html
     return _Assessed(done.current_sample, shown, level, [*q_reasons, *done.report.reasons], done.report,
-                     done.quality, skew)
+                     done.quality, skew, q_level, done.scores, done.reference_scores)
+
+
+def _read_window(run: MonitorRun) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The rows to judge, in memory: ``--current``'s batch, else the prediction log's window."""
+    if run.current is not None:
+        return read_table(run.current, "current batch"), {"source": str(run.current)}
+    from mlops_serving import resolve_prediction_log_uri
+
+    log_uri = resolve_prediction_log_uri(run.serving.prediction_log_uri, run.root)
+    return load_window(log_uri, run.model, run.window or run.monitoring.window, now=run.now)
 
 
 def _assess_pandas(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     """``monitoring.engine: pandas``: the window is read into memory."""
     monitoring, current, root = run.monitoring, run.current, run.root
-    info: dict[str, Any]
-    if current is not None:
-        frame, info = read_table(current, "current batch"), {"source": str(current)}
-    else:
-        from mlops_serving import resolve_prediction_log_uri
-
-        log_uri = resolve_prediction_log_uri(run.serving.prediction_log_uri, root)
-        frame, info = load_window(log_uri, run.model, run.window or monitoring.window, now=run.now)
+    frame, info = _read_window(run)
     skew = None
     if run.features is not None and monitoring.skew_sample_rows > 0 and current is None:  # a batch: no serving time
         skew = replay_skew(run.features, root, frame, model=run.model, sample=monitoring.skew_sample_rows,
@@ -333,7 +370,89 @@ def _assess_pandas(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     ref = load_reference(run.reference) if run.reference is not None else fetch_reference_profile(
         run.tracking, root, run.model, run.serving.alias)
     level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info)
-    return _Assessed(frame, ref, level, reasons, report, quality, skew)
+    q_level, _ = quality_level(quality, monitoring, (ref.get("metrics") or {}) if isinstance(ref, dict) else {})
+    scores = frame[SCORE].to_numpy(dtype=np.float64) if SCORE in frame.columns else None
+    return _Assessed(frame, ref, level, reasons, report, quality, skew, q_level, scores, reference_scores(ref))
+
+
+def _assess_features(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
+    """A tabular model: the window's features and scores against the training profile (``monitoring.engine``)."""
+    if run.monitoring.engine in ("duckdb", "spark"):
+        return _assess_duckdb(run, labels)
+    return _assess_pandas(run, labels)
+
+
+def _assess_lm(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
+    """A fine-tuned language model: the logged prompts (length; token ids where ``serving.llm.log_text`` keeps
+    their text) against the fine-tuning prompts, encoded by the served version's tokenizer
+    (:func:`mlops_monitoring.lm_drift.lm_drift`). ``--reference`` names an :func:`lm_reference` JSON instead."""
+    monitoring, root = run.monitoring, run.root
+    if run.labels is not None:
+        raise MonitoringError(f"--labels {str(run.labels)!r}: realized quality needs scored predictions, and a "
+                              f"{run.kind.value!r} model's log holds generations; leave --labels out")
+    frame, info = _read_window(run)
+    if len(frame) < monitoring.min_rows:
+        raise MonitoringError(
+            f"{info.get('source')!r} holds {len(frame)} LM requests in the window {info.get('window', 'given')!r}; "
+            f"at least monitoring.min_rows={monitoring.min_rows} are needed for a verdict (widen --window)")
+    if run.reference is not None:
+        reference, encode = _lm_reference_file(run.reference), None
+    else:
+        if run.prompts is None:
+            raise MonitoringError(f"no reference prompts for {run.model!r}: set training.causal_lm.dataset (the "
+                                  "fine-tuning prompts) or pass --reference an LM reference JSON")
+        with tempfile.TemporaryDirectory() as tmp:
+            folder, version = fetch_served_tokenizer(run.tracking, root, run.model, run.serving.alias, Path(tmp))
+            encode = tokenizer_encoder(folder)
+        reference = {**lm_reference(read_prompts(run.prompts), encode),
+                     "source": {"prompts": str(run.prompts), "tokenizer_version": version}}
+    report = lm_drift(reference, frame, monitoring, encode=encode)
+    report.window.update(info)
+    return _Assessed(frame, reference, Level(report.level), list(report.reasons), report, None, None)
+
+
+def _lm_reference_file(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise MonitoringError(f"LM reference {str(path)!r} is not a readable JSON file: {exc}") from None
+    missing = [k for k in ("prompt_tokens", "top_ids", "id_counts") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise MonitoringError(f"LM reference {str(path)!r} lacks {missing}; expected what "
+                              "mlops_monitoring.lm_reference writes")
+    return dict(doc)
+
+
+@dataclass(frozen=True)
+class DriftSource:
+    """How one model family's window is compared with its reference."""
+
+    assess: Callable[[MonitorRun, pd.DataFrame | None], _Assessed]
+    """The verdict on the window, before any action (the delayed labels, if any, passed in)."""
+    evidently_html: bool
+    """Whether Evidently's tabular data-drift report applies (``--html``)."""
+
+
+DRIFT_SOURCES: dict[ModelKind, DriftSource] = {
+    ModelKind.TABULAR: DriftSource(_assess_features, evidently_html=True),
+    ModelKind.HF_CAUSAL_LM: DriftSource(_assess_lm, evidently_html=False),
+}
+"""The drift source of each served family (a byte-level LM is not served, so it has no traffic to watch): the one
+place monitoring chooses by family."""
+
+
+def drift_source(kind: ModelKind) -> DriftSource:
+    """The family's drift source.
+
+    Raises:
+        MonitoringError: no drift source is registered for ``kind``.
+    """
+    try:
+        return DRIFT_SOURCES[kind]
+    except KeyError:
+        raise MonitoringError(f"no drift source for model kind {kind.value!r} (it is not served, so there is no "
+                              f"traffic to monitor); drift sources exist for {[k.value for k in DRIFT_SOURCES]}"
+                              ) from None
 
 
 def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str, str]) -> MonitorResult:
@@ -341,9 +460,19 @@ def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str,
     monitoring, project, root, model, now = run.monitoring, run.project, run.root, run.model, run.now
     level, reasons, report, quality, skew = (assessed.level, assessed.reasons, assessed.report, assessed.quality,
                                              assessed.skew)
+    threshold = served_threshold(assessed.reference, monitoring)
+    estimate = estimated_drop(assessed.scores, assessed.reference_scores, monitoring, threshold=threshold.value)
+    if threshold.disagrees or threshold.source == "legacy":  # the verdict names a threshold that is not the model's
+        reasons = [*reasons, f"decision threshold: {threshold.note}"]
+    called, why = rollback_called(monitoring, drift_critical=report.level == Level.CRITICAL.value,
+                                  quality_critical=assessed.quality_level is Level.CRITICAL, estimate=estimate)
+    if called and level is not Level.CRITICAL:  # only the estimate calls below CRITICAL (rollback_signal estimate)
+        level, reasons = Level.CRITICAL, [f"CRITICAL: {estimate.reason}", *reasons]
+    elif level is Level.CRITICAL and not called:
+        reasons = [*reasons, f"rollback withheld (monitoring.rollback_signal: estimate): {why}"]
     alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
     decision = None
-    if level is Level.CRITICAL and monitoring.auto_rollback and not run.dry_run:
+    if called and monitoring.auto_rollback and not run.dry_run:
         decision = decide_rollback(run.tracking, root, model, run.serving.alias, alert)
     actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
                        decision=decision, execute=run.execute, dry_run=run.dry_run, now=now)
@@ -369,7 +498,9 @@ def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str,
             log.error("%s", exc)
             actions.append(ActionResult("pushgateway", False, str(exc)))
     result = MonitorResult(model=model, level=level.value, reasons=reasons, report=report, quality=quality,
-                           alert=alert, actions=actions, outputs=outputs, decision=decision, skew=skew)
+                           alert=alert, actions=actions, outputs=outputs, decision=decision, skew=skew,
+                           estimate=estimate, calls_rollback=called, rollback_call=why,
+                           decision_threshold=threshold.as_dict())
     (out_dir / "drift.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     log.info("monitor %s: %s (%s)", model, level.value, outputs["json"])
     return result

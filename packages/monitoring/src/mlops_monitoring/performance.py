@@ -11,6 +11,7 @@ least ``min_labelled`` labels; fewer labels make that verdict "inconclusive", ne
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,8 @@ class WindowPerformance:
     intervals: dict[str, tuple[float, float]]
     estimation_error: dict[str, float | None]
     label_delay_hours: dict[str, float | None]
+    threshold: float = 0.5
+    """The decision threshold this version's window was scored at (its own, recorded in its ``model.json``)."""
 
 
 @dataclass
@@ -50,6 +53,7 @@ class PerformanceReport:
 
     model: str
     threshold: float
+    """The threshold of a version whose own is not known (``threshold_of`` absent): override or legacy 0.5."""
     windows: list[WindowPerformance]
     reference_f1: float | None
     max_drop: float
@@ -111,15 +115,18 @@ def window_performance(
     return WindowPerformance(
         window_start=start, window_end=end, version=version, n_predictions=len(frame), n_labelled=len(labelled),
         label_coverage=len(labelled) / len(frame) if len(frame) else 0.0, realized=realized, estimated=estimated,
-        intervals=est.intervals, estimation_error=error, label_delay_hours=delays)
+        intervals=est.intervals, estimation_error=error, label_delay_hours=delays, threshold=float(threshold))
 
 
 def performance_report(
     log_uri: str, model: str, threshold: float, *, window: str = "1D", since: datetime | None = None,
     until: datetime | None = None, reference_f1: float | None = None, max_drop: float = 0.1,
     min_labelled: int = 50, bins: int = 10, interval: float = 0.9,
+    threshold_of: Callable[[str], float] | None = None,
 ) -> PerformanceReport:
-    """Join the log to its labels and score every ``window`` (a pandas frequency: ``1h``, ``1D``) per version.
+    """Join the log to its labels and score every ``window`` (a pandas frequency: ``1h``, ``1D``) per version,
+    each version at ``threshold_of(version)`` (its recorded threshold: :func:`mlops_serving.version_thresholds`),
+    or at ``threshold`` without it.
 
     Raises:
         MonitoringError: the log has no ``transaction_id``/``score``, or nothing was logged in the window.
@@ -137,7 +144,8 @@ def performance_report(
         raise MonitoringError(f"window {window!r} is not a pandas frequency (expected e.g. '1h', '1D'): {exc}"
                               ) from None
     step = pd.tseries.frequencies.to_offset(window)
-    windows = [window_performance(group, threshold, start=start.isoformat(), end=(start + step).isoformat(),
+    at = threshold_of or (lambda version: threshold)
+    windows = [window_performance(group, at(str(version)), start=start.isoformat(), end=(start + step).isoformat(),
                                   version=str(version), bins=bins, interval=interval)
                for (start, version), group in joined.groupby([key, joined["model_version"].astype(str)], sort=True)]
     report = PerformanceReport(model=model, threshold=threshold, windows=windows, reference_f1=reference_f1,

@@ -8,8 +8,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_model import LABEL, statistics
+from mlops_config import MonitoringConfig
+from mlops_model import LABEL, ThresholdChoice, resolve_threshold, statistics
 from mlops_monitoring.errors import MonitoringError
+
+
+def served_threshold(reference: Any, monitoring: MonitoringConfig) -> ThresholdChoice:
+    """The threshold the window's predictions are decided at: ``monitoring.decision_threshold`` when set (an
+    override), else the served version's own, which :func:`mlops_monitoring.source.fetch_reference_profile`
+    copies from its ``model.json`` into the profile (``decision_threshold``). Reference rows, or a profile of an
+    export that records none, fall back to the legacy 0.5, and the note says so."""
+    meta = reference if isinstance(reference, dict) else None
+    version = ((meta or {}).get("source") or {}).get("version")
+    return resolve_threshold(meta, monitoring.decision_threshold, override_key="monitoring.decision_threshold",
+                             model=f"served v{version}" if version else "the served version")
 
 
 @dataclass(frozen=True)

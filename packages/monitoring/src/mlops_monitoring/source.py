@@ -114,12 +114,8 @@ def load_reference(path: Path) -> dict[str, Any] | pd.DataFrame:
     return read_table(path, "reference")
 
 
-def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, alias: str) -> dict[str, Any]:
-    """Download ``reference_profile.json`` from the training run of the version behind ``alias``.
-
-    Raises:
-        MonitoringError: no such alias, or that run logged no profile.
-    """
+def _version_at(tracking: TrackingConfig, root: Path, model: str, alias: str) -> tuple[Any, str, Any]:
+    """The registry client, the registered name and the version ``alias`` points at, which has a run."""
     from mlflow.exceptions import MlflowException
 
     from mlops_core import mlflow_client, registered_model_name
@@ -134,6 +130,21 @@ def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, al
         ) from None
     if not version.run_id:
         raise MonitoringError(f"{name!r} v{version.version} was registered without a run; pass --reference PATH")
+    return client, name, version
+
+
+def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, alias: str) -> dict[str, Any]:
+    """Download ``reference_profile.json`` from the training run of the version behind ``alias``, with the
+    version's ``decision_threshold`` copied from its ``model.json`` (absent when it records none).
+
+    Raises:
+        MonitoringError: no such alias, or that run logged no profile.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from mlops_serving import MODEL_META_ARTIFACT
+
+    client, name, version = _version_at(tracking, root, model, alias)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = client.download_artifacts(version.run_id, PROFILE_ARTIFACT, tmp)
@@ -143,8 +154,17 @@ def fetch_reference_profile(tracking: TrackingConfig, root: Path, model: str, al
                 "training logs it, or pass --reference PATH"
             ) from None
         profile = load_reference(Path(local))
+        try:  # the version's own decision threshold, from its model.json (mlops_model.threshold)
+            meta = json.loads(Path(client.download_artifacts(version.run_id, MODEL_META_ARTIFACT, tmp)).read_text(
+                encoding="utf-8"))
+        except (MlflowException, OSError, ValueError) as exc:
+            log.warning("run %s of %r v%s: no readable %s (%s): its decision threshold is unknown",
+                        version.run_id, name, version.version, MODEL_META_ARTIFACT, exc)
+            meta = {}
     assert isinstance(profile, dict)
     profile.setdefault("source", {"model": name, "version": str(version.version), "run_id": version.run_id})
+    if isinstance(meta, dict) and meta.get("decision_threshold") is not None:
+        profile["decision_threshold"] = meta["decision_threshold"]
     return profile
 
 
@@ -166,3 +186,34 @@ def sample_from_profile(profile: dict[str, Any], n: int, seed: int) -> pd.DataFr
         weights = np.asarray([col["counts"][c] for c in cats], dtype=np.float64)
         columns[name] = rng.choice(np.asarray(cats, dtype=object), size=n, p=weights / weights.sum())
     return pd.DataFrame(columns)
+
+
+TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                             "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja"})
+"""The files of a Hugging Face tokenizer folder: all the LM drift source downloads of a served version."""
+
+
+def fetch_served_tokenizer(tracking: TrackingConfig, root: Path, model: str, alias: str, target: Path
+                           ) -> tuple[Path, str]:
+    """Download the tokenizer files of the version behind ``alias`` (its run's ``model/`` artifact) into ``target``;
+    returns the folder and the version. Only the tokenizer: the weights are not needed to count tokens.
+
+    Raises:
+        MonitoringError: no such alias, the version has no run, or its ``model/`` artifact holds no tokenizer.
+    """
+    from mlflow.exceptions import MlflowException
+
+
+    client, name, version = _version_at(tracking, root, model, alias)
+    try:
+        files = [a.path for a in client.list_artifacts(version.run_id, "model")
+                 if not a.is_dir and Path(a.path).name in TOKENIZER_FILES]
+        if not any(Path(f).name == "tokenizer_config.json" for f in files):
+            raise MonitoringError(
+                f"run {version.run_id} of {name!r} v{version.version} has no tokenizer under 'model/' (found "
+                f"{sorted(Path(f).name for f in files)}); expected the exported Hugging Face folder")
+        for artifact in files:
+            client.download_artifacts(version.run_id, artifact, str(target))
+    except MlflowException as exc:
+        raise MonitoringError(f"cannot download the tokenizer of {name!r} v{version.version}: {exc.message}") from None
+    return target, str(version.version)  # MLflow downloads a file to target/<its name>

@@ -1,7 +1,8 @@
 """The monitor's verdict on a window with ``monitoring.engine: duckdb`` (or ``spark``): the window stays in parquet.
 
 Only what is small comes back to Python: the drift aggregates (:mod:`mlops_monitoring.drift_duckdb`), the
-``transaction_id, score`` columns when delayed labels are joined, and seeded samples for Evidently's HTML and
+``transaction_id, score`` columns when delayed labels are joined, the ``score`` column (the CBPE estimate of
+``mlops_monitoring.estimated_drop``), and seeded samples for Evidently's HTML and
 the skew replay.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
@@ -20,7 +22,8 @@ from mlops_monitoring.drift import SCORE, DriftReport
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
 from mlops_monitoring.drift_engine import DriftEngine
 from mlops_monitoring.errors import MonitoringError
-from mlops_monitoring.quality import RealizedQuality, realized_quality
+from mlops_monitoring.estimated_drop import reference_scores
+from mlops_monitoring.quality import RealizedQuality, realized_quality, served_threshold
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,10 @@ class WindowAssessment:
     current_sample: pd.DataFrame
     reference_sample: pd.DataFrame | None
     skew_sample: pd.DataFrame | None
+    scores: np.ndarray | None = None
+    """The window's served scores (CBPE), when the log carries them."""
+    reference_scores: np.ndarray | None = None
+    """The reference's scores: its profile's score ECDF or its rows' ``score`` column (``None``: none)."""
 
 
 Reference = dict[str, Any] | TableSource
@@ -100,16 +107,24 @@ def assess_window(
         else:
             report = compare_duckdb(reference, current, monitoring, window=window, engine=eng)
             ref_metrics = dict(reference.get("metrics") or {})
+        if isinstance(reference, TableSource):
+            ref_scores = (eng.frame(f"SELECT {SCORE} FROM ref")[SCORE].to_numpy(dtype=np.float64)
+                          if SCORE in ref_types else None)
+        else:
+            ref_scores = reference_scores(reference)
+        scores = eng.frame(f"SELECT {SCORE} FROM cur")[SCORE].to_numpy(dtype=np.float64) \
+            if SCORE in cur_types else None
         quality = None
         if labels is not None:
             keep = [c for c in ("transaction_id", SCORE) if c in cur_types]
             predictions = eng.frame(f"SELECT {', '.join(keep)} FROM cur") if keep else pd.DataFrame(index=range(n))
-            quality = realized_quality(predictions, labels, monitoring.decision_threshold)
+            quality = realized_quality(predictions, labels, served_threshold(reference, monitoring).value)
         return WindowAssessment(
             report=report, quality=quality, reference_metrics=ref_metrics,
             current_sample=eng.sample("cur", sample_rows, seed) if sample_rows else pd.DataFrame(),
             reference_sample=reference_sample,
             skew_sample=eng.sample("cur_window", skew_rows, seed) if skew_rows else None,
+            scores=scores, reference_scores=ref_scores,
         )
 
 

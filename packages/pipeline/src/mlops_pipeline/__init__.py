@@ -13,8 +13,10 @@ from mlops_pipeline.triggers import (
     PerformanceRun,
     RetrainTriggerError,
     retrain_requester,
+    run_data_trigger,
     run_ingest,
     run_performance,
+    write_retrain_metrics,
 )
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "new_run_dir",
     "retrain_requester",
     "rollback_executor",
+    "run_data_trigger",
     "run_ingest",
     "run_monitoring",
     "run_performance",
@@ -40,4 +43,5 @@ __all__ = [
     "run_rehearsal",
     "stdout_to_stderr",
     "verify_version",
+    "write_retrain_metrics",
 ]

@@ -22,7 +22,7 @@ import pandas as pd
 
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.local_server import RunningServer, run_server
+from mlops_pipeline.local_server import Endpoint, run_server
 from mlops_pipeline.runner import Step, StepResult
 from mlops_pipeline.steps import _aliases, _dvc, _evaluate, _held, _promote, step_gates
 
@@ -31,12 +31,6 @@ LM_DVC = "datasets/dvc.yaml"
 MAX_TOKENS = 16
 DRIFT_TOPICS = ("the history of the harbour", "why the winter was long", "a recipe for bread and soup",
                 "the rules of an old board game", "how rivers carve valleys")
-
-
-def is_lm(ctx: PipelineContext) -> bool:
-    """Whether the configured model is the fine-tuned LM (a ``causal_lm`` with an instruction dataset)."""
-    training = ctx.cfg.training
-    return training.model == "causal_lm" and training.causal_lm.dataset is not None
 
 
 def _dataset(ctx: PipelineContext) -> Path:
@@ -151,7 +145,7 @@ def _serve_args(folder: Path, version: str, log_dir: Path, *extra: str) -> list[
             "--set", "serving.prediction_log_flush_s=0.2", *extra]
 
 
-def send_prompts(servers: dict[str, RunningServer], prompts: list[str], *, concurrency: int = 2
+def send_prompts(servers: dict[str, Endpoint], prompts: list[str], *, concurrency: int = 2
                  ) -> dict[str, dict[str, Any]]:
     """POST prompts to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``) of each arm in turn; statuses per arm.
 
@@ -283,14 +277,24 @@ def step_lm_drift(ctx: PipelineContext) -> dict[str, Any]:
 
 
 def step_lm_gates(ctx: PipelineContext) -> dict[str, Any]:
-    """The fraud loop's gate step: ``evaluate()`` runs the LM gates for a ``hf_causal_lm`` version."""
-    return step_gates(ctx)
+    """The fraud loop's gate step: ``evaluate()`` runs the LM gates for a ``hf_causal_lm`` version; the quality
+    gate's verdict on the task (exact match and token accuracy on the held-out prompts) is named in the outputs."""
+    out = step_gates(ctx)
+    quality = next((g for g in ctx.facts["gates"].gates if g.name == "quality"), None)
+    if quality is not None and "task" in quality.evidence:
+        task = quality.evidence["task"]
+        out["quality"] = {"verdict": quality.verdict, "reason": quality.reason, "examples": task["examples"],
+                          "floor": task["floor"], "exact_match": task["candidate"]["exact_match"],
+                          "token_accuracy": task["candidate"]["token_accuracy"],
+                          "reference_exact_match": (task.get("reference_metrics") or {}).get("exact_match")}
+    return out
 
 
 LM_STEPS = [
     Step("lm-data", "Base checkpoint + instruction gate (DVC), a corrupted copy quarantined", step_lm_data),
     Step("lm-train", "Fine-tune with FSDP2 (2 CPU processes), register", step_lm_train),
-    Step("lm-gates", "LM gates (perplexity, reproducibility, latency, contract), promote to staging", step_lm_gates),
+    Step("lm-gates", "LM gates (task + perplexity, reproducibility, latency, contract), promote to staging",
+         step_lm_gates),
     Step("lm-canary", "Serve stable + canary LM, analyse, promote to champion", step_lm_canary),
     Step("lm-drift", "Drifted prompts → LM drift → rollback", step_lm_drift),
 ]
@@ -309,7 +313,10 @@ def summarize_lm(step: StepResult) -> str:
     if step.name == "lm-gates":
         passed = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in o["gates"].items())
         ref = f"champion v{o['champion']}" if o["champion"] else "base checkpoint"
-        return f"v{o['candidate']} vs {ref}: {passed} → staging"
+        task = o.get("quality")
+        on_task = (f"; exact match {task['exact_match']:.0%} (floor {task['floor']:.0%}), token accuracy "
+                   f"{task['token_accuracy']:.0%} on {task['examples']} held-out prompts" if task else "")
+        return f"v{o['candidate']} vs {ref}: {passed}{on_task} → staging"
     if step.name == "lm-canary":
         return (f"v{o['canary']} vs v{o['stable']}: {o['requests']} requests → {o['decision']}; champion "
                 f"v{o['champion_now']}, fallback v{o['fallback_now']}")

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -19,14 +15,16 @@ from typing import Any
 import httpx
 
 from mlops_model import OPTIONAL_FIELDS, REQUIRED_FIELDS
-from mlops_pipeline.errors import PipelineError
+from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready
 
 REQUEST_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
 """What the demo sends per instance: the model contract's request fields."""
 
 
 @dataclass(frozen=True)
-class RunningServer:
+class Endpoint:
+    """A model served over HTTP: where to send requests, and the log of the process answering them."""
+
     url: str
     model: str
     log_path: Path
@@ -35,57 +33,28 @@ class RunningServer:
         return httpx.get(f"{self.url}/metrics", timeout=10).text
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel picks it; racy only against other port pickers)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def run_server(root: Path, model: str, log_path: Path, args: Sequence[str] = (), *,
-               ready_timeout_s: float = 120.0) -> Iterator[RunningServer]:
-    """`mlops serve` on a free loopback port; stopped with SIGTERM (so the prediction log flushes)."""
+               ready_timeout_s: float = 120.0) -> Iterator[Endpoint]:
+    """`mlops serve` on a free loopback port, started and stopped by the one process harness
+    (:class:`~mlops_pipeline.servers.ProcessHarness`: its own process group, SIGTERM first so the prediction log
+    flushes, the log quoted when it exits or is not ready in time)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
-           *args]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(proc, url, model, log_path, ready_timeout_s)
-            yield RunningServer(url, model, log_path)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, model: str, log_path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log_path.read_text()[-1500:]
-            raise PipelineError(f"`mlops serve` exited with {proc.returncode} before it was ready:\n{tail}")
-        try:
-            if httpx.get(f"{url}/v2/models/{model}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise PipelineError(f"`mlops serve` was not ready within {timeout_s:.0f} s; see {log_path}")
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
+            *args]
+    with ProcessHarness(log_path.parent) as harness:
+        server = harness.start(ServerSpec(
+            log_path.stem, argv, ready=http_ready(f"{url}/v2/models/{model}/ready"), cwd=root,
+            ready_timeout_s=ready_timeout_s, stop_timeout_s=30.0))
+        yield Endpoint(url, model, server.log_path)
 
 
 SHED_RETRIES = 3
 """Retries of a request the server shed with 503 + ``Retry-After`` before its status counts."""
 
 
-def send_traffic(server: RunningServer, rows: list[dict[str, Any]], *, batch: int = 1,
+def send_traffic(server: Endpoint, rows: list[dict[str, Any]], *, batch: int = 1,
                  concurrency: int = 4) -> dict[str, Any]:
     """POST ``rows`` as V1 requests (``batch`` instances each); bounded by the row count. Returns tallies.
 

@@ -11,15 +11,25 @@ from rich.console import Console
 from rich.table import Table
 
 from mlops_config import LoadedConfig
+from mlops_model import ModelKind, kind_of
 from mlops_pipeline.console import StepConsole
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.lm_loop import LM_STEPS, is_lm, summarize_lm
+from mlops_pipeline.labels_step import summarize_labels
+from mlops_pipeline.lm_loop import LM_STEPS, summarize_lm
 from mlops_pipeline.report import render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
 from mlops_pipeline.sections import build_sections
 from mlops_pipeline.shadow import step_shadow, summarize_shadow_step
-from mlops_pipeline.steps import step_canary, step_data, step_drift, step_features, step_gates, step_train
+from mlops_pipeline.steps import (
+    step_canary,
+    step_data,
+    step_drift,
+    step_features,
+    step_gates,
+    step_labels,
+    step_train,
+)
 
 STEPS = [
     Step("data", "Generate + validate data (one corrupted batch)", step_data),
@@ -29,7 +39,16 @@ STEPS = [
     Step("shadow", "Mirror live traffic to the candidate, analyse", step_shadow),
     Step("canary", "Serve stable + canary, analyse, promote to champion", step_canary),
     Step("drift", "Drifted day → monitor → rollback", step_drift),
+    Step("labels", "Labels a week later → realized vs estimated F1", step_labels),
 ]
+
+LOOPS: dict[ModelKind, list[Step]] = {
+    ModelKind.TABULAR: STEPS,
+    ModelKind.HF_CAUSAL_LM: LM_STEPS,
+    # A byte-level LM has no server of its own: it runs the fraud loop's steps as before, up to its gates.
+    ModelKind.BYTE_LM: STEPS,
+}
+"""The loop each model family runs: the one place the pipeline chooses by family."""
 
 
 @dataclass
@@ -78,6 +97,8 @@ def summarize(step: StepResult) -> str:
     if step.name == "drift":
         return (f"{o['level']} on {', '.join(o['drifted_features'][:4]) or 'nothing'}; champion v{o['champion_before']}"
                 f" → v{o['champion_after']} (rollback {'recorded' if o['rolled_back'] else 'NOT done'})")
+    if step.name == "labels":
+        return summarize_labels(o)
     return brief(o)
 
 
@@ -98,7 +119,7 @@ def run_pipeline(loaded: LoadedConfig, *, fast: bool = False, show: bool = True,
     reporter = reporter or StepConsole.quiet()
     ctx = PipelineContext(loaded=loaded, fast=fast)
     started = time.perf_counter()
-    steps = LM_STEPS if is_lm(ctx) else STEPS
+    steps = LOOPS[kind_of(loaded.config.training)]
     if until is not None:
         names = [s.name for s in steps]
         if until not in names:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import DeliveryConfig, LoadedConfig, TrackingConfig
+from mlops_model import kind_of
 from mlops_monitoring import (
     ActionResult,
     MonitorResult,
@@ -119,16 +120,25 @@ def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: 
                    reference: Path | None = None, labels: Path | None = None, dry_run: bool = False,
                    html: bool | None = None) -> MonitorResult:
     """``mlops monitor run``: one monitoring run whose CRITICAL rollback is carried out (git, then registry),
-    followed by a retraining request (``delivery.retrain``'s drift / performance triggers).
+    followed by a retraining request (``delivery.retrain``'s drift / performance triggers) and, with
+    ``delivery.retrain.on_data``, the data trigger (:func:`mlops_pipeline.triggers.run_data_trigger`): the drift
+    job is where git and the repository token are.
 
     Call ``.check()`` on the result: it raises when an alert was not delivered, the rollback failed or the
     retraining request failed.
     """
-    from mlops_pipeline.triggers import retrain_requester
+    from mlops_pipeline.triggers import outcome_action, retrain_requester, run_data_trigger
 
     cfg = loaded.config
-    return run_monitor(MonitorRun(
+    dataset = cfg.training.causal_lm.dataset
+    result = run_monitor(MonitorRun(
         cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
         current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
         execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features,
-        retrain=retrain_requester(loaded)))
+        retrain=retrain_requester(loaded), kind=kind_of(cfg.training),
+        prompts=None if dataset is None else loaded.root / dataset))
+    data = None if dry_run or current is not None else run_data_trigger(loaded)
+    if data is not None:  # the data trigger the ingestion job cannot run (no git there): delivery.retrain.on_data
+        result.actions.append(outcome_action(data))
+    return result
+

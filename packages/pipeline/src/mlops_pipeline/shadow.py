@@ -17,6 +17,8 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
     """Champion serves, the candidate (alias ``staging``) shadows every request; nothing it answers is returned."""
     from mlops_core import aliases
     from mlops_delivery import analyze_shadow
+    from mlops_model import LEGACY_THRESHOLD
+    from mlops_serving import version_thresholds
 
     version = ctx.facts["candidate_version"]
     stable = aliases(ctx.cfg.tracking, ctx.root, ctx.model).get("champion")
@@ -33,8 +35,12 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
             traffic = send_traffic(server, rows)
             time.sleep(1.0)  # the sender's last call answers before the server stops (and flushes the log)
             metrics = server.metrics_text()
-    analysis = analyze_shadow(log_dir, ctx.model, threshold=ctx.cfg.evaluation.decision_threshold,
-                              since=datetime.fromtimestamp(started, UTC), versions=[version])
+    override = ctx.cfg.evaluation.decision_threshold
+    threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, override,
+                                      override_key="evaluation.decision_threshold")
+    analysis = analyze_shadow(log_dir, ctx.model, threshold=override or LEGACY_THRESHOLD,
+                              since=datetime.fromtimestamp(started, UTC), versions=[version],
+                              threshold_of=lambda v: threshold_of(v).value)
     counters = {name: _counter(metrics, f"mlops_serving_shadow_{name}_total") for name in
                 ("mirrored", "dropped", "answered", "errors")}
     ctx.facts["shadow"] = {"analysis": analysis.to_dict(), "counters": counters, "stable": stable,

@@ -273,10 +273,12 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
     rollback; a hold when the traffic budget runs out fails the step like the workflow's timeout.
     """
     from mlops_delivery import analyze_canary
-    from mlops_serving import read_prediction_log
+    from mlops_serving import read_prediction_log, version_thresholds
 
     version = ctx.facts["candidate_version"]
     stable = _aliases(ctx)["champion"]
+    threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, ctx.cfg.delivery.canary_estimate_threshold,
+                                      override_key="delivery.canary_estimate_threshold")
     if "canary" not in _held(ctx, version):
         _promote(ctx, version, "canary", "staged; canary starts")
     percent = 50
@@ -299,7 +301,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
             time.sleep(3 * flush_s)  # every answered row reaches the log before this look reads it
             served = read_prediction_log(log_dir, ctx.model)
             analysis = analyze_canary(ctx.cfg.delivery, metrics, metrics, served, stable_version=int(stable),
-                                      canary_version=int(version), model=ctx.model)
+                                      canary_version=int(version), model=ctx.model, threshold_of=threshold_of)
             looks.append({"requests": traffic["requests"], "canary_requests": analysis.canary.requests,
                           "decision": analysis.decision, "threshold_decision": analysis.threshold_decision})
             if analysis.decision != "hold":
@@ -336,6 +338,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
                                   seed=cfg.project.seed + 1, drift="covariate", start_date=next_day,
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
     drifted = pd.read_parquet(paths[0])
+    ctx.facts["drifted_truth"] = drifted[["transaction_id", "is_fraud"]]  # what the labels step learns a week on
     log_dir = ctx.work_dir / "drift_log"
     champion_before = _aliases(ctx).get("champion")
     n = 600 if ctx.fast else 1_500
@@ -353,3 +356,28 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
             "rolled_back": rolled_back, "instances": traffic["instances"],
             "drifted_features": [n for n, c in result.report.columns.items() if c.drifted],
             "outputs": result.outputs}
+
+
+# --- 7. labels ----------------------------------------------------------------------------------------------
+
+
+def step_labels(ctx: PipelineContext) -> dict[str, Any]:
+    """A simulated week later the labels of everything served arrive (the canary's normal traffic and the drifted
+    day), go through the labels gate, and are joined to each log: realized vs estimated F1 per served version."""
+    from mlops_model import LABEL
+    from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures
+    from mlops_serving import version_thresholds
+
+    truth = pd.concat([ctx.validated()[["transaction_id", LABEL]], ctx.facts["drifted_truth"]], ignore_index=True)
+    reference = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")  # the candidate's validation F1
+    gated, windows, verdicts = [], [], {}
+    report: dict[str, Any] = {}
+    threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, ctx.cfg.monitoring.decision_threshold)
+    for traffic, log_dir in (("normal", ctx.work_dir / "canary_log"), ("drifted", ctx.work_dir / "drift_log")):
+        gated.append(labels_a_week_later(str(log_dir), ctx.model, truth, ctx.work_dir / "labels" / traffic))
+        report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, reference, threshold_of)
+        windows += [{**w, "traffic": traffic} for w in report["windows"]]
+        verdicts.update({f"{v} {traffic}": d for v, d in report["verdicts"].items()})
+    ctx.facts["performance"] = {**report, "windows": windows, "verdicts": verdicts}
+    labels = {k: sum(g[k] for g in gated) for k in ("input_rows", "accepted_rows", "quarantined_rows")}
+    return {"labels": labels, "reference_f1": reference, "versions": version_figures(windows)}

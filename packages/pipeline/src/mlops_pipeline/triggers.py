@@ -5,11 +5,15 @@
 - **performance** (``mlops monitor performance``, :func:`run_performance`): a served version's realized F1
   drop beyond ``monitoring.max_f1_drop``; the CBPE estimated drop only with ``on_estimated_performance``.
 - **data** (``mlops data ingest``, :func:`run_ingest`): the ingestion published a new accepted version; it is
-  what the pull request pins.
+  what the pull request pins. In the cluster the ingestion job has neither git nor a repository token, so the
+  same trigger runs in the drift job, which has both (:func:`run_data_trigger`, after every ``mlops monitor
+  run``): the newest published version against the pin; a branch that already pins it is left alone.
 
 Each goes through :func:`mlops_delivery.trigger_retrain` (the policy's switches, then the same
 ``request_retrain`` that ``mlops retrain request`` calls) and every outcome lands in one ledger,
-``<state_dir>/retrain/triggers.jsonl``. A failed request never undoes the command's own work; the result's
+``<state_dir>/retrain/triggers.jsonl``; after each one the ledger's counts are rewritten as Prometheus text beside
+the drift metrics (``<metrics_file>-retrain.prom``: ``mlops_retrain_triggers_total{model, reason, outcome}``).
+A failed request never undoes the command's own work; the result's
 ``check()`` raises after the command has printed it, so the command (and its CronJob) exits non-zero.
 """
 
@@ -21,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import LoadedConfig
-from mlops_delivery import RetrainOutcome, RetrainTrigger, trigger_retrain
+from mlops_delivery import RetrainOutcome, RetrainTrigger, retrain_metrics_text, trigger_retrain
 from mlops_features import IngestReport, ingest_landed
+from mlops_model import LEGACY_THRESHOLD
 from mlops_monitoring import (
     ActionResult,
     PerformanceReport,
@@ -45,6 +50,24 @@ def retrain_ledger(loaded: LoadedConfig) -> Path:
     return loaded.root / loaded.config.project.state_dir / "retrain" / "triggers.jsonl"
 
 
+def retrain_metrics_path(loaded: LoadedConfig) -> Path:
+    """Where the triggers' counters go: beside ``monitoring.metrics_file`` (the same textfile collector reads it)."""
+    metrics = loaded.resolve_path(loaded.config.project.reports_dir) / loaded.config.monitoring.metrics_file
+    return metrics.with_name(f"{metrics.stem}-retrain.prom")
+
+
+def write_retrain_metrics(loaded: LoadedConfig) -> Path:
+    """Rewrite the triggers' counters from the ledger (atomically, as the textfile collector wants)."""
+    from mlops_core import atomic_write_text
+
+    return atomic_write_text(retrain_metrics_path(loaded), retrain_metrics_text(retrain_ledger(loaded)))
+
+
+def _triggered(loaded: LoadedConfig, outcome: RetrainOutcome) -> RetrainOutcome:
+    write_retrain_metrics(loaded)
+    return outcome
+
+
 def outcome_action(outcome: RetrainOutcome) -> ActionResult:
     """The monitor's ``retrain`` action for ``outcome`` (``ok`` unless it failed; the evidence stays out: the
     run's report holds it)."""
@@ -61,8 +84,8 @@ def retrain_requester(loaded: LoadedConfig) -> RetrainRequester:
 
     def ask(request: RetrainRequest) -> ActionResult:
         trigger = RetrainTrigger(model=request.model, reason=request.reason, evidence=request.evidence)
-        return outcome_action(trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=request.now,
-                                              ledger=ledger))
+        return outcome_action(_triggered(loaded, trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger,
+                                                                 now=request.now, ledger=ledger)))
 
     return ask
 
@@ -143,14 +166,16 @@ def run_performance(loaded: LoadedConfig, *, window: str | None = None, referenc
                     now: datetime | None = None) -> PerformanceRun:
     """``mlops monitor performance``: the report, its Prometheus file, and a retraining request on a drop."""
     from mlops_core import atomic_write_text
-    from mlops_serving import resolve_prediction_log_uri
+    from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
     cfg, m = loaded.config, loaded.config.monitoring
     uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
-    report = performance_report(uri, cfg.project.model, m.decision_threshold, window=window or m.performance_window,
-                                reference_f1=reference_f1, max_drop=m.max_f1_drop,
-                                min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
-                                interval=m.estimate_interval)
+    threshold_of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, m.decision_threshold)
+    report = performance_report(uri, cfg.project.model, m.decision_threshold or LEGACY_THRESHOLD,
+                                window=window or m.performance_window, reference_f1=reference_f1,
+                                max_drop=m.max_f1_drop, min_labelled=m.performance_min_labelled,
+                                bins=m.calibration_bins, interval=m.estimate_interval,
+                                threshold_of=lambda version: threshold_of(version).value)
     metrics = loaded.resolve_path(cfg.project.reports_dir) / m.performance_metrics_file
     atomic_write_text(metrics, performance_metrics_text(report))
     outcome = None
@@ -158,9 +183,28 @@ def run_performance(loaded: LoadedConfig, *, window: str | None = None, referenc
     if drop is not None:
         switch, evidence = drop
         trigger = RetrainTrigger(model=cfg.project.model, reason="performance", evidence=evidence)
-        outcome = trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, switch=switch, now=now,
-                                  ledger=retrain_ledger(loaded))
+        outcome = _triggered(loaded, trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, switch=switch,
+                                                     now=now, ledger=retrain_ledger(loaded)))
     return PerformanceRun(report, metrics, outcome)
+
+
+def run_data_trigger(loaded: LoadedConfig, *, now: datetime | None = None) -> RetrainOutcome | None:
+    """The data trigger where git is (the drift job): ask for a retraining on the newest published version.
+
+    ``None`` when ``delivery.retrain.on_data`` is off (nothing asked, nothing recorded). Otherwise the request
+    resolves ``pointers/latest.dvc`` of ``data.dvc_remote`` and compares it with the pin on the base branch
+    (``up_to_date`` when they agree, or when the open retraining branch already pins it).
+    """
+    cfg = loaded.config
+    if not (cfg.delivery.retrain.enabled and cfg.delivery.retrain.on_data):
+        return None
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    evidence = {"summary": f"the drift job's data check found the newest accepted data version published under "
+                           f"{cfg.data.dvc_remote!r} (pointers/latest.dvc) is not the pinned one",
+                "dvc_remote": cfg.data.dvc_remote, "checked_at": moment.isoformat()}
+    trigger = RetrainTrigger(model=cfg.project.model, reason="data", evidence=evidence)
+    return _triggered(loaded, trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=moment,
+                                              ledger=retrain_ledger(loaded)))
 
 
 @dataclass
@@ -201,6 +245,6 @@ def run_ingest(loaded: LoadedConfig, *, push: bool = True, now: datetime | None 
         }
         trigger = RetrainTrigger(model=cfg.project.model, reason="data", evidence=evidence,
                                  data_version=report.data_md5)
-        outcome = trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=now,
-                                  ledger=retrain_ledger(loaded))
+        outcome = _triggered(loaded, trigger_retrain(cfg.delivery, cfg.data, loaded.root, trigger, now=now,
+                                                     ledger=retrain_ledger(loaded)))
     return IngestRun(report, outcome)

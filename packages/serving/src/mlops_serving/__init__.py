@@ -35,9 +35,12 @@ _LAZY = {
     "registry_loader": "mlops_serving.service",
     "remote_loader": "mlops_serving.remote",
     "PredictionLogWriter": "mlops_serving.prediction_log",
+    "version_thresholds": "mlops_serving.registry",
+    "MODEL_META_ARTIFACT": "mlops_serving.registry",
 }
 
 __all__ = [
+    "MODEL_META_ARTIFACT",
     "BadRequestError",
     "FeatureStoreUnavailableError",
     "ModelLoadError",
@@ -58,6 +61,7 @@ __all__ = [
     "resolve_prediction_log_uri",
     "serve",
     "shadow_log_uri",
+    "version_thresholds",
     "write_prediction_log",
 ]
 

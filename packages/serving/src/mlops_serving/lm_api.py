@@ -15,7 +15,12 @@ Requests are checked before any work: ``max_tokens`` (1..``serving.llm.max_token
 against the context length; each refusal is a 400/404 in OpenAI's error shape naming the value and the limit.
 A parameter the server does not implement (``logprobs``, ``presence_penalty``, ``best_of``, ...) is refused with a
 400 naming it unless its value asks for nothing (:mod:`mlops_serving.lm_params`).
-At most ``max_concurrent`` generations run and ``max_queue`` wait; past that: 503 with ``Retry-After``.
+
+Admission and errors are the server's own, as for the tabular model: the routes are behind
+:class:`~mlops_serving.admission.AdmissionGuard` in its concurrency mode (at most ``max_concurrent`` generations
+run and ``max_queue`` wait for a slot; past that: 503 with ``Retry-After``, counted in the shedding series), and
+their errors are raised to :class:`~mlops_serving.server.ErrorReplies`, which formats them with
+:func:`openai_error_body` on these routes.
 """
 
 from __future__ import annotations
@@ -24,22 +29,26 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
+from kserve.errors import ModelNotReady
 from prometheus_client import Counter, Histogram
 
 from mlops_config import LLMServingConfig
-from mlops_serving.admission import OverloadedError  # one overload error (503 + Retry-After) for both servers
+from mlops_serving.admission import OPENAI_PREFIX, Admission
 from mlops_serving.errors import BadRequestError, ServingError
 from mlops_serving.lm import CausalLM, Generation, Sampling
 from mlops_serving.lm_params import check_supported, parse_sampling
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.prediction_log import PredictionLogWriter
+
+if TYPE_CHECKING:
+    from mlops_serving.server import ErrorFormat
 
 log = logging.getLogger(__name__)
 
@@ -80,32 +89,6 @@ class LMMetrics(ServingMetrics):
                                    ["model", "version"], buckets=TTFT_BUCKETS, registry=r)
 
 
-class Admission:
-    """At most ``max_concurrent`` holders and ``max_queue`` waiters; anyone past that is refused at once."""
-
-    def __init__(self, max_concurrent: int, max_queue: int, retry_after_s: int) -> None:
-        self._slots = asyncio.Semaphore(max_concurrent)
-        self._limit = max_concurrent + max_queue
-        self._inside = 0
-        self._retry = retry_after_s
-        self._described = f"{max_concurrent} running + {max_queue} queued"
-
-    async def enter(self) -> None:
-        if self._inside >= self._limit:
-            raise OverloadedError(f"server busy: {self._described} generations already; retry later",
-                                  self._retry)
-        self._inside += 1
-        try:
-            await self._slots.acquire()
-        except BaseException:
-            self._inside -= 1
-            raise
-
-    def leave(self) -> None:
-        self._slots.release()
-        self._inside -= 1
-
-
 CHAT_ROLES = frozenset({"system", "user", "assistant"})
 """The roles a chat request may use."""
 MAX_CHARS_PER_TOKEN = 32
@@ -113,23 +96,28 @@ MAX_CHARS_PER_TOKEN = 32
 prompt longer than ``context_length * 32`` characters cannot fit and is refused before it is tokenized."""
 
 
-def _openai_error(status: int, message: str, headers: dict[str, str] | None = None,
-                  param: str | None = None) -> Response:
+def openai_error_body(exc: Exception, status: int, message: str) -> dict[str, Any]:
+    """OpenAI's error object for an error the server's map answered (``param``: the request field at fault)."""
     kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return Response(orjson.dumps(body), status_code=status, headers=headers, media_type="application/json")
+    return {"error": {"message": message, "type": kind, "param": getattr(exc, "param", None), "code": status}}
+
+
+def lm_error_format(path: str) -> ErrorFormat | None:
+    """The error body of the language model's routes (OpenAI's, V2 generate included); KServe's elsewhere."""
+    return openai_error_body if path.startswith(OPENAI_PREFIX) or path.endswith("/generate") else None
 
 
 class LMRoutes:
     """The routes over one :class:`CausalLM`."""
 
     def __init__(self, model: CausalLM, metrics: LMMetrics, cfg: LLMServingConfig,
-                 prediction_log: PredictionLogWriter | None) -> None:
+                 prediction_log: PredictionLogWriter | None, admission: Admission) -> None:
         self.model = model
         self.metrics = metrics
         self.cfg = cfg
         self.log = prediction_log
-        self.admission = Admission(cfg.max_concurrent, cfg.max_queue, cfg.retry_after_s)
+        self.admission = admission
+        """The server's controller (its guard admitted the request); its slots bound the generations."""
         model.start_workers(cfg.max_concurrent, cfg.torch_threads)
 
     # --- routes --------------------------------------------------------------------------------------------
@@ -146,53 +134,46 @@ class LMRoutes:
         return await self._answer(request, chat=True)
 
     async def generate_v2(self, request: Request) -> Response:
-        try:
-            name = request.path_params["model_name"]
-            body = await self._body(request)
-            if name != self.model.name:
-                raise ModelNameError(f"model {name!r} is not served here; this server serves {self.model.name!r}")
-            text = body.get("text_input")
-            if not isinstance(text, str):
-                raise BadRequestError(f"text_input={text!r:.40} is invalid: it must be a string")
-            params = body.get("parameters") or {}
-            if not isinstance(params, dict):
-                raise BadRequestError("parameters must be an object")
-            check_supported(params, "v2_generate")
-            sampling = parse_sampling({"temperature": 0.0, **params}, self.cfg, chat=False)
-            self._check_chars(len(text))
-            ids = await asyncio.to_thread(self.model.encode, text)  # off the loop: the other streams go on
-            self.model.check_fits(len(ids), sampling.max_tokens)
-            out = await self._run(ids, sampling, text, "v2_generate")
-        except ServingError as exc:
-            return self._refuse(exc)
+        name = request.path_params["model_name"]
+        body = await self._body(request)
+        if name != self.model.name:
+            raise ModelNameError(f"model {name!r} is not served here; this server serves {self.model.name!r}")
+        text = body.get("text_input")
+        if not isinstance(text, str):
+            raise BadRequestError(f"text_input={text!r:.40} is invalid: it must be a string")
+        params = body.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise BadRequestError("parameters must be an object")
+        check_supported(params, "v2_generate")
+        sampling = parse_sampling({"temperature": 0.0, **params}, self.cfg, chat=False)
+        self._check_chars(len(text))
+        ids = await asyncio.to_thread(self.model.encode, text)  # off the loop: the other streams go on
+        self.model.check_fits(len(ids), sampling.max_tokens)
+        out = await self._run(ids, sampling, text, "v2_generate")
         return _json({"model_name": self.model.name, "model_version": self.model.version,
                       "text_output": out.text, "finish_reason": out.finish_reason})
 
     # --- the OpenAI path -----------------------------------------------------------------------------------
     async def _answer(self, request: Request, *, chat: bool) -> Response:
-        try:
-            body = await self._body(request)
-            check_supported(body, "chat" if chat else "completions")
-            # tokenizing (bounded by _check_chars) runs off the event loop, so the streams already running go on
-            prompt_ids, prompt_text = await asyncio.to_thread(self._prompt, body, chat=chat)
-            sampling = parse_sampling(body, self.cfg, chat=chat)
-            self.model.check_fits(len(prompt_ids), sampling.max_tokens)
-            endpoint = "chat" if chat else "completions"
-            if body.get("stream"):
-                await self._admit()  # before the 200: a refusal is still a 503
-                started: list[bool] = []
-                stream = self._sse(prompt_ids, sampling, prompt_text, chat=chat, endpoint=endpoint,
-                                   include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
-                                   started=started)
-                return _AdmittedStream(stream, lambda: None if started else self.admission.leave())
-            out = await self._run(prompt_ids, sampling, prompt_text, endpoint)
-        except ServingError as exc:
-            return self._refuse(exc)
+        body = await self._body(request)
+        check_supported(body, "chat" if chat else "completions")
+        # tokenizing (bounded by _check_chars) runs off the event loop, so the streams already running go on
+        prompt_ids, prompt_text = await asyncio.to_thread(self._prompt, body, chat=chat)
+        sampling = parse_sampling(body, self.cfg, chat=chat)
+        self.model.check_fits(len(prompt_ids), sampling.max_tokens)
+        endpoint = "chat" if chat else "completions"
+        if body.get("stream"):
+            # the admission guard holds the request's place until the stream ends; the generation slot is taken
+            # inside the stream, so the first event still waits for it
+            stream = self._sse(prompt_ids, sampling, prompt_text, chat=chat, endpoint=endpoint,
+                               include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+            return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        out = await self._run(prompt_ids, sampling, prompt_text, endpoint)
         return _json(self._final(out, chat=chat).model_dump(mode="json", exclude_unset=True))
 
     async def _body(self, request: Request) -> dict[str, Any]:
         if not self.model.ready:
-            raise OverloadedError(f"model {self.model.name!r} not ready: {self.model.reason}", 5)
+            raise ModelNotReady(self.model.name, self.model.reason)  # the one not-ready answer (ErrorReplies)
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
@@ -239,28 +220,21 @@ class LMRoutes:
             raise BadRequestError(f"the prompt has {chars} characters; at most {limit} can fit this model's context "
                                   f"of {self.model.context_length} tokens ({MAX_CHARS_PER_TOKEN} characters a token)")
 
-    async def _admit(self) -> None:
-        t0 = time.perf_counter()
-        await self.admission.enter()
-        self.metrics.queue_wait.labels(self.model.name, self.model.version).observe(time.perf_counter() - t0)
-
     async def _run(self, ids: list[int], sampling: Sampling, prompt_text: str, endpoint: str) -> Generation:
-        await self._admit()
-        try:
+        async with self.admission.slot() as waited:
+            self.metrics.queue_wait.labels(self.model.name, self.model.version).observe(waited)
             out = Generation(prompt_tokens=len(ids))
             async for _ in self.model.stream(ids, sampling, out):
                 pass
-        finally:
-            self.admission.leave()
         self._record(out, prompt_text, endpoint)
         return out
 
     async def _sse(self, ids: list[int], sampling: Sampling, prompt_text: str, *, chat: bool, endpoint: str,
-                   include_usage: bool, started: list[bool]) -> AsyncIterator[bytes]:
-        started.append(True)  # from here on the finally below releases the slot
-        out = Generation(prompt_tokens=len(ids))
-        rid = _request_id(chat)
-        try:
+                   include_usage: bool) -> AsyncIterator[bytes]:
+        async with self.admission.slot() as waited:
+            self.metrics.queue_wait.labels(self.model.name, self.model.version).observe(waited)
+            out = Generation(prompt_tokens=len(ids))
+            rid = _request_id(chat)
             if chat:
                 yield _sse(self._chunk(rid, out, {"role": "assistant", "content": ""}, None))
             async for delta in self.model.stream(ids, sampling, out):
@@ -274,8 +248,6 @@ class LMRoutes:
                 tail = (self._chunk(rid, out, None, None) if chat else self._completion(rid, out, None, None))
                 yield _sse({**tail, "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"
-        finally:
-            self.admission.leave()
         self._record(out, prompt_text, endpoint)
 
     # --- response bodies (the openai package's own types) --------------------------------------------------
@@ -321,13 +293,6 @@ class LMRoutes:
         return body.model_dump(mode="json", exclude_unset=True)
 
     # --- accounting ----------------------------------------------------------------------------------------
-    def _refuse(self, exc: ServingError) -> Response:
-        status = exc.http_status
-        self.metrics.errors.labels(self.model.name, self.model.version, type(exc).__name__, str(status)).inc()
-        retry = getattr(exc, "retry_after_s", None)
-        return _openai_error(status, str(exc), {"Retry-After": str(retry)} if retry is not None else None,
-                             getattr(exc, "param", None))
-
     def _record(self, out: Generation, prompt_text: str, endpoint: str) -> None:
         labels = (self.model.name, self.model.version)
         n_out = len(out.token_ids)
@@ -353,21 +318,6 @@ class LMRoutes:
         if self.cfg.log_text:
             row.update(prompt_text=prompt_text, response_text=out.text)
         self.log.append([row])
-
-
-class _AdmittedStream(StreamingResponse):
-    """An SSE response holding a generation slot; if the client leaves before the body starts, the slot is freed
-    here (the generator's own ``finally`` never runs when it never started)."""
-
-    def __init__(self, body: AsyncIterator[bytes], release_unstarted: Callable[[], None]) -> None:
-        super().__init__(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._release_unstarted = release_unstarted
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release_unstarted()
 
 
 def _request_id(chat: bool) -> str:

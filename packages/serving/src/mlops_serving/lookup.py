@@ -63,7 +63,7 @@ class LookupResult:
     and whether the store was unreachable.
 
     Columns, not row dicts: the encoder reads them as they are (:meth:`mlops_model.EncoderSpec.encode_columns`)
-    and so does the prediction log; :meth:`rows` builds dicts only where one is wanted (the shadow copy).
+    and so do the prediction log and the shadow copy; :meth:`rows` builds dicts only where one is wanted.
     """
 
     columns: dict[str, list[Any]]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mlops_config import TrackingConfig
 from mlops_core import mlflow_client, registered_model_name
-from mlops_model import META_FILE
+from mlops_model import META_FILE, ThresholdChoice, resolve_threshold
 from mlops_serving.errors import ModelLoadError
 from mlops_serving.served import ModelRef
 
 log = logging.getLogger(__name__)
 
+MODEL_META_ARTIFACT = "model/model.json"
+"""A registered version's ``model.json`` in its training run (training logs the export under ``model/``)."""
 COMPLETE_MARK = ".download-complete"
 """Written last into a downloaded version's folder: only folders holding it count as cached."""
 
@@ -89,3 +95,34 @@ def find_exported_folder(path: Path) -> Path:
     if not hits:
         raise ModelLoadError(f"no {META_FILE} under {str(path)!r}; the registered version is not an exported model")
     return hits[0].parent
+
+
+def version_thresholds(tracking: TrackingConfig, root: Path, model: str, override: float | None, *,
+                       override_key: str = "monitoring.decision_threshold") -> Callable[[str], ThresholdChoice]:
+    """``version`` → the threshold that version's decisions are scored at: ``override`` when set, else the one
+    recorded in its ``model.json`` (fetched once per version from its run), else the legacy 0.5 (an export that
+    records none, or a version the registry cannot give, logged as a warning; the choice's note says which)."""
+    from mlflow.exceptions import MlflowException
+
+    cache: dict[str, ThresholdChoice] = {}
+
+    def of(version: str) -> ThresholdChoice:
+        if version in cache:
+            return cache[version]
+        meta: dict[str, Any] | None = None
+        name = registered_model_name(tracking, model)
+        try:  # fetched even under an override, so that a disagreement is named
+            client = mlflow_client(tracking, root)
+            run_id = client.get_model_version(name, version).run_id
+            if not run_id:
+                raise OSError(f"v{version} was registered without a run")
+            with tempfile.TemporaryDirectory() as tmp:
+                meta = json.loads(Path(client.download_artifacts(run_id, MODEL_META_ARTIFACT, tmp)).read_text(
+                    encoding="utf-8"))
+        except (MlflowException, OSError, ValueError) as exc:
+            log.warning("%r v%s: no readable %s (%s): its recorded threshold is unknown", name, version,
+                        MODEL_META_ARTIFACT, exc)
+        cache[version] = resolve_threshold(meta, override, override_key=override_key, model=f"v{version}")
+        return cache[version]
+
+    return of

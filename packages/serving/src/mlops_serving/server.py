@@ -8,9 +8,12 @@ and a model that fails to load leaves the server up and not ready. The two predi
 (``/v1/models/{name}:predict``, ``/v2/models/{name}/infer``) are registered ahead of KServe's own so that
 every body goes through the checked decoders of :mod:`mlops_serving.v2` / :mod:`mlops_serving.schema`.
 
-Errors map to HTTP codes in one place, :class:`ErrorReplies`: the app's exception handlers and the request
-guard (which refuses oversize bodies and foreign content types before anything is parsed, and turns any
-unexpected exception into a clean JSON 500 instead of a reset connection) both answer through it.
+Errors map to HTTP codes in one place, :class:`ErrorReplies`: the app's exception handlers, the admission guard
+(:mod:`mlops_serving.admission`) and the request guard (which refuses oversize bodies and foreign content types
+before anything is parsed, and turns any unexpected exception into a clean JSON 500 instead of a reset connection)
+all answer through it, for both families. The status, ``Retry-After`` and the count are the map's; only the body's
+shape is the protocol's (``{"error": message}`` for KServe's V1/V2, OpenAI's error object on the language model's
+routes: :data:`ErrorFormat`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
 from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 
-from mlops_serving.admission import AdmissionGuard, AdmissionLimits, AdmissionMetrics
+from mlops_serving.admission import Admission, AdmissionGuard, is_inference
 from mlops_serving.errors import (
     BadRequestError,
     InternalError,
@@ -151,19 +154,35 @@ KSERVE_STATUS: dict[type[Exception], int] = {InvalidInput: 400, ModelNotFound: 4
 """KServe's and FastAPI's client errors, answered without their handlers' server-side tracebacks."""
 
 
+ErrorFormat = Callable[[Exception, int, str], dict[str, Any]]
+"""A protocol's error body from the error, its status and its message."""
+
+
+def kserve_error_body(_: Exception, __: int, message: str) -> dict[str, Any]:
+    """KServe's V1/V2 error body."""
+    return {"error": message}
+
+
 class ErrorReplies:
     """The one map from an error to its HTTP answer; every error answered is counted in the errors metric.
 
     Ours carry their status (:attr:`ServingError.http_status`); KServe's and FastAPI's come from
-    :data:`KSERVE_STATUS`; anything else is a 500 with no details (the log has the traceback).
+    :data:`KSERVE_STATUS`; anything else is a 500 with no details (the log has the traceback). A 503 that says when
+    to come back (overload, a missed deadline, the store's outage, a model not ready) carries ``Retry-After``; a
+    model not ready is answered the same by both families (``serving.not_ready_retry_after_s``). ``formats`` picks
+    the body's shape by the request's path (``None``: KServe's).
     """
 
-    def __init__(self, model: HostedModel, metrics: ServingMetrics) -> None:
+    def __init__(self, model: HostedModel, metrics: ServingMetrics,
+                 formats: Callable[[str], ErrorFormat | None] | None = None, *,
+                 not_ready_retry_after_s: int = 5) -> None:
         self._model = model
         self._metrics = metrics
+        self._formats = formats
+        self._not_ready_retry_after_s = not_ready_retry_after_s
 
-    def reply(self, exc: Exception) -> tuple[int, dict[str, Any], dict[str, str] | None]:
-        """Status, JSON body and extra headers for ``exc``."""
+    def reply(self, exc: Exception, path: str = "") -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        """Status, JSON body and extra headers for ``exc`` raised on ``path``."""
         if isinstance(exc, ServingError):
             status = exc.http_status
         else:
@@ -172,25 +191,32 @@ class ErrorReplies:
                 exc = InternalError("internal error; see the server log")
         prefix = "malformed request: " if isinstance(exc, RequestValidationError) else ""
         retry_after = getattr(exc, "retry_after_s", None)  # 503s: the store's outage, overload shedding
+        if isinstance(exc, ModelNotReady):  # loading, or refused at load: come back when it may have loaded
+            retry_after = self._not_ready_retry_after_s
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         self._metrics.errors.labels(self._model.name, self._model.stable_version, type(exc).__name__,
                                     str(status)).inc()
-        return status, {"error": f"{prefix}{exc}"[:2000]}, headers
+        message = f"{prefix}{exc}"[:2000]
+        fmt = self._formats(path) if self._formats is not None else None
+        return status, (fmt or kserve_error_body)(exc, status, message), headers
 
-    async def handle(self, _: Request, exc: Exception) -> Response:
+    async def handle(self, request: Request, exc: Exception) -> Response:
         """A FastAPI exception handler."""
-        status, body, headers = self.reply(exc)
+        status, body, headers = self.reply(exc, request.scope.get("path", ""))
         return _json(body, status_code=status, headers=headers)
 
-    async def send(self, send: Any, exc: Exception) -> None:
-        """Answer ``exc`` on a raw ASGI ``send`` (the request guard, outside FastAPI)."""
-        status, body, headers = self.reply(exc)
+    async def send(self, send: Any, exc: Exception, path: str = "") -> None:
+        """Answer ``exc`` on a raw ASGI ``send`` (the guards, outside FastAPI)."""
+        status, body, headers = self.reply(exc, path)
         raw = orjson.dumps(body)
         extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
                                 *extra]})
         await send({"type": "http.response.body", "body": raw})
+
+
+_GUARDED_HEADERS = frozenset((b"content-length", b"content-type", b"x-request-id", b"inference-header-content-length"))
 
 
 class RequestGuard:
@@ -217,11 +243,15 @@ class RequestGuard:
         if scope.get("method") in ("POST", "PUT", "PATCH"):
             # the size limit holds on every route with a body (KServe's :explain, the repository routes, ...), not
             # only on the ones we parse: one unbounded body is enough to exhaust a replica's memory
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            inference = path.endswith((":predict", "/infer", "/generate")) or path.startswith("/openai/")
-            refusal = self._refuse(headers, check_type=inference)
+            # only the four it reads, not every header decoded (a repeated one: the last wins, as in a dict)
+            headers: dict[str, str] = {}
+            for k, v in scope.get("headers", []):
+                name = k.lower()
+                if name in _GUARDED_HEADERS:
+                    headers[name.decode("latin-1")] = v.decode("latin-1")
+            refusal = self._refuse(headers, check_type=is_inference(path))
             if refusal is not None:
-                await self.errors.send(send, refusal)
+                await self.errors.send(send, refusal, path)
                 return
             receive = self._limited(receive)
         try:
@@ -230,7 +260,7 @@ class RequestGuard:
             if not isinstance(exc, PayloadTooLargeError):
                 log.exception("unhandled error on %s", path)
             if not started:
-                await self.errors.send(send, exc)
+                await self.errors.send(send, exc, path)
 
     def _refuse(self, headers: dict[str, str], *, check_type: bool) -> ServingError | None:
         length = headers.get("content-length")
@@ -370,19 +400,22 @@ def build_app(
     prediction_log: PredictionLogWriter | None = None,
     load_in_background: bool = True,
     export_meta: Callable[[], dict[str, Any]] | None = None,
-    admission: AdmissionLimits | None = None,
+    admission: Admission | None = None,
     mount: Callable[[FastAPI], None] | None = None,
+    error_formats: Callable[[str], ErrorFormat | None] | None = None,
     status_detail: bool = True,
+    not_ready_retry_after_s: int = 5,
 ) -> FastAPI:
     """The server's ASGI app for one hosted model; ``export_meta`` (a predictor's) serves :data:`META_ROUTE`;
-    ``admission`` bounds the predict requests in flight and gives each a deadline (:mod:`mlops_serving.admission`);
-    ``mount`` adds routes of the model's own (the language model's OpenAI routes) ahead of KServe's."""
+    ``admission`` bounds the inference requests in flight and gives each a deadline (:mod:`mlops_serving.admission`);
+    ``mount`` adds routes of the model's own (the language model's OpenAI routes) ahead of KServe's, and
+    ``error_formats`` the error body of their protocol (:class:`ErrorReplies`)."""
     registry = ModelRepository()
     registry.update(model)
     dataplane = ServingDataPlane(registry, readiness)
     routes = Routes(model, metrics, dataplane, export_meta)
     routes.status_detail = status_detail
-    errors = ErrorReplies(model, metrics)
+    errors = ErrorReplies(model, metrics, error_formats, not_ready_retry_after_s=not_ready_retry_after_s)
 
     # no OpenAPI document: the routes are fixed by the V1/V2 protocols, and the schema is a map for whoever
     # probes the server (issue 31); docs and redoc are off for the same reason
@@ -390,6 +423,11 @@ def build_app(
                   lifespan=lambda _: _lifespan(model, prediction_log, load_in_background))
     app.state.model = model
     app.state.dataplane = dataplane
+    # plain Starlette routes, first: the router tries routes in order, so the hot path matches at once (behind the
+    # health and status routes it paid a failed match of each, every request), and skips FastAPI's dependency
+    # solving; ahead of KServe's, which they replace
+    app.add_route("/v1/models/{model_name}:predict", routes.predict_v1, methods=["POST"])
+    app.add_route("/v2/models/{model_name}/infer", routes.infer_v2, methods=["POST"])
     app.add_api_route("/", routes.live, methods=["GET"])
     app.add_api_route("/v2/health/live", routes.live, methods=["GET"])
     app.add_api_route("/v2/health/ready", routes.ready, methods=["GET"])
@@ -397,9 +435,6 @@ def build_app(
     app.add_api_route("/metrics", routes.metrics_text, methods=["GET"])
     if export_meta is not None:
         app.add_api_route(META_ROUTE, routes.exported_meta, methods=["GET"])
-    # plain Starlette routes, ahead of KServe's: the hot path skips FastAPI's dependency solving
-    app.add_route("/v1/models/{model_name}:predict", routes.predict_v1, methods=["POST"])
-    app.add_route("/v2/models/{model_name}/infer", routes.infer_v2, methods=["POST"])
     # ahead of KServe's routes (the first match wins): its model-repository routes are never reached
     app.add_route(f"{MODEL_REPOSITORY_PREFIX}/{{path:path}}", refuse_model_repository,
                   methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
@@ -414,8 +449,7 @@ def build_app(
         app.add_exception_handler(error_type, errors.handle)
     app.add_middleware(RequestGuard, max_bytes=max_payload_bytes, errors=errors)
     if admission is not None:  # outermost: a refusal costs no parsing
-        app.add_middleware(AdmissionGuard, limits=admission, errors=errors, metrics=AdmissionMetrics(metrics.registry),
-                           model_name=model.name)
+        app.add_middleware(AdmissionGuard, admission=admission, errors=errors)
     return app
 
 

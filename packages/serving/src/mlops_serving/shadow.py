@@ -94,7 +94,10 @@ class _Mirrored:
     live_version: str
     live_variant: str
     rows: Sequence[Mapping[str, Any]]
-    features: Sequence[Mapping[str, Any]]
+    features: Mapping[str, Sequence[Any]]
+    """The lookup's columns of the request's batch, as served (never copied on the live path)."""
+    start: int
+    """The request's rows are ``start:start + len(rows)`` of each column."""
     live_scores: Sequence[float]
     live_predict_ms: float
 
@@ -145,16 +148,20 @@ class ShadowSender:
 
     # -- the live side: cheap, never blocks, never raises into the request ---------------------------------
     def offer(self, *, request_id: str, ts: float, live_version: str, live_variant: str,
-              rows: Sequence[Mapping[str, Any]], features: Sequence[Mapping[str, Any]], live_scores: Sequence[float],
-              live_predict_ms: float) -> bool:
-        """Mirror this scored request if its turn has come; ``True`` when it was queued."""
+              rows: Sequence[Mapping[str, Any]], features: Mapping[str, Sequence[Any]], live_scores: Sequence[float],
+              live_predict_ms: float, start: int = 0) -> bool:
+        """Mirror this scored request if its turn has come; ``True`` when it was queued.
+
+        ``features``: the lookup's columns (name → one value per row) of the batch the request rode in, its rows at
+        ``start:start + len(rows)``: kept by reference, read on the sender's thread, never turned into dicts.
+        """
         i = next(self._counter)
         if (i + 1) * self._num // self._den == i * self._num // self._den:
             return False
         if self._thread is None:
             self._start()
         try:
-            self._queue.put_nowait(_Mirrored(request_id, ts, live_version, live_variant, rows, features,
+            self._queue.put_nowait(_Mirrored(request_id, ts, live_version, live_variant, rows, features, start,
                                              live_scores, live_predict_ms))
         except queue.Full:
             self._dropped.inc()
@@ -227,8 +234,7 @@ class ShadowSender:
         status, error = "ok", None
         try:
             candidate = self._load_candidate()
-            records = [{**row, **feats} for item in batch for row, feats in zip(item.rows, item.features, strict=True)]
-            scores = self._score(candidate, records)
+            scores = self._score(candidate, mirrored_columns(candidate.encoder.input_columns, batch))
         except _CandidateError as exc:
             status, error = exc.status, str(exc)[:500]
             if status != "bad_answer":
@@ -266,18 +272,19 @@ class ShadowSender:
         log.info("shadow: candidate %s serves %s version %s", self.base_url, self.model, self._candidate.version)
         return self._candidate
 
-    def _score(self, candidate: _Candidate, records: list[dict[str, Any]]) -> list[float]:
+    def _score(self, candidate: _Candidate, columns: Mapping[str, Sequence[Any]]) -> list[float]:
         import numpy as np
         import orjson
 
-        x = np.asarray(candidate.encoder.encode_records(records), dtype=np.float32)
+        x = np.asarray(candidate.encoder.encode_columns(columns), dtype=np.float32)
+        n = len(x)
         body = orjson.dumps({"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
                                          "data": x.ravel()}]}, option=orjson.OPT_SERIALIZE_NUMPY)
         answer = self._call("POST", f"{self.base_url}/v2/models/{self.model}/infer", body)
         outputs = {o.get("name"): o for o in answer.get("outputs", []) if isinstance(o, dict)}
         data = (outputs.get("score") or {}).get("data")
-        if not isinstance(data, list) or len(data) != len(records):
-            raise _CandidateError("bad_answer", f"the candidate answered no 'score' of {len(records)} values")
+        if not isinstance(data, list) or len(data) != n:
+            raise _CandidateError("bad_answer", f"the candidate answered no 'score' of {n} values")
         return [float(s) for s in data]
 
     def _call(self, method: str, url: str, body: bytes | None = None) -> dict[str, Any]:
@@ -299,6 +306,24 @@ class ShadowSender:
         if not isinstance(answer, dict):
             raise _CandidateError("bad_answer", f"{url!r} answered {type(answer).__name__}, not an object")
         return answer
+
+
+def mirrored_columns(names: Sequence[str], batch: Sequence[_Mirrored]) -> dict[str, list[Any]]:
+    """The candidate encoder's input columns for every row of ``batch``, in order: what merging each request row
+    with its features (``{**row, **features}``) and reading the names gave, built by column. A column the lookup
+    served is taken as it is (a store feature wins over a request field of the same name); any other is the
+    request's field, None where a row lacks it (the candidate may read a feature the live service does not)."""
+    out: dict[str, list[Any]] = {}
+    for name in names:
+        column: list[Any] = []
+        for item in batch:
+            served = item.features.get(name)
+            if served is None:
+                column += [row.get(name) for row in item.rows]
+            else:
+                column += served[item.start : item.start + len(item.rows)]
+        out[name] = column
+    return out
 
 
 def _log_rows(model: str, version: str, item: _Mirrored, scores: Sequence[float] | None, status: str,

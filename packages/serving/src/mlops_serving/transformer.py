@@ -268,8 +268,8 @@ class FraudModel(kserve.Model):
         for i, (batch, variant) in enumerate(zip(batches, picked, strict=True)):
             if self._shadow is not None:  # queued for the shadow thread, never waited for
                 self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
-                                   live_variant=variant.name, rows=batch.rows,
-                                   features=found.rows(bounds[i], bounds[i + 1]), live_scores=scores[i].tolist(),
+                                   live_variant=variant.name, rows=batch.rows, features=found.columns,
+                                   start=bounds[i], live_scores=scores[i].tolist(),
                                    live_predict_ms=(t2 - t1) * 1000.0)
             results.append(_Scored(batch, variant, scores[i], found.degraded, found.unknown[bounds[i] : bounds[i + 1]]))
         self._observe(results, t1 - t0, t2 - t1, t2)

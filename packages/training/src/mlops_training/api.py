@@ -19,10 +19,15 @@ def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = No
     Returns ``None`` on a node of a multi-node job that did not host rank 0 (rank 0's node has the result).
 
     Raises:
-        DoctorError, TrainingError, TrackingError; ConfigError: ``delivery.retrain.require_pin`` and no pin.
+        DoctorError, TrainingError, TrackingError; ConfigError: ``delivery.retrain.require_pin`` and no pin;
+        DataError: with ``require_pin``, an accepted area that is not exactly the pinned version.
     """
     if track:  # what registers a version trains a pinned one; a re-run that registers nothing replays a record
-        require_data_pin(config.delivery.retrain, root, config.project.model)
+        pinned = require_data_pin(config.delivery.retrain, root, config.project.model)
+        if pinned is not None and config.delivery.retrain.require_pin:
+            from mlops_features import check_pinned_data
+
+            check_pinned_data(config.data, root, pinned)
     return launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
 
 

@@ -3,7 +3,12 @@
 Layout of one checkpoint, ``<run_dir>/step_<N>/``: DCP's shard files and ``.metadata`` (model + optimizer,
 each rank writes its own shards), ``rng_rank<R>.safetensors`` (each rank's RNG state), ``trainer_state.json``
 (step, LR scheduler, metric history) and, written last by rank 0, ``manifest.json`` (world size, mesh,
-strategy, torch version, SHA-256 per file). A folder without a manifest is incomplete and is never loaded.
+strategy, torch version, SHA-256 per file) with ``manifest.sig``, its seal. A folder without a manifest is
+incomplete and is never loaded.
+
+``.metadata`` is a pickle that DCP unpickles on load: with a seal (:func:`mlops_model.manifest_seal`, the run's
+signing key) the manifest's signature is checked first, so a ``.metadata`` swapped together with a rewritten
+manifest is refused before anything is unpickled.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from mlops_training.errors import CheckpointError
 if TYPE_CHECKING:
     import torch
 
+    from mlops_model import ManifestSeal
     from mlops_training.parallelize import Dist
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+SEAL = "manifest.sig"
 TRAINER_STATE = "trainer_state.json"
 _PREFIX = "step_"
 
@@ -50,18 +57,32 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def verify_checkpoint(path: Path) -> dict[str, Any]:
-    """The manifest of a checkpoint after checking every listed file's SHA-256.
+def verify_checkpoint(path: Path, seal: ManifestSeal | None = None) -> dict[str, Any]:
+    """The manifest of a checkpoint after checking its seal (when ``seal`` is given) and every listed file's SHA-256.
 
     Raises:
-        CheckpointError: no manifest, a listed file is missing, or its checksum differs.
+        CheckpointError: no manifest, no seal or one that does not verify, a listed file is missing, or its
+            checksum differs.
     """
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        raw = (path / MANIFEST).read_bytes()
+        manifest = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError) as exc:
         raise CheckpointError(
             f"checkpoint {str(path)!r} has no readable {MANIFEST} ({exc}); it is incomplete"
         ) from None
+    if seal is not None:
+        from mlops_model import ModelSignatureError
+
+        if not (path / SEAL).is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} has no {SEAL}: its manifest is not sealed by the run's "
+                                  "signing key; refusing to unpickle its .metadata")
+        try:
+            seal.verify(raw, (path / SEAL).read_bytes(), what=f"checkpoint {str(path)!r} {MANIFEST}")
+        except ModelSignatureError as exc:
+            raise CheckpointError(f"{exc}; refusing to unpickle its .metadata") from None
+    if MANIFEST in manifest["files"] or SEAL in manifest["files"] or ".metadata" not in manifest["files"]:
+        raise CheckpointError(f"checkpoint {str(path)!r}: {MANIFEST} must list .metadata and not itself or its seal")
     for name, expected in manifest["files"].items():
         f = path / name
         if not f.is_file():
@@ -75,8 +96,10 @@ class Checkpointer:
     """Saves and loads one run's checkpoints; at most one asynchronous save is in flight."""
 
     def __init__(self, run_dir: Path, dist_info: Dist, *, keep_last: int, async_save: bool,
-                 describe: Mapping[str, Any]) -> None:
+                 describe: Mapping[str, Any], seal: ManifestSeal | None = None) -> None:
+        """``seal`` (rank 0's; other ranks pass ``None``) signs each manifest and is checked before a load."""
         self.run_dir = run_dir
+        self.seal = seal
         self.dist = dist_info
         self.keep_last = keep_last
         self.async_save = async_save
@@ -138,11 +161,15 @@ class Checkpointer:
 
         dist.barrier()
         if self.dist.is_main:
-            files = {p.name: _sha256(p) for p in sorted(path.iterdir()) if p.is_file() and p.name != MANIFEST}
+            files = {p.name: _sha256(p) for p in sorted(path.iterdir())
+                     if p.is_file() and p.name not in (MANIFEST, SEAL)}
             manifest = {**self.describe, "step": step, "world_size": self.dist.world_size,
                         "torch_version": torch.__version__, "created_unix": time.time(), "files": files}
+            raw = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+            if self.seal is not None:
+                (path / SEAL).write_bytes(self.seal.sign(raw))
             tmp = path / (MANIFEST + ".tmp")
-            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
+            tmp.write_bytes(raw)
             tmp.replace(path / MANIFEST)
             for old in checkpoint_dirs(self.run_dir)[: -self.keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -162,7 +189,7 @@ class Checkpointer:
         verdict: list[Any] = [None]
         if self.dist.is_main:
             try:
-                verdict[0] = verify_checkpoint(path)
+                verdict[0] = verify_checkpoint(path, self.seal)
             except CheckpointError as exc:
                 verdict[0] = str(exc)
         dist.broadcast_object_list(verdict, src=0)

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlops_config import TrainingConfig
+from mlops_model import kind_of
 from mlops_training.errors import DoctorError, TrainingError
 from mlops_training.parallelize import wrap_units
 from mlops_training.planner import GIB, HEADROOM, estimate, plan, shape_for
 from mlops_training.shard_plan import ShardPlan
-from mlops_training.zoo import PRESETS, build_model, module_class_names
+from mlops_training.spec import train_spec
+from mlops_training.zoo import PRESETS, module_class_names
 
 _WIDTH = {"float32": 32, "bfloat16": 16, "float16": 16}
 
@@ -99,21 +101,14 @@ def diagnose(training: TrainingConfig, *, world_size: int, local_world_size: int
 
 
 def _check_model(training: TrainingConfig, shard_plan: ShardPlan | None, d: Diagnosis, input_dim: int) -> None:
-    lm = training.causal_lm
-    if training.model == "causal_lm":
-        if lm.preset not in PRESETS:
-            d.problems.append(f"causal_lm.preset {lm.preset!r} is unknown; expected one of {sorted(PRESETS)}")
-            return
-        if lm.seq_len > PRESETS[lm.preset]["max_position_embeddings"]:
-            d.problems.append(
-                f"causal_lm.seq_len={lm.seq_len!r} exceeds preset {lm.preset!r}'s context of "
-                f"{PRESETS[lm.preset]['max_position_embeddings']}"
-            )
+    spec = train_spec(kind_of(training))
+    own = spec.problems(training)
+    d.problems.extend(own)
     try:
-        built = build_model(training.model, preset=lm.preset, input_dim=input_dim,
-                            hidden_sizes=training.tabular.hidden_sizes, dropout=training.tabular.dropout, meta=True)
+        built = spec.shape(training, input_dim)
     except TrainingError as exc:
-        d.problems.append(str(exc))
+        if not own:  # the family's own problems already say why it cannot be built
+            d.problems.append(str(exc))
         return
     units = wrap_units(built.module, training.fsdp)
     policy = training.fsdp.wrap_policy

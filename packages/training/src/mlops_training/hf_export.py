@@ -20,12 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlops_model import ModelKind
+
 if TYPE_CHECKING:
     import torch
 
     from mlops_config import LoRAConfig
 
-KIND = "hf_causal_lm"
+KIND = ModelKind.HF_CAUSAL_LM.value
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 

@@ -67,13 +67,43 @@ def agent_command(torchrun_cmd: list[str]) -> list[str]:
             *torchrun_cmd[3:]]
 
 
+def exit_without_teardown(code: int) -> None:
+    """End a training process (worker or agent) with ``code`` once its work is done, skipping the interpreter's
+    teardown.
+
+    Python's exit runs the atexit handlers and then tears down every module and object it holds; in a worker
+    that imported torch, Feast and MLflow that teardown alone took about 2 s of CPU per rank (measured: the
+    process ran on for 14-20 s of wall time after its last atexit handler on a loaded 2-core machine), and
+    nothing in it matters to anyone: the result is in ``result.json``, the process group is destroyed. What an
+    ordinary exit does that does matter is kept: non-daemon threads are joined, atexit handlers run (logging
+    flushes its handlers there), and stdout/stderr are flushed before ``os._exit``.
+    """
+    import atexit
+    import contextlib
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing left to flush to
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """torchrun, bound to the launcher's life; its workers learn its pid to bind themselves to it."""
+    """torchrun, bound to the launcher's life; its workers learn its pid to bind themselves to it.
+
+    A failed run leaves by torchrun's own exception (its error record, the ordinary exit); a finished one by
+    :func:`exit_without_teardown`.
+    """
     die_with_parent(_pid_from_env(LAUNCHER_PID_ENV))
     os.environ[AGENT_PID_ENV] = str(os.getpid())
     from torch.distributed.run import main as torchrun
 
     torchrun(sys.argv[1:] if argv is None else argv)
+    exit_without_teardown(0)
 
 
 if __name__ == "__main__":

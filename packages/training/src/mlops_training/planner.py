@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlops_config import FSDPConfig, TrainingConfig
+from mlops_model import kind_of
 from mlops_training.errors import TrainingError
 from mlops_training.parallelize import wrap_units
 from mlops_training.shard_plan import ShardPlan
+from mlops_training.spec import TrainSpec, train_spec
 from mlops_training.zoo import PRESETS, build_model, count_parameters
 
 if TYPE_CHECKING:
@@ -138,18 +140,18 @@ def estimate(shape: ModelShape, shard_plan: ShardPlan, *, micro_batch: int, seq_
 
 def shape_for(training: TrainingConfig, *, preset: str | None = None, input_dim: int = 32) -> ModelShape:
     """Build the configured model (or a LLaMA ``preset``) on the meta device and describe it."""
-    if preset is not None or training.model == "causal_lm":
-        built = build_model("causal_lm", preset=preset or training.causal_lm.preset, meta=True)
-        fsdp = training.fsdp
-        if preset is not None:  # a named shape is planned with one unit per decoder layer
-            fsdp = fsdp.model_copy(update={"wrap_policy": fsdp.wrap_policy.model_copy(
-                update={"kind": "transformer", "transformer_layer_cls": ("LlamaDecoderLayer",)})})
+    fsdp = training.fsdp
+    if preset is not None:  # a named shape is planned with one unit per decoder layer
+        built = build_model("causal_lm", preset=preset, meta=True)
+        fsdp = fsdp.model_copy(update={"wrap_policy": fsdp.wrap_policy.model_copy(
+            update={"kind": "transformer", "transformer_layer_cls": ("LlamaDecoderLayer",)})})
     else:
-        cfg = training.tabular
-        built = build_model("tabular", input_dim=input_dim, hidden_sizes=cfg.hidden_sizes, dropout=cfg.dropout,
-                            meta=True)
-        fsdp = training.fsdp
+        built = _spec(training).shape(training, input_dim)
     return describe_model(built.module, fsdp, built.architecture)
+
+
+def _spec(training: TrainingConfig) -> TrainSpec:
+    return train_spec(kind_of(training))
 
 
 def _order(e: Estimate) -> tuple[int, int, int, int]:
@@ -187,7 +189,7 @@ def plan(training: TrainingConfig, *, gpus: int, gpu_memory_gb: float, nodes: in
                                                      activation_checkpointing=ac)
                     rows.append(estimate(shape, candidate, micro_batch=mb, seq_len=seq, gpu_memory_bytes=capacity))
     fitting = sorted((e for e in rows if e.fits), key=_order)
-    model_name = preset or (training.causal_lm.preset if training.model == "causal_lm" else training.model)
+    model_name = preset or _spec(training).plan_name(training)
     return {"model": model_name, "parameters": shape.parameters, "world_size": world, "nodes": nodes,
             "gpus_per_node": gpus, "gpu_memory_bytes": capacity, "headroom": HEADROOM, "seq_len": seq,
             "micro_batch": mb, "strategies": [_row(e) for e in rows],

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlops_config import PlatformConfig
-from mlops_model import ENTITY_KEYS, LABEL, OPTIONAL_FIELDS
+from mlops_model import ENTITY_KEYS, LABEL, OPTIONAL_FIELDS, ExportedModelError
+from mlops_training.errors import TrainingError
+from mlops_training.spec import train_spec
 
 if TYPE_CHECKING:
     from mlops_training.shard_plan import ShardPlan
@@ -21,26 +23,12 @@ _ID_COLUMNS = {*OPTIONAL_FIELDS, *ENTITY_KEYS, LABEL, "event_timestamp", "create
 
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any],
-                 sign: Callable[[Path], object] | None = None, calibration: dict[str, Any] | None = None) -> Path:
+                 sign: Callable[[Path], object] | None = None, calibration: dict[str, Any] | None = None,
+                 decision_threshold: dict[str, Any] | None = None) -> Path:
     """Write the exported-model folder (``mlops_model`` exported-model contract) from rank 0's full state dict,
-    signed by ``sign`` (:func:`mlops_model.model_signer`); a causal LM as a Hugging Face folder, signed alike."""
-    if outcome.built.kind == "hf_causal_lm":
-        from mlops_training.hf_export import export_hf
-
-        lm = task.training.causal_lm  # type: ignore[attr-defined]
-        out = export_hf(folder, outcome.full_state, outcome.built.architecture, task.checkpoint,  # type: ignore[attr-defined]
-                        {"features": task.features_meta(), "lineage": lineage},
-                        lora=lm.lora if lm.finetune == "lora" else None, adapter_only=lm.export_adapter_only)
-        if sign is not None:
-            sign(out)
-        return out
-    from mlops_model import save_exported
-
-    meta = {"kind": outcome.built.kind, "architecture": outcome.built.architecture,
-            "features": task.features_meta(), "lineage": lineage}
-    if calibration is not None:
-        meta["calibration"] = calibration
-    return save_exported(folder, outcome.full_state, meta, sign=sign)
+    signed by ``sign`` (:func:`mlops_model.model_signer`), as the family's spec exports it."""
+    return train_spec(outcome.built.kind).export(folder, outcome, task, lineage, sign, calibration,
+                                                 decision_threshold)
 
 
 def _raw_scores(outcome: TrainOutcome, x: Any) -> Any:
@@ -61,18 +49,41 @@ def fit_score_calibration(task: Task, outcome: TrainOutcome, method: str, n_bins
     Fitted on the older half of the time-ordered validation split, so the newer half can say what it changed
     (``ece_before`` / ``ece_after``) on rows it never saw.
     """
-    data = getattr(task, "data", None)
-    if method == "none" or data is None or outcome.built.kind != "tabular_mlp":
+    data = getattr(task, "data", None)  # only a tabular task holds scored rows: a language model has none
+    if method == "none" or data is None:
         return None
     from mlops_model import fit_calibration, statistics
 
     scores, labels = _raw_scores(outcome, data.val_x), data.val_y
     half = len(scores) // 2
-    fitted = fit_calibration(scores[:half], labels[:half], method)
+    try:
+        fitted = fit_calibration(scores[:half], labels[:half], method)
+    except ExportedModelError as exc:
+        raise TrainingError(f"training.calibration={method!r} cannot be fitted on the older half of the validation "
+                            f"split ({half} rows): {exc}; give the run more data (data.rows) or set "
+                            "training.calibration: none") from None
     after = fitted.apply(scores[half:])
     return {**fitted.to_dict(), "holdout_rows": int(half), "evaluation_rows": int(len(scores) - half),
             "ece_before": statistics.expected_calibration_error(labels[half:], scores[half:], n_bins),
             "ece_after": statistics.expected_calibration_error(labels[half:], after, n_bins)}
+
+
+def choose_decision_threshold(task: Task, outcome: TrainOutcome, criterion: str, value: float,
+                              calibration: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``decision_threshold`` entry of ``model.json`` (``training.decision_threshold``), or ``None`` (an LM).
+
+    Chosen on the whole validation split's scores as the export serves them (calibrated, if it is): the
+    calibrator is monotone, so the F1-optimal cut of the raw scores is the same rows' cut, at the served value.
+    """
+    data = getattr(task, "data", None)
+    if data is None:
+        return None
+    from mlops_model import Calibration, choose_threshold
+
+    scores = _raw_scores(outcome, data.val_x)
+    if calibration is not None:
+        scores = Calibration.from_dict(calibration, source="training calibration").apply(scores)
+    return choose_threshold(data.val_y, scores, criterion, value)
 
 
 def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
@@ -131,6 +142,8 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                                "code_dirty_files": dirty_code_files(root), "trajectory": dict(outcome.trajectory),
                                "trajectory_sketch": dict(outcome.trajectory_sketch)}
     calibration = fit_score_calibration(task, outcome, training.calibration, config.monitoring.calibration_bins)
+    threshold = choose_decision_threshold(task, outcome, training.decision_threshold.criterion,
+                                          training.decision_threshold.value, calibration)
     data_lineage = getattr(getattr(task, "data", None), "data_lineage", None)
     if data_lineage:  # a tabular run: the DVC-tracked folders (and lock entries) its training set came from
         lineage["data_lineage"] = data_lineage
@@ -139,7 +152,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
                               "system": outcome.system, "per_rank": outcome.per_rank, "run_id": None,
                               "model_name": None, "model_version": None}
     if not track:
-        export_model(folder, outcome, task, lineage, sign, calibration)
+        export_model(folder, outcome, task, lineage, sign, calibration, threshold)
     else:
         from mlops_training.lineage import record_run
 
@@ -147,7 +160,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
         tags = {"mlops.torch_version": torch.__version__, "mlops.world_size": str(lineage["world_size"]),
                 "mlops.parallelism": plan.parallelism,
                 "mlops.sharding_strategy": plan.sharding_strategy,
-                "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind,
+                "mlops.config_sha256": lineage["config_sha256"], "mlops.model_kind": outcome.built.kind.value,
                 **{f"mlops.trajectory.{k}": v for k, v in outcome.trajectory.items()}}
         if "dataset" in features:  # a fine-tuned language model: what it started from and learned on
             tags.update({"mlops.dataset": str(features["dataset"]), "mlops.finetune": str(features["finetune"]),
@@ -157,7 +170,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
             tags["mlops.data_version"] = str(features.get("data_version", ""))
 
         def do_export(run_id: str) -> Path:
-            return export_model(folder, outcome, task, {**lineage, "run_id": run_id}, sign, calibration)
+            return export_model(folder, outcome, task, {**lineage, "run_id": run_id}, sign, calibration, threshold)
 
         recorded = record_run(
             config.tracking, root, model=config.project.model, run_name=run_name, seed=config.project.seed,

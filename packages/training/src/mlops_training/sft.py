@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlops_model import ModelKind
 from mlops_training import sampling
 from mlops_training.errors import TrainingError
 from mlops_training.zoo import BuiltModel
@@ -162,7 +163,7 @@ class SFTTask:
             load_into_shards(model, folder, method=lm.load_method, key_map=key_map, extra=extra)
 
         arch = {**config.to_dict(), "finetune": lm.finetune}
-        return BuiltModel(module, "hf_causal_lm", arch, materialize=fill)
+        return BuiltModel(module, ModelKind.HF_CAUSAL_LM, arch, materialize=fill)
 
     def batch(self, step: int, micro: int, rank: int, world: int, accum: int) -> tuple[torch.Tensor, torch.Tensor]:
         import torch

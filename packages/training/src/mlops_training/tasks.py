@@ -28,8 +28,9 @@ class Task(Protocol):
     data_hash: str
     samples_per_step: int
     tokens_per_sample: int
-    steps_per_epoch: int | None
 
+    @property
+    def steps_per_epoch(self) -> int | None: ...  # read-only, so a task may hold it as ``int`` or ``None``
     def build(self) -> BuiltModel: ...
     def batch(self, step: int, micro: int, rank: int, world: int, accum: int) -> tuple[torch.Tensor, torch.Tensor]: ...
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...

@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import resource
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -17,12 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from mlops_config import TrainingConfig
+from mlops_core import Progress
 from mlops_training.checkpoint import Checkpointer, latest_checkpoint
 from mlops_training.parallelize import Dist, apply_parallelism, clip_grad_norm
 
 if TYPE_CHECKING:
     import torch
 
+    from mlops_model import ManifestSeal
     from mlops_training.shard_plan import ShardPlan
     from mlops_training.tasks import Task
     from mlops_training.zoo import BuiltModel
@@ -108,46 +109,25 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-class _Progress:
-    """A tqdm bar with loss, throughput and ETA on rank 0 on a terminal; elsewhere (a CI log, a pipeline's step
-    log) a line every 5 % of the steps, at least every ``every_s`` seconds, and at the last step."""
+def _progress(enabled: bool, total: int, start: int, unit: str, every_s: float = 30.0) -> Progress:
+    """Rank 0's progress (:class:`mlops_core.Progress`): a live bar on a terminal; elsewhere (a CI log, a
+    pipeline's step log) a line in the worker's log every 5 % of the steps, at least every ``every_s`` seconds,
+    and at the last step: ``step 5/100 loss 0.2000 samples/s 1000 eta 12s``."""
+    return Progress(total, "step", start=start, enabled=enabled, emit=log.info, every_s=every_s)
 
-    def __init__(self, enabled: bool, total: int, start: int, unit: str, every_s: float = 30.0) -> None:
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, file=sys.stderr)
-        self.unit = unit
-        self.enabled = enabled
-        self.total, self.start, self.every = total, start, max(1, total // 20)
-        self.every_s = every_s
-        self.started = self.last = time.monotonic()
-
-    def update(self, step: int, loss: float, rate: float) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix(loss=f"{loss:.4f}", **{f"{self.unit}/s": f"{rate:,.0f}"})
-            self.bar.update(1)
-        elif self.enabled:
-            now = time.monotonic()
-            if step % self.every and step < self.total and now - self.last < self.every_s:
-                return
-            self.last = now
-            done = step - self.start
-            eta = (now - self.started) / done * (self.total - step) if done else 0.0
-            log.info("step %d/%d loss %.4f %s/s %.0f eta %.0fs", step, self.total, loss, self.unit, rate, eta)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _figures(loss: float, unit: str, rate: float) -> str:
+    return f"loss {loss:.4f} {unit}/s {rate:.0f}"
 
 
 def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_info: Dist, run_dir: Path, *,
-                 seed: int, describe: dict[str, Any], trajectory_steps: Sequence[int] = ()) -> TrainOutcome:
+                 seed: int, describe: dict[str, Any], trajectory_steps: Sequence[int] = (),
+                 seal: ManifestSeal | None = None) -> TrainOutcome:
     """Train ``task`` per ``training`` laid out by ``plan`` (resuming from the newest checkpoint in ``run_dir``)
     and gather the model; the weights hash is recorded after each of ``trajectory_steps`` and at the end.
 
-    ``training.stop_after_steps`` ends the loop early with the schedule of the full run (a replay)."""
+    ``training.stop_after_steps`` ends the loop early with the schedule of the full run (a replay). ``seal`` (rank
+    0's) signs each checkpoint's manifest and is checked before a resume unpickles anything."""
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -162,7 +142,7 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     steps = total_steps(training, task.steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(training.warmup_steps, steps))
     ckpt = Checkpointer(run_dir, dist_info, keep_last=training.checkpoint.keep_last,
-                        async_save=training.checkpoint.async_save, describe=describe)
+                        async_save=training.checkpoint.async_save, describe=describe, seal=seal)
     torch.manual_seed(seed + 1 + dist_info.rank)  # per-rank stream (dropout); restored on resume
     history: dict[str, list[list[float]]] = {}
     step, resumed_from = 0, None
@@ -186,7 +166,7 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
     ws, accum = dist_info.world_size, training.grad_accum_steps
     ddp = plan.ddp
     unit = "tokens" if task.tokens_per_sample > 1 else "samples"
-    progress = _Progress(dist_info.is_main, steps, step, unit)
+    progress = _progress(dist_info.is_main, steps, step, unit)
     step_times: list[float] = []
     state_bytes = {"total": 0}
     stop = min(steps, training.stop_after_steps or steps)
@@ -217,7 +197,7 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
         for name, value in (("train_loss", train_loss), ("lr", lr), ("grad_norm", grad_norm),
                             ("step_seconds", elapsed), (f"{unit}_per_second", rate)):
             record(name, value)
-        progress.update(step, train_loss, rate)
+        progress.update(step, _figures(train_loss, unit, rate))
         if step in trajectory_steps and step < stop:
             _record_weights(model, dist_info, trajectory, sketches, step)
         if training.eval_every and step % training.eval_every == 0 and step < stop:

@@ -10,14 +10,13 @@ import argparse
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from mlops_config import PlatformConfig, load_config
 from mlops_core import RedactingFormatter, atomic_write_text, filter_known_warnings
 from mlops_training.errors import TrainingError
-from mlops_training.lifeline import die_with_agent
+from mlops_training.lifeline import die_with_agent, exit_without_teardown
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +82,7 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
     import torch.distributed as dist
 
     from mlops_core import seed_everything
+    from mlops_model import manifest_seal
     from mlops_training.lineage import config_hash
     from mlops_training.parallelize import init_distributed
     from mlops_training.publish import publish
@@ -101,8 +101,9 @@ def train_worker(config: PlatformConfig, root: Path, *, run_name: str | None, tr
         describe = {"run_name": name, "model": config.project.model, "parallelism": plan.parallelism,
                     "sharding_strategy": plan.sharding_strategy, "config_sha256": config_hash(config),
                     "mesh": [plan.dp_replicate, plan.dp_shard]}
+        seal = manifest_seal(config.provenance, root) if dist_info.is_main else None
         outcome = run_training(training, plan, task, dist_info, run_dir, seed=config.project.seed, describe=describe,
-                               trajectory_steps=(config.evaluation.repro_steps,))
+                               trajectory_steps=(config.evaluation.repro_steps,), seal=seal)
         if not dist_info.is_main:
             return None
         result = publish(config, plan, root, name, task, outcome, track=track)
@@ -119,57 +120,12 @@ def _resolve(root: Path, path: str) -> Path:
 
 
 def _make_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Any:
-    import torch.distributed as dist
+    from mlops_model import kind_of
+    from mlops_training.spec import train_spec
 
-    from mlops_training.tasks import LMTask, TabularTask
-
-    training = config.training
-    if training.model == "causal_lm" and training.causal_lm.dataset is not None:
-        return _make_sft_task(config, root, run_dir, dist_info)
-    if training.model == "causal_lm":
-        return LMTask(training, config.project.seed, dist_info.device)
-    from mlops_training.tabular_data import load_tabular, prepare_tabular
-
-    cache = run_dir / "data"
-    failure: list[Any] = [None]
-    if dist_info.is_main and not (cache / "meta.json").is_file():
-        try:
-            prepare_tabular(config.features, config.data, root, cache)
-        except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
-            failure[0] = f"{type(exc).__name__}: {exc}"
-    dist.broadcast_object_list(failure, src=0)
-    if failure[0] is not None:
-        raise TrainingError(f"preparing the fraud training set failed: {failure[0]}")
-    return TabularTask(training, config.project.seed, dist_info.device, load_tabular(cache))
-
-
-def _make_sft_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Any:
-    """Rank 0 fetches the checkpoint and gates the data; every rank then builds the task from the same files."""
-    import torch.distributed as dist
-
-    from mlops_training.pretrained import resolve_checkpoint
-    from mlops_training.sft import SFTTask, gate_instruction_data
-
-    training = config.training
-    shared: list[Any] = [None]
-    if dist_info.is_main:
-        try:
-            assert training.causal_lm.checkpoint is not None  # the config validator requires it with a dataset
-            cache = _resolve(root, training.checkpoint.dir) / "_pretrained"
-            folder = resolve_checkpoint(training.causal_lm.checkpoint, root, cache, config.tracking)
-            gate = gate_instruction_data(training, root, folder, run_dir / "data")
-            log.info("instruction gate: %d accepted, %d quarantined %s", gate.accepted_rows, gate.quarantined_rows,
-                     gate.reasons)
-            shared[0] = {"checkpoint": str(folder), "gate": gate.to_json()}
-        except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
-            shared[0] = f"{type(exc).__name__}: {exc}"
-    dist.broadcast_object_list(shared, src=0)
-    if isinstance(shared[0], str):
-        raise TrainingError(f"preparing the fine-tuning data failed: {shared[0]}")
-    gate_doc = shared[0]["gate"]
-    return SFTTask(training, config.project.seed, dist_info.device, Path(shared[0]["checkpoint"]),
-                   Path(gate_doc["accepted_path"]), gate_doc)
+    return train_spec(kind_of(config.training)).make_task(config, root, run_dir, dist_info)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # an exception leaves main() the ordinary way (traceback, full teardown); only a finished run skips it
+    exit_without_teardown(main())

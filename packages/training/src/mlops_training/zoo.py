@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mlops_model import ModelKind
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ class BuiltModel:
     """A freshly built model and what the exported ``model.json`` needs to rebuild it."""
 
     module: torch.nn.Module
-    kind: str
-    """``tabular_mlp``, ``causal_lm`` or ``hf_causal_lm`` (a fine-tuned Hugging Face checkpoint)."""
+    kind: ModelKind
+    """The family; written as ``model.json``'s ``kind``."""
     architecture: dict[str, Any]
     materialize: Callable[[torch.nn.Module], None] | None = None
     """For a model built on the meta device: called on the parallelized module to give its shards storage and
@@ -81,24 +82,35 @@ def build_model(family: str, *, preset: str = "llama-tiny", input_dim: int | Non
     Raises:
         TrainingError: unknown family or preset, or a tabular model without ``input_dim``.
     """
+    builder = _BUILDERS.get(family)
+    if builder is None:
+        raise TrainingError(f"unknown model family {family!r}; expected 'tabular' or 'causal_lm'")
+    return builder(preset=preset, input_dim=input_dim, hidden_sizes=hidden_sizes, dropout=dropout, meta=meta)
+
+
+def _build_tabular(*, input_dim: int | None, hidden_sizes: tuple[int, ...], dropout: float, meta: bool,
+                   **_: Any) -> BuiltModel:
     import torch
 
     from mlops_model import build_tabular_mlp
 
-    if family == "tabular":
-        if not input_dim or input_dim < 1:
-            raise TrainingError(f"tabular model needs input_dim >= 1 (from the fitted encoder), got {input_dim!r}")
-        arch: dict[str, Any] = {"input_dim": int(input_dim), "hidden_sizes": [int(h) for h in hidden_sizes],
-                                "dropout": float(dropout)}
-        if meta:
-            with torch.device("meta"):
-                return BuiltModel(build_tabular_mlp(arch), "tabular_mlp", arch)
-        return BuiltModel(build_tabular_mlp(arch), "tabular_mlp", arch)
-    if family == "causal_lm":
-        arch = llama_config(preset).to_dict()
-        arch["preset"] = preset
-        return BuiltModel(build_causal_lm(arch, meta=meta), "causal_lm", arch)
-    raise TrainingError(f"unknown model family {family!r}; expected 'tabular' or 'causal_lm'")
+    if not input_dim or input_dim < 1:
+        raise TrainingError(f"tabular model needs input_dim >= 1 (from the fitted encoder), got {input_dim!r}")
+    arch: dict[str, Any] = {"input_dim": int(input_dim), "hidden_sizes": [int(h) for h in hidden_sizes],
+                            "dropout": float(dropout)}
+    if meta:
+        with torch.device("meta"):
+            return BuiltModel(build_tabular_mlp(arch), ModelKind.TABULAR, arch)
+    return BuiltModel(build_tabular_mlp(arch), ModelKind.TABULAR, arch)
+
+
+def _build_byte_lm(*, preset: str, meta: bool, **_: Any) -> BuiltModel:
+    arch = llama_config(preset).to_dict()
+    arch["preset"] = preset
+    return BuiltModel(build_causal_lm(arch, meta=meta), ModelKind.BYTE_LM, arch)
+
+
+_BUILDERS: dict[str, Callable[..., BuiltModel]] = {"tabular": _build_tabular, "causal_lm": _build_byte_lm}
 
 
 def module_class_names(model: torch.nn.Module) -> list[str]:

@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery import analyze_until_decided
-from mlops_serving import resolve_prediction_log_uri
+from mlops_delivery import CanaryLook, analyze_until_decided
+from mlops_model import kind_of
+from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
 app = typer.Typer(help="Canary analysis: sequential tests (error rate, slow share, score bands) + threshold guard.",
                   no_args_is_help=True)
@@ -35,11 +36,18 @@ def read_skew_rate(path: Path) -> float:
 @app.command("analyze")
 def analyze(
     stable_metrics: Annotated[str | None, typer.Option(
-        help="Stable predictor's /metrics URL or a saved exposition file; default: ask delivery.prometheus_url.")
+        help="Stable predictor's (or LM server's) /metrics URL or a saved exposition file; default: ask "
+             "delivery.prometheus_url.")
     ] = None,
     canary_metrics: Annotated[str | None, typer.Option(
-        help="Canary predictor's /metrics URL or a saved exposition file; default: ask delivery.prometheus_url.")
+        help="Canary predictor's (or LM server's) /metrics URL or a saved exposition file; default: ask "
+             "delivery.prometheus_url.")
     ] = None,
+    stable_before: Annotated[str | None, typer.Option(
+        help="Language model: the stable server's exposition when the canary's traffic started (URL or file); "
+             "its counts start there.")] = None,
+    canary_before: Annotated[str | None, typer.Option(
+        help="Language model: the canary server's exposition when its traffic started (URL or file).")] = None,
     stable_version: Annotated[int | None, typer.Option(help="Default: production overlay's stable version.")] = None,
     canary_version: Annotated[int | None, typer.Option(help="Default: production overlay's canary version.")] = None,
     since: Annotated[datetime | None, typer.Option(help="Only prediction-log rows at or after this UTC time.")] = None,
@@ -58,16 +66,22 @@ def analyze(
     """Decide whether the canary may take more traffic; print the decision and its evidence.
 
     Latency and errors come from Prometheus (``delivery.prometheus_url``) unless both ``--*-metrics`` are given;
-    scores from the shared prediction log (``serving.prediction_log_uri``).
+    scores from the shared prediction log (``serving.prediction_log_uri``). A fine-tuned language model
+    (``--model llm-sft``) is read the same way, from Prometheus or both LM servers' ``--*-metrics`` (time to first
+    token, decode rate, errors), and from its log rows (response lengths, answers cut at max_tokens): the evidence
+    is its family's.
     """
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     skew_rate = read_skew_rate(skew_report) if skew_report is not None else None
-    result = analyze_until_decided(cfg.delivery, loaded.root,
-                                   resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root),
-                                   cfg.project.model, stable_metrics, canary_metrics, wait_s=wait_s,
-                                   interval_s=interval_s, stable_version=stable_version,
-                                   canary_version=canary_version, since=since, skew_mismatch_rate=skew_rate)
+    log_uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
+    look = CanaryLook(cfg.delivery, loaded.root, log_uri, cfg.project.model, stable_metrics, canary_metrics,
+                      stable_version=stable_version, canary_version=canary_version, since=since,
+                      skew_mismatch_rate=skew_rate, stable_before=stable_before, canary_before=canary_before,
+                      threshold_of=version_thresholds(cfg.tracking, loaded.root, cfg.project.model,
+                                                      cfg.delivery.canary_estimate_threshold,
+                                                      override_key="delivery.canary_estimate_threshold"))
+    result = analyze_until_decided(look, kind=kind_of(cfg.training), wait_s=wait_s, interval_s=interval_s)
     if as_json:
         print_json(result.to_dict())
     else:

@@ -72,3 +72,23 @@ def require_shared(profile: ProfileOpt = None, model: ModelOpt = None, sets: Set
     cfg = loaded.config
     require_shared_state(cfg.tracking, cfg.data, profile=cfg.project.profile)
     console.print(f"profile {cfg.project.profile!r}: registry at {cfg.tracking.uri}, data from {cfg.data.dvc_remote}")
+
+
+@app.command("family")
+def family(
+    output: Annotated[str | None, typer.Option(
+        "--output", help="Also set this CI step output ($GITHUB_OUTPUT) to the family.")] = None,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Print the model's family (``tabular_mlp``, ``causal_lm``, ``hf_causal_lm``): what a workflow's steps that
+    differ by family are conditioned on. An unknown --model fails, naming the models configs/models/ defines."""
+    from mlops_delivery import write_step_output
+    from mlops_model import kind_of
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    kind = kind_of(loaded.config.training).value
+    if output is not None:
+        write_step_output(output, kind)
+    typer.echo(kind)

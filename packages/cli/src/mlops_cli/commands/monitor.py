@@ -22,7 +22,8 @@ def run(
     current: Annotated[Path | None, typer.Option(
         "--current", help="Compare this parquet file/folder or CSV instead of the prediction log.")] = None,
     reference: Annotated[Path | None, typer.Option(
-        "--reference", help="Reference profile (.json) or reference rows; default: the served version's profile.")
+        "--reference", help="Reference profile (.json) or reference rows; default: the served version's profile "
+                            "(a fine-tuned LM: its fine-tuning prompts, or an LM reference .json).")
     ] = None,
     labels: Annotated[Path | None, typer.Option(
         "--labels", help="Delayed labels (transaction_id, is_fraud): realized F1/precision/recall.")] = None,
@@ -30,6 +31,9 @@ def run(
     html: Annotated[bool | None, typer.Option("--html/--no-html", help="Write Evidently's HTML report.")] = None,
 ) -> None:
     """Compare a window with the reference, alert at WARNING, roll back to the fallback at CRITICAL.
+
+    What is compared is the model family's drift source (``kind_of`` of the training section): a tabular model's
+    features and scores, a fine-tuned LM's logged prompts against its fine-tuning prompts (``--model llm-sft``).
 
     Exits non-zero when an alert could not be delivered (it is kept and re-sent next run) or the rollback failed.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="The whole loop on one machine (what `make demo` runs).", no_args_is_help=True)
 
+RESULT_FILE = "result.json"  # in the run's folder, beside the step logs
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", "-v", help="Stream every process's output and every log record as it comes (no step logs).")]
 
@@ -33,14 +35,21 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run every step (one line each; their output in per-step logs), print a summary table and write
-    reports/latest/index.html."""
+    reports/latest/index.html. The run's figures, as --json prints them, are also kept in the run's folder
+    (.mlops/runs/<time>/result.json)."""
     from mlops_pipeline import run_pipeline
 
     loaded = load(profile, model, sets)
     with step_console(loaded.root, show=not as_json, verbose=verbose) as reporter:
         result = run_pipeline(loaded, fast=fast, show=not as_json, reporter=reporter, until=until)
+    doc = result.to_dict()
+    if reporter.run_dir is not None:
+        figures = reporter.run_dir / RESULT_FILE
+        figures.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+        if not as_json:
+            typer.echo(f"the run's figures (what --json prints): {figures}", err=True)
     if as_json:
-        print_json(result.to_dict())
+        print_json(doc)
     if not result.ok:
         failed = next(s for s in result.steps if s.status == "failed")
         typer.echo(f"error: step {failed.name!r} failed: {failed.error}", err=True)

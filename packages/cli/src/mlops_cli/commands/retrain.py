@@ -27,12 +27,14 @@ def request(
 ) -> None:
     """Open, or update, the model's retraining pull request (rate-limited; never merged unless auto_merge)."""
     from mlops_delivery import RetrainTrigger, load_evidence, request_retrain
+    from mlops_pipeline import write_retrain_metrics
 
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     trigger = RetrainTrigger(model=model, reason=reason, evidence=load_evidence(evidence), data_version=data_version)
     ledger = loaded.root / cfg.project.state_dir / "retrain" / "triggers.jsonl"
     outcome = request_retrain(cfg.delivery, cfg.data, loaded.root, trigger, ledger=ledger)
+    write_retrain_metrics(loaded)  # the counters are the ledger's: a request by hand counts as the monitor's do
     if as_json:
         print_json(outcome.to_dict())
         return

@@ -25,8 +25,10 @@ def serve(
                     ] = None,
     port: Annotated[int | None, typer.Option("--port", help="HTTP port (serving.port).")] = None,
     model_dir: Annotated[Path | None, typer.Option(
-        "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry; for a "
-        "language model also models:/<name>@<alias> (resolved in the registry).")
+        "--model-dir", help="Serve this exported model folder instead of resolving the alias in the registry.")
+    ] = None,
+    model_uri: Annotated[str | None, typer.Option(
+        "--model-uri", help="Serve the registry version models:/<name>@<alias> names (resolved once, downloaded).")
     ] = None,
     model_version: Annotated[str | None, typer.Option(
         "--model-version", envvar="MLOPS_MODEL_VERSION",
@@ -44,6 +46,7 @@ def serve(
     ] = None,
 ) -> None:
     """Resolve the alias to an immutable version, load it, and answer /v1 and /v2 until stopped."""
+    from mlops_model import kind_of
     from mlops_serving import ServingError
     from mlops_serving import serve as run
 
@@ -58,5 +61,5 @@ def serve(
         raise ServingError(f"--model_name {kserve_model_name!r} differs from the model config {cfg.project.model!r}; "
                            "name the InferenceService after the model")
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
-        model_dir=model_dir, model_version=model_version, report=lambda line: typer.echo(line, err=True),
-        provenance=cfg.provenance, causal_lm=cfg.training.model == "causal_lm")
+        model_dir=model_dir, model_uri=model_uri, model_version=model_version,
+        report=lambda line: typer.echo(line, err=True), provenance=cfg.provenance, kind=kind_of(cfg.training))

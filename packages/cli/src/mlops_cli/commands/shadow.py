@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
 from mlops_delivery import ShadowLimits, analyze_shadow_until_enough
-from mlops_serving import resolve_prediction_log_uri
+from mlops_model import LEGACY_THRESHOLD
+from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
 app = typer.Typer(help="Shadow analysis: score agreement, flipped decisions, latency and errors of a candidate.",
                   no_args_is_help=True)
@@ -21,6 +23,13 @@ def _rate(name: str, value: float | None) -> float | None:
     return value
 
 
+def _version_threshold(loaded: Any) -> Callable[[str], float]:
+    cfg = loaded.config
+    of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, cfg.evaluation.decision_threshold,
+                            override_key="evaluation.decision_threshold")
+    return lambda version: of(version).value
+
+
 @app.command("analyze")
 def analyze(
     since: Annotated[datetime | None, typer.Option(help="Only mirrored requests at or after this UTC time.")] = None,
@@ -29,7 +38,8 @@ def analyze(
         "--version", help="Candidate version(s) to analyse (repeatable); default: every version in the window.")
     ] = None,
     threshold: Annotated[float | None, typer.Option(
-        help="Serving threshold a decision flips at; default evaluation.decision_threshold.")] = None,
+        help="Decision threshold of both models; default: each version's own, recorded in its model.json "
+             "(evaluation.decision_threshold, when set, overrides it).")] = None,
     max_flip_rate: Annotated[float | None, typer.Option(help="Fail when more decisions than this flip.")] = None,
     max_error_rate: Annotated[float | None, typer.Option(help="Fail when the candidate fails more than this.")
                               ] = None,
@@ -54,8 +64,9 @@ def analyze(
                           max_p99_diff_ms=max_p99_diff_ms, min_requests=min_requests)
     result = analyze_shadow_until_enough(
         resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root), cfg.project.model,
-        threshold=cfg.evaluation.decision_threshold if threshold is None else threshold, wait_s=wait_s,
-        interval_s=interval_s, limits=limits, since=since, until=until, versions=version or None)
+        threshold=threshold or cfg.evaluation.decision_threshold or LEGACY_THRESHOLD, wait_s=wait_s,
+        interval_s=interval_s, limits=limits, since=since, until=until, versions=version or None,
+        threshold_of=None if threshold is not None else _version_threshold(loaded))
     if as_json:
         print_json(result.to_dict())
     else:
@@ -63,8 +74,9 @@ def analyze(
         console.print(f"[bold]shadow[/bold] {result.model}: candidate v{', v'.join(result.candidate_versions)} vs "
                       f"live v{', v'.join(result.live_versions)}: {result.requests} mirrored requests, "
                       f"{result.answered_rows} answered instances")
+        at = ", ".join(f"v{v} {t:.4g}" for v, t in sorted(result.version_thresholds.items())) or result.threshold
         console.print(f"  agreement: pearson {result.pearson}, spearman {result.spearman}, {result.flipped} "
-                      f"decision(s) flipped at {result.threshold} (rate {result.flip_rate})")
+                      f"decision(s) flipped at {at} (rate {result.flip_rate})")
         console.print(f"  latency: candidate p50 {lat['shadow_p50_ms']} / p99 {lat['shadow_p99_ms']} ms, live "
                       f"p50 {lat['live_p50_ms']} / p99 {lat['live_p99_ms']} ms")
         console.print(f"  errors: {result.errors} ({result.errors_by_status})")

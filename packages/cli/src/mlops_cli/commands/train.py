@@ -64,8 +64,12 @@ def submit(
     run_id: Annotated[str, typer.Option("--run-id", help="Names the job <template>-<run id> (its run name).")] = "",
     timeout_s: Annotated[float, typer.Option("--timeout", min=60, help="Seconds to wait for the job.")] = 10800.0,
     poll_s: Annotated[float, typer.Option("--poll", min=1, help="Seconds between status checks.")] = 15.0,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="The model whose template (annotation mlops.platform/model) to submit; must be in "
+        "configs/models/. Default: the overlay's one TrainJob.")] = None,
 ) -> None:
-    """Create the overlay's Kubeflow Trainer TrainJob on the cluster and wait for it (status, logs on failure).
+    """Create the overlay's training job template (the model's: a Kubeflow Trainer TrainJob or a suspended
+    PyTorchJob) on the cluster and wait for it (status, logs on failure).
 
     kubectl's credentials: ``KUBECONFIG``, or the kubeconfig's content in ``KUBECONFIG_DATA`` (a CI secret),
     written to a private temporary file for the duration of the command.
@@ -76,6 +80,8 @@ def submit(
 
     from mlops_training import submit_trainjob
 
+    if model is not None:  # an unknown model fails here, naming the models configs/models/ defines
+        model = load(None, model, None, check_secrets=False).config.project.model
     with tempfile.TemporaryDirectory() as tmp:
         if os.environ.get("KUBECONFIG_DATA"):
             path = Path(tmp) / "kubeconfig"
@@ -83,8 +89,8 @@ def submit(
             path.write_text(os.environ["KUBECONFIG_DATA"], encoding="utf-8")
             os.environ["KUBECONFIG"] = str(path)
         result = submit_trainjob(overlay, run_id or time.strftime("%Y%m%d%H%M%S"), timeout_s=timeout_s,
-                                 poll_s=poll_s, echo=console.print)
-    console.print(f"TrainJob {result.namespace}/{result.name}: {result.state} after {result.seconds:.0f}s")
+                                 poll_s=poll_s, echo=console.print, model=model)
+    console.print(f"job {result.namespace}/{result.name}: {result.state} after {result.seconds:.0f}s")
 
 
 @app.command("plan")

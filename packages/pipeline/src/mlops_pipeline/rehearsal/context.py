@@ -16,9 +16,9 @@ from typing import Any
 from mlops_config import LoadedConfig, load_config
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.rehearsal.gitops import GitOpsRepo
-from mlops_pipeline.rehearsal.servers import ProcessHarness
 from mlops_pipeline.rehearsal.serving import ServingPlane
 from mlops_pipeline.rehearsal.topology import Platform
+from mlops_pipeline.servers import ProcessHarness
 
 PROFILE = "staging"
 
@@ -67,6 +67,11 @@ def config_env(platform: Platform, gitops_remote: Path, *, fast: bool = False) -
         "MLOPS__DELIVERY__PROMETHEUS_URL": platform.prometheus_url,
         "MLOPS__DELIVERY__CANARY_RATE_WINDOW": "30m",
         "MLOPS__DELIVERY__GITOPS_REPO": str(gitops_remote),
+        # the retraining pull requests live on the same remote (the pin beside the overlays); the drift job runs
+        # the data trigger, and a week of triggers happens in minutes here: no rate limit between them
+        "MLOPS__DELIVERY__RETRAIN__ON_DATA": "true",
+        "MLOPS__DELIVERY__RETRAIN__MIN_INTERVAL_HOURS": "0",
+        "MLOPS__DATA__LABELS_LANDING_URI": str(run / "labels-landing"),
         "MLOPS__MONITORING__METRICS_FILE": str(run / "drift-metrics" / "fraud.prom"),
         # the drift job also replays a sample of what was served against the offline store (training/serving skew)
         "MLOPS__MONITORING__SKEW_SAMPLE_ROWS": "200",

@@ -12,6 +12,8 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,12 @@ import pandas as pd
 
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows
-from mlops_pipeline.rehearsal import datapath, topology
+from mlops_pipeline.rehearsal import datapath, mlflow_roles, topology
 from mlops_pipeline.rehearsal.context import RehearsalContext, config_env, load_rehearsal_config
 from mlops_pipeline.rehearsal.gitops import init_gitops, served_at_head
 from mlops_pipeline.rehearsal.release import analyze, pin_bootstrap, publish_version
 from mlops_pipeline.rehearsal.serving import ServingPlane, reconcile, send_split
+from mlops_pipeline.rehearsal.workloads import acl_probe, container_env, namespace
 from mlops_pipeline.steps import _aliases, _held, _promote, bootstrap_champion, step_gates
 
 log = logging.getLogger(__name__)
@@ -53,40 +56,92 @@ def step_platform(ctx: RehearsalContext) -> dict[str, Any]:
     platform.feast_registry_url = topology.sqlalchemy_url(urls["feast"])
     platform.secrets[topology.FEAST_REGISTRY_PASSWORD_ENV] = secrets.token_urlsafe(12)
     mlflow = topology.launch_mlflow(ctx.harness, platform, urls["mlflow"], urls["mlflow_auth"])
-    topology.start_redis(ctx.harness, platform)
+    topology.start_redis(ctx.harness, platform, ctx.repo_root)
     ctx.facts["spark_worker"] = topology.launch_spark(ctx.harness, platform)  # awaited in step_features
     topology.start_alertmanager(ctx.harness, platform)
     drift_port = topology.start_node_exporter(ctx.harness, platform, ctx.run_dir / "drift-metrics")
     topology.start_prometheus(ctx.harness, platform, ctx.repo_root, drift_port)
     ctx.gitops = init_gitops(ctx.repo_root, ctx.run_dir)
     ctx.facts["mlflow_server"] = mlflow  # awaited in step_tracking: data and features need no registry
-    ctx.env = config_env(platform, ctx.gitops.remote, fast=ctx.fast)
+    # the environment's own experiment and registered model on the shared tracking server, and a user per role and
+    # environment (rehearsal.mlflow_roles: created in step_tracking); what no step sets is the reader's
+    ctx.facts["mlflow_names"] = (ctx.cfg.tracking.experiment, ctx.model)
+    ctx.facts["mlflow_namespaces"] = [namespace(ctx.repo_root, e) for e in ctx.cfg.delivery.environments]
+    platform.mlflow_users = mlflow_roles.passwords(ctx.facts["mlflow_namespaces"], ctx.model)
+    reader = f"{platform.namespace}.{ctx.model}-reader"
+    ctx.env = {**config_env(platform, ctx.gitops.remote, fast=ctx.fast),
+               **mlflow_roles.naming_env(platform.namespace, ctx.cfg.tracking.experiment),
+               mlflow_roles.USER_ENV: reader, mlflow_roles.PASSWORD_ENV: platform.mlflow_users[reader]}
     ctx.loaded = load_rehearsal_config(ctx.repo_root, ctx.env)
     # the loop itself runs in this process (as a workflow step would): it reads the secrets by their names
-    # (and the signing keys' files, as a pod gets mounted Secrets: the trainer's workers sign, the gates verify)
-    secret_env = {**platform.secrets, **{k: v for k, v in ctx.env.items() if k.startswith("MLOPS_SIGNING")}}
+    # (and the signing keys' files, as a pod gets mounted Secrets: the trainer's workers sign, the gates verify);
+    # MLflow's: the reader's, a writing step runs as its role's user (:func:`as_role`)
+    secret_env = {**platform.secrets, **{k: v for k, v in ctx.env.items()
+                                         if k.startswith(("MLOPS_SIGNING", "MLFLOW_TRACKING_"))}}
     saved = {k: os.environ.get(k) for k in secret_env}
     ctx.cleanup.callback(_restore_env, saved)
     os.environ.update(secret_env)
     servers = {s.spec.name: {"pid": s.pid, "ready_s": round(s.ready_s, 1), "log": str(s.log_path)}
                for s in ctx.harness.servers.values()}
+    acl = acl_probe(platform.redis_url, platform.redis_users, platform.namespace, ctx.cfg.features.feast_project)
     return {"servers": servers, "databases": platform.databases, "mlflow": platform.mlflow_url,
             "prometheus": platform.prometheus_url, "alertmanager": platform.alertmanager_url,
-            "gitops_remote": str(ctx.gitops.remote)}
+            "gitops_remote": str(ctx.gitops.remote), "redis_acl": acl,
+            # who reads and writes the online store: the loop as the writer, each serving container as its
+            # manifest says (the predictor: nobody)
+            "redis_users": {"loop": os.environ[topology.REDIS_USERNAME_ENV],
+                            **{w: container_env(ctx.repo_root, w, platform.namespace, {}).get("REDIS_USERNAME")
+                               for w in ("transformer", "predictor")}}}
 
 
 def step_tracking(ctx: RehearsalContext) -> dict[str, Any]:
-    """The MLflow server (started with the platform) is up and refuses requests without credentials."""
+    """The MLflow server (started with the platform) is up and refuses requests without credentials; the admin
+    creates each environment's experiment, model and role users (:mod:`~.mlflow_roles`), and the probe checks
+    on the live server that each role is refused what it must not do."""
     assert ctx.harness is not None and ctx.platform is not None
+    platform = ctx.platform
     server = ctx.harness.wait_ready(ctx.facts["mlflow_server"])
-    url = f"{ctx.platform.mlflow_url}/api/2.0/mlflow/experiments/search"
+    namespaces = ctx.facts["mlflow_namespaces"]
+    if platform.namespace not in namespaces:
+        raise PipelineError(f"the rehearsal's namespace {platform.namespace!r} is none of the overlays' {namespaces}")
+    platform.mlflow_envs = mlflow_roles.provision(platform.mlflow_url, platform.mlflow_admin, platform.mlflow_users,
+                                                  namespaces, *ctx.facts["mlflow_names"])
+    env = platform.mlflow_envs[platform.namespace]
+    url = f"{platform.mlflow_url}/api/2.0/mlflow/experiments/search"
+    reader = (env.user("reader"), env.users[env.user("reader")])
     anonymous = httpx.get(url, params={"max_results": 1}, timeout=30).status_code
-    authed = httpx.get(url, params={"max_results": 1}, timeout=30, auth=ctx.platform.mlflow_auth).status_code
+    authed = httpx.get(url, params={"max_results": 1}, timeout=30, auth=reader).status_code
     if (anonymous, authed) != (401, 200):
         raise PipelineError(f"mlflow server answered {anonymous} without and {authed} with credentials; "
                             "expected 401 and 200")
-    return {"url": ctx.platform.mlflow_url, "ready_s": round(server.ready_s, 1), "pid": server.pid,
-            "anonymous_status": anonymous, "authenticated_status": authed}
+    probe = mlflow_roles.permission_probe(platform.mlflow_url, platform.mlflow_envs, platform.namespace)
+    return {"url": platform.mlflow_url, "ready_s": round(server.ready_s, 1), "pid": server.pid,
+            "anonymous_status": anonymous, "authenticated_status": authed,
+            "experiment": env.experiment, "registered_model": env.model,
+            "users": {ns: sorted(e.users) for ns, e in platform.mlflow_envs.items()},
+            "grants": {role: {"experiment": on_exp, "registered_model": on_model}
+                       for role, (on_exp, on_model) in mlflow_roles.GRANTS.items()},
+            "mlflow_probe": probe}
+
+
+@contextmanager
+def acting(ctx: RehearsalContext, role: str) -> Iterator[None]:
+    """This process talks to MLflow as the rehearsal environment's ``role`` user for the block."""
+    assert ctx.platform is not None
+    with mlflow_roles.acting_as(ctx.platform.mlflow_envs[ctx.platform.namespace], role):
+        yield
+
+
+def as_role(role: str, step: Callable[[RehearsalContext], dict[str, Any]]) -> Callable[[RehearsalContext],
+                                                                                        dict[str, Any]]:
+    """``step`` run with ``role``'s MLflow credentials (trainer, delivery, monitor), as its workload runs."""
+
+    def run(ctx: RehearsalContext) -> dict[str, Any]:
+        with acting(ctx, role):
+            return {**step(ctx), "mlflow_user": os.environ[mlflow_roles.USER_ENV]}
+
+    run.__name__, run.__doc__ = step.__name__, step.__doc__
+    return run
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -132,13 +187,16 @@ def step_validate(ctx: RehearsalContext) -> dict[str, Any]:
 
 
 def step_features(ctx: RehearsalContext) -> dict[str, Any]:
-    """The training job's fresh checkout gets the pushed version (``mlops data pull``), then Feast: SQL registry +
-    Redis online store."""
+    """The training job's fresh checkout of ``main`` gets the pinned version (``mlops data pull``), then Feast: SQL
+    registry + Redis online store."""
     from mlops_features import build_features, data_version, pull_accepted
 
     assert ctx.harness is not None and ctx.platform is not None
-    ctx.move_root(datapath.checkout(ctx.repo_root, ctx.runner))
-    md5 = pull_accepted(ctx.cfg.data, ctx.root, ctx.facts["data_md5"])
+    assert ctx.gitops is not None  # main pins what the ingestion published (the pull request merged in step pin)
+    folder, pinned = datapath.checkout_with_pin(ctx.repo_root, ctx.runner, ctx.gitops.remote,
+                                                ctx.cfg.delivery.retrain.pin_path.format(model=ctx.model))
+    ctx.move_root(folder)
+    md5 = pull_accepted(ctx.cfg.data, ctx.root, pinned)
     got = data_version(ctx.cfg.data, ctx.root)
     if got != ctx.facts["data_version"]:
         raise PipelineError(f"dvc pull gave data {got[:12]}, the ingestion pushed {ctx.facts['data_version'][:12]}")
@@ -177,11 +235,13 @@ def _stop_spark_driver() -> None:
 def step_bootstrap(ctx: RehearsalContext) -> dict[str, Any]:
     """An empty registry and cluster get a first champion (the demo's bootstrap), published and serving."""
     assert ctx.harness is not None and ctx.platform is not None and ctx.gitops is not None
-    first = bootstrap_champion(ctx)
+    with acting(ctx, "trainer"):  # train.yml's first run
+        first = bootstrap_champion(ctx)
     if first is None:
         raise PipelineError("the rehearsal's registry is fresh, yet it holds a champion already")
-    published = publish_version(ctx, int(first["version"]))
-    commit = pin_bootstrap(ctx, int(first["version"]))
+    with acting(ctx, "delivery"):
+        published = publish_version(ctx, int(first["version"]))
+        commit = pin_bootstrap(ctx, int(first["version"]))
     ctx.plane = ServingPlane(ctx.harness, ctx.platform, ctx.gitops, ctx.repo_root, ctx.root, ctx.model,
                              ctx.prod_env, ctx.cfg.delivery.storage_uri_template, ctx.env)
     served = reconcile(ctx.plane)
@@ -212,7 +272,8 @@ def step_register(ctx: RehearsalContext) -> dict[str, Any]:
     mv = mlflow_client(ctx.cfg.tracking, ctx.root).get_model_version(name, version)
     url = f"{ctx.platform.mlflow_url}/api/2.0/mlflow/registered-models/get"
     anonymous = httpx.get(url, params={"name": name}, timeout=10).status_code
-    wrong = httpx.get(url, params={"name": name}, timeout=10, auth=(ctx.platform.mlflow_auth[0], "wrong")).status_code
+    wrong = httpx.get(url, params={"name": name}, timeout=10,
+                      auth=(os.environ[mlflow_roles.USER_ENV], "wrong")).status_code
     if anonymous != 401 or wrong != 401:
         raise PipelineError(f"the registry answered {anonymous} without and {wrong} with wrong credentials; want 401")
     if not _held(ctx, version):
@@ -327,10 +388,13 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
                                   seed=cfg.project.seed + 1, drift="covariate",
                                   start_date=(last_seen + pd.Timedelta(days=1)).date().isoformat(),
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
+    ctx.facts["drifted_batch"] = str(paths[0])  # lands later as new data (step ingest-drifted)
+    drifted = pd.read_parquet(paths[0])
+    ctx.facts["drifted_truth"] = drifted[["transaction_id", "is_fraud"]]  # its labels arrive a week later
     since = datetime.now(UTC)
     ctx.facts["drift_since"] = since
     n = 600 if ctx.fast else 1_500
-    traffic = send_split(ctx.plane, request_rows(pd.read_parquet(paths[0]), n, cfg.project.seed + 1),
+    traffic = send_split(ctx.plane, request_rows(drifted, n, cfg.project.seed + 1),
                          cfg.project.seed + 1, batch=10)
     deadline, rows = time.monotonic() + 30, 0
     while time.monotonic() < deadline:
@@ -361,6 +425,10 @@ def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
     if rollback is None or not rollback.ok:
         raise PipelineError(f"the CRITICAL run carried out no rollback: {[a.detail for a in result.actions]}")
     ctx.facts["rollback"] = dict(rollback.extra)
+    asked = [a.extra for a in result.actions if a.action == "retrain"]
+    if asked:  # the drift trigger's pull request (a data trigger's answer follows it)
+        keep = ("status", "reason", "branch", "data_version", "head_sha", "url", "detail")
+        ctx.result["retrain_pr"] = {k: asked[0].get(k) for k in keep}
     return {"level": result.level, "window": window,
             "drifted_features": [n for n, c in result.report.columns.items() if c.drifted],
             "actions": [{"action": a.action, "ok": a.ok, "detail": a.detail} for a in result.actions],
@@ -372,7 +440,8 @@ def step_monitor(ctx: RehearsalContext) -> dict[str, Any]:
 
 def step_alert(ctx: RehearsalContext) -> dict[str, Any]:
     """The CRITICAL reaches Alertmanager twice over: the drift job's own post (v2 API) and the repo's rule
-    ``FraudDriftCritical`` fired by Prometheus, which scrapes the drift job's textfile metrics."""
+    ``FraudDriftCritical`` fired by Prometheus, which scrapes the drift job's textfile metrics; the retraining
+    request the monitor opened is in Prometheus's trigger counters."""
     assert ctx.platform is not None
     rule = "FraudDriftCritical"
     deadline = time.monotonic() + (60 if ctx.fast else 120)
@@ -392,7 +461,28 @@ def step_alert(ctx: RehearsalContext) -> dict[str, Any]:
         raise PipelineError(f"expected the drift job's critical alert and {rule} (Prometheus) for {ctx.model!r} in "
                             f"Alertmanager; it holds {[a['labels'] for a in alerts]}")
     return {"alerts": [{"alertname": a["labels"].get("alertname"), "severity": a["labels"].get("severity"),
-                        "startsAt": a.get("startsAt"), "generatorURL": a.get("generatorURL")} for a in alerts]}
+                        "startsAt": a.get("startsAt"), "generatorURL": a.get("generatorURL")} for a in alerts],
+            "retrain_triggers": _retrain_counters(ctx, deadline)}
+
+
+def _retrain_counters(ctx: RehearsalContext, deadline: float) -> dict[str, float]:
+    """``outcome -> count`` of the drift trigger's ``mlops_retrain_triggers_total`` as Prometheus scraped it from
+    the drift job's textfile, once the pull request the monitor opened is counted (the counters a dashboard and
+    ``RetrainTriggerFailed`` read)."""
+    from mlops_delivery import query_prometheus
+
+    assert ctx.platform is not None
+    promql = f'mlops_retrain_triggers_total{{model="{ctx.model}", reason="drift"}}'
+    while True:
+        counts = {r["metric"]["outcome"]: float(r["value"][1])
+                  for r in query_prometheus(ctx.platform.prometheus_url, promql)}
+        if counts.get("opened", 0) + counts.get("updated", 0) >= 1:
+            return counts
+        if time.monotonic() > deadline:
+            raise PipelineError(f"Prometheus at {ctx.platform.prometheus_url} holds no opened retraining request for "
+                                f"{ctx.model!r} ({promql} = {counts}); the monitor recorded "
+                                f"{ctx.result.get('retrain_pr')}")
+        time.sleep(1)
 
 
 def step_rollback(ctx: RehearsalContext) -> dict[str, Any]:

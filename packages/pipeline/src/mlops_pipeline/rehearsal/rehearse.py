@@ -21,33 +21,40 @@ from rich.table import Table
 
 from mlops_config import load_config
 from mlops_pipeline.console import StepConsole
+from mlops_pipeline.labels_step import summarize_labels
 from mlops_pipeline.pipeline import brief
-from mlops_pipeline.rehearsal import loop
+from mlops_pipeline.rehearsal import loop, retrain
 from mlops_pipeline.rehearsal.context import RehearsalContext
 from mlops_pipeline.rehearsal.gitops import served_at_head
-from mlops_pipeline.rehearsal.servers import ProcessHarness, group_members, terminate_on_sigterm
 from mlops_pipeline.report import Section, render_report
 from mlops_pipeline.runner import Step, StepResult, run_steps
 from mlops_pipeline.sections import build_sections
+from mlops_pipeline.servers import ProcessHarness, group_members, terminate_on_sigterm
 
 STEPS = [
     Step("platform", "Platform: MLflow (auth, PostgreSQL), Redis, Prometheus, Alertmanager", loop.step_platform),
     Step("ingest", "Ingest a new batch", loop.step_ingest),
     Step("validate", "Validate, version with DVC, push to the remote", loop.step_validate),
-    Step("features", "dvc pull in the runner; Feast: SQL registry + Redis", loop.step_features),
-    Step("tracking", "MLflow ready, refuses anonymous requests", loop.step_tracking),
+    Step("pin", "Data trigger: retraining PR pins the version; merged", retrain.step_pin),
+    Step("features", "dvc pull of the pin in the runner; Feast: SQL registry + Redis", loop.step_features),
+    Step("tracking", "MLflow ready, refuses anonymous requests; a user per role, probed", loop.step_tracking),
     Step("bootstrap", "First champion: train, gates, publish, pin, serve", loop.step_bootstrap),
-    Step("train", "Train with FSDP (2 CPU processes) on the pulled data", loop.step_train),
-    Step("register", "Registered in the authenticated MLflow", loop.step_register),
-    Step("gates", "Evaluation gates → staging alias", loop.step_gates_rehearsed),
-    Step("staging", "Publish to storageUri, staging overlay commit", loop.step_staging),
-    Step("canary-10", "Canary 10 %: commit, new revision, split traffic", loop.canary_step(10, analysed=False)),
-    Step("canary-50", "Canary 50 %: commit, traffic, analysis", loop.canary_step(50, analysed=True)),
-    Step("production", "Production commit, champion alias", loop.step_production),
+    Step("train", "Train with FSDP (2 CPU processes) on the pulled data", loop.as_role("trainer", loop.step_train)),
+    Step("register", "Registered in the authenticated MLflow", loop.as_role("trainer", loop.step_register)),
+    Step("gates", "Evaluation gates → staging alias", loop.as_role("trainer", loop.step_gates_rehearsed)),
+    Step("staging", "Publish to storageUri, staging overlay commit", loop.as_role("delivery", loop.step_staging)),
+    Step("canary-10", "Canary 10 %: commit, new revision, split traffic",
+         loop.as_role("delivery", loop.canary_step(10, analysed=False))),
+    Step("canary-50", "Canary 50 %: commit, traffic, analysis",
+         loop.as_role("delivery", loop.canary_step(50, analysed=True))),
+    Step("production", "Production commit, champion alias", loop.as_role("delivery", loop.step_production)),
     Step("drift", "Drifted traffic through the transformer", loop.step_drift_traffic),
-    Step("monitor", "Drift job: CRITICAL", loop.step_monitor),
+    Step("ingest-drifted", "The drifted day ingested: a newer data version", retrain.step_ingest_drifted),
+    Step("monitor", "Drift job: CRITICAL", loop.as_role("monitor", loop.step_monitor)),
     Step("alert", "Alert in Alertmanager (GET /api/v2/alerts)", loop.step_alert),
     Step("rollback", "Rollback: revert commit + alias + ledger; fallback serves", loop.step_rollback),
+    Step("labels", "Labels a week later → realized vs estimated F1", retrain.step_labels),
+    Step("retrain", "Merge the retraining PR → train → gates → staging on the pin", retrain.step_retrain),
 ]
 
 
@@ -62,6 +69,10 @@ class RehearsalResult:
     served_at_head: str | None = None
     servers_left: list[int] = field(default_factory=list)
     """Pids still alive in any process group the harness started (must be empty)."""
+    retrain_pr: dict[str, Any] | None = None
+    """The retraining pull request the monitor opened (status, branch, data_version, head_sha)."""
+    retrained_version: str | None = None
+    """The version the merge step trained on the pinned data and put in staging."""
 
     @property
     def ok(self) -> bool:
@@ -74,7 +85,8 @@ class RehearsalResult:
         return {"steps": steps, "alerts_received": self.alerts_received, "rollback_commit": self.rollback_commit,
                 "served_at_head": self.served_at_head, "seconds": round(self.seconds, 1),
                 "ok": self.ok, "run_dir": str(self.run_dir), "report": str(self.report) if self.report else None,
-                "servers_left": self.servers_left}
+                "servers_left": self.servers_left, "retrain_pr": self.retrain_pr,
+                "retrained_version": self.retrained_version}
 
     def to_line(self) -> str:
         """The one JSON line (paths and timestamps as strings)."""
@@ -111,7 +123,8 @@ def run_rehearsal(repo_root: Path, *, fast: bool = False, show: bool = True, con
     result = RehearsalResult(results, run_dir, report, time.perf_counter() - started,
                              alerts_received=int(ctx.result.get("alerts_received", 0)),
                              rollback_commit=ctx.result.get("rollback_commit"), served_at_head=served,
-                             servers_left=left)
+                             servers_left=left, retrain_pr=ctx.result.get("retrain_pr"),
+                             retrained_version=ctx.result.get("retrained_version"))
     if show:
         _print_summary(console, result)
     return result
@@ -142,6 +155,8 @@ def _summary(step: StepResult) -> str:
     if step.status != "ok":
         return step.error or step.status
     o = step.outputs
+    if step.name == "labels":
+        return summarize_labels(step.outputs)
     keys = ("version", "commit", "decision", "level", "data_version", "alerts", "champion", "served")
     parts = [f"{k}={_short(o[k])}" for k in keys if k in o]
     return ", ".join(parts) or brief(o)
@@ -167,7 +182,9 @@ def _print_summary(console: Console, result: RehearsalResult) -> None:
         table.add_row(str(i), s.title, f"[{style}]{s.status}", f"{s.seconds:.1f}", _summary(s))
     console.print(table)
     console.print(f"served at HEAD: v{result.served_at_head}; alerts received: {result.alerts_received}; "
-                  f"rollback commit: {result.rollback_commit}; {result.seconds:.0f} s; report: {result.report}")
+                  f"rollback commit: {result.rollback_commit}; retraining PR: "
+                  f"{(result.retrain_pr or {}).get('branch')} → v{result.retrained_version} in staging; "
+                  f"{result.seconds:.0f} s; report: {result.report}")
     if result.servers_left:
         console.print(f"[red]processes left running: {result.servers_left}")
 

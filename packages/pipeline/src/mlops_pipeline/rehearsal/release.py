@@ -54,7 +54,7 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     """Canary vs stable since ``since``, as promote.yml asks it: PromQL per version on Prometheus (which scrapes
     both revisions' transformers) and scores from the shared prediction log; never a predictor's address."""
     from mlops_delivery import analyze_canary_prometheus
-    from mlops_serving import resolve_prediction_log_uri
+    from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
     plane, delivery = ctx.plane, ctx.cfg.delivery
     assert plane is not None and plane.served is not None and ctx.platform is not None
@@ -64,7 +64,10 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     time.sleep(max(ctx.cfg.serving.prediction_log_flush_s, 1.0) + 1.5)
     log_uri = resolve_prediction_log_uri(ctx.cfg.serving.prediction_log_uri, ctx.root)
     result = analyze_canary_prometheus(delivery, delivery.prometheus_url, log_uri, ctx.model,
-                                       stable_version=stable.version, canary_version=canary.version, since=since)
+                                       stable_version=stable.version, canary_version=canary.version, since=since,
+                                       threshold_of=version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model,
+                                                                       delivery.canary_estimate_threshold,
+                                                                       override_key="delivery.canary_estimate_threshold"))
     up = prometheus_query(ctx.platform.prometheus_url, 'up{job="fraud-serving"}')
     doc = result.to_dict()
     ctx.facts["canary"] = {

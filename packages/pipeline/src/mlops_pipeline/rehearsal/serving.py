@@ -23,13 +23,16 @@ from typing import Any
 import httpx
 
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.local_server import RunningServer as Endpoint
-from mlops_pipeline.local_server import send_traffic
+from mlops_pipeline.local_server import Endpoint, send_traffic
 from mlops_pipeline.rehearsal.gitops import GitOpsRepo, Served, served_at_head
-from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready
 from mlops_pipeline.rehearsal.topology import Platform, write_scrape_targets
+from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready
 
 log = logging.getLogger(__name__)
+
+PRIVATE_SIGNING_ENV = ("MLOPS_SIGNING_KEY", "MLOPS_SIGNING_KEY_PASSWORD")
+"""The signing key's private half (``provenance.private_key_var`` / ``private_key_password_var`` of the staging
+profile): the trainer's alone, never a serving process's."""
 
 
 @dataclass
@@ -97,6 +100,19 @@ def fetch_model(uri: str, dest: Path) -> Path:
     return dest
 
 
+def workload_env(plane: ServingPlane, workload: str) -> dict[str, str]:
+    """The credentials env of a serving container, from its manifest (:func:`workloads.container_env`): the
+    transformer reads the online store as the environment's reader user and the registry with its password."""
+    from mlops_pipeline.rehearsal.topology import FEAST_REGISTRY_PASSWORD_ENV
+    from mlops_pipeline.rehearsal.workloads import container_env
+
+    platform = plane.platform
+    reader = platform.redis_users.get(f"{platform.namespace}.fraud-reader")
+    store = {"FEAST_REGISTRY_PASSWORD": platform.secrets[FEAST_REGISTRY_PASSWORD_ENV],
+             **({"REDIS_PASSWORD": reader} if reader is not None else {})}
+    return container_env(plane.repo_root, workload, platform.namespace, store)
+
+
 def start_revision(plane: ServingPlane, uri: str, version: int) -> Revision:
     """Fetch ``uri`` and start its predictor and transformer (both started, then both awaited)."""
     name = f"v{version}-{len(plane.harness.stopped) + len(plane.harness.servers)}"
@@ -105,20 +121,25 @@ def start_revision(plane: ServingPlane, uri: str, version: int) -> Revision:
     services = plane.repo_root / "services"
     # the entrypoints exec `mlops` from PATH, as in the images (/opt/venv/bin first)
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**plane.child_env, "MODEL_DIR": str(model_dir), "MLOPS_CONFIG_DIR": str(plane.root / "configs"),
-           "PATH": path}
+    # no secret of the loop's own: each container gets what its manifest gives its pod (rehearsal.workloads)
+    # nor what the loop holds (the Redis writer, the MLflow user of the step that reconciles), in its config env or
+    # its own: the serving manifests give their pods no MLflow credential, and only the signing key's public half
+    # (the ServingRuntime mounts MLOPS_SIGNING_PUBLIC_KEY; the private key is the trainer's)
+    held = (*plane.platform.secrets, "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", *PRIVATE_SIGNING_ENV)
+    env = {**{k: v for k, v in plane.child_env.items() if k not in held},
+           "MODEL_DIR": str(model_dir), "MLOPS_CONFIG_DIR": str(plane.root / "configs"), "PATH": path}
     predictor = ServerSpec(
         f"predictor-{name}",
         ["sh", str(services / "predictor" / "entrypoint.sh"), "--model_name", plane.model,
          "--http_port", str(p_port), "--model-version", str(version)],
-        ready=http_ready(f"http://127.0.0.1:{p_port}/v2/health/ready"), env=env, cwd=plane.root,
-        ready_timeout_s=180)
+        ready=http_ready(f"http://127.0.0.1:{p_port}/v2/health/ready"), env={**env, **workload_env(plane, "predictor")},
+        cwd=plane.root, ready_timeout_s=180, unset=held)
     transformer = ServerSpec(
         f"transformer-{name}",
         ["sh", str(services / "transformer" / "entrypoint.sh"), "--model_name", plane.model,
          "--predictor_host", f"127.0.0.1:{p_port}", "--http_port", str(t_port), "--predictor_protocol", "v2"],
-        ready=http_ready(f"http://127.0.0.1:{t_port}/v2/health/ready"), env=env, cwd=plane.root,
-        ready_timeout_s=180)
+        ready=http_ready(f"http://127.0.0.1:{t_port}/v2/health/ready"),
+        env={**env, **workload_env(plane, "transformer")}, cwd=plane.root, ready_timeout_s=180, unset=held)
     plane.harness.launch(predictor)
     plane.harness.launch(transformer)
     plane.harness.wait_ready(predictor.name)

@@ -26,7 +26,7 @@ import yaml
 
 from mlops_core import spark_class, spark_master_args, spark_worker_args, write_auth_config
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.rehearsal.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
+from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready, tcp_ready
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,11 @@ NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 RULES = Path("infra/base/monitoring/prometheus-rules.yaml")
 # The env-var names the staging profile reads its secrets from (configs/profiles/staging.yaml).
 MLFLOW_USER_ENV, MLFLOW_PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+MLFLOW_AUTH_CACHE_TTL_S = 300
+"""How long the rehearsal's MLflow server trusts a verified credential before hashing it again (see
+:func:`mlops_core.write_auth_config`)."""
 REDIS_PASSWORD_ENV, FEAST_REGISTRY_PASSWORD_ENV = "REDIS_PASSWORD", "FEAST_REGISTRY_PASSWORD"
+REDIS_USERNAME_ENV = "REDIS_USERNAME"
 
 
 @dataclass
@@ -57,10 +61,17 @@ class Platform:
     targets_file: Path | None = None
     secrets: dict[str, str] = field(default_factory=dict)
     """Env var name → value, as a cluster's Secret would project them (never written to a file but the ini)."""
-
-    @property
-    def mlflow_auth(self) -> tuple[str, str]:
-        return self.secrets[MLFLOW_USER_ENV], self.secrets[MLFLOW_PASSWORD_ENV]
+    redis_users: dict[str, str] = field(default_factory=dict)
+    """The online store's ACL users (``infra/platform/redis.yaml``) and their generated passwords."""
+    namespace: str = ""
+    """The environment's namespace (the staging overlay's): ``$(POD_NAMESPACE)`` in the workloads' env."""
+    mlflow_admin: tuple[str, str] = ("", "")
+    """The tracking server's admin: used only to create the role users (``rehearsal.mlflow_roles``), never in
+    :attr:`secrets` nor ``os.environ``, so no workload gets it."""
+    mlflow_users: dict[str, str] = field(default_factory=dict)
+    """The tracking server's role users (``<namespace>.<model>-<role>``) and their generated passwords."""
+    mlflow_envs: dict[str, Any] = field(default_factory=dict)
+    """Namespace → :class:`~mlops_pipeline.rehearsal.mlflow_roles.Environment` (its resources and role users)."""
 
 
 def check_binaries() -> None:
@@ -119,9 +130,12 @@ def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str,
     """
     user, password = "mlops-admin", secrets.token_urlsafe(16)
     # default_permission NO_PERMISSIONS: a valid user without a grant reads nothing either; the platform's one
-    # writer escapes what MLflow's %-interpolating parser would otherwise misread
+    # writer escapes what MLflow's %-interpolating parser would otherwise misread. The credential cache: without
+    # it every request re-hashed the password (scrypt, 0.5-1 s a request on the loaded machine; an alias move is
+    # 14-16 requests, so 10-17 s each); one worker, so a password change would reach the cache at once.
     ini = write_auth_config(platform.run_dir / "mlflow" / "basic_auth.ini", database_uri=sqlalchemy_url(auth_url),
-                            admin_username=user, admin_password=password, default_permission="NO_PERMISSIONS")
+                            admin_username=user, admin_password=password, default_permission="NO_PERMISSIONS",
+                            auth_cache_ttl_seconds=MLFLOW_AUTH_CACHE_TTL_S)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mlflow = str(Path(sys.executable).with_name("mlflow"))
@@ -138,23 +152,34 @@ def launch_mlflow(harness: ProcessHarness, platform: Platform, backend_url: str,
         ready_timeout_s=480,
     ))
     platform.mlflow_url = url
-    platform.secrets |= {MLFLOW_USER_ENV: user, MLFLOW_PASSWORD_ENV: password}
+    platform.mlflow_admin = (user, password)  # not a secret any workload gets: see rehearsal.mlflow_roles
     return "mlflow"
 
 
-def start_redis(harness: ProcessHarness, platform: Platform) -> None:
-    """A dedicated ``redis-server`` with a password, no persistence (the shared one on 6379 stays untouched)."""
-    port, password = free_port(), secrets.token_urlsafe(16)
+def start_redis(harness: ProcessHarness, platform: Platform, repo_root: Path) -> None:
+    """A dedicated ``redis-server`` with the platform's ACL users (``infra/platform/redis.yaml``, see
+    :mod:`~mlops_pipeline.rehearsal.workloads`), no persistence (the shared one on 6379 stays untouched)."""
+    from mlops_pipeline.rehearsal.workloads import REDIS_MANIFEST, namespace, redis_acl
+
+    port = free_port()
     folder = platform.run_dir / "redis"
     folder.mkdir(parents=True, exist_ok=True)
-    conf = folder / "redis.conf"  # the password goes in a file, not on a command line `ps` shows
-    conf.write_text(f"bind 127.0.0.1\nport {port}\nrequirepass {password}\nsave \"\"\nappendonly no\n"
+    acl, platform.redis_users = redis_acl(repo_root)
+    platform.namespace = namespace(repo_root)
+    (folder / "users.acl").write_text(acl)  # hashes only: the passwords stay in this process
+    conf = folder / "redis.conf"
+    conf.write_text(f"bind 127.0.0.1\nport {port}\naclfile {folder / 'users.acl'}\nsave \"\"\nappendonly no\n"
                     f"dir {folder}\n")
-    conf.chmod(0o600)
+    for path in (conf, folder / "users.acl"):
+        path.chmod(0o600)
     harness.start(ServerSpec("redis", [shutil.which("redis-server") or "redis-server", str(conf)],
                              ready=tcp_ready(port), ready_timeout_s=30))
     platform.redis_url = f"redis://127.0.0.1:{port}/0"
-    platform.secrets[REDIS_PASSWORD_ENV] = password
+    # the loop (materialize, as the CronJob) and the Spark worker write the online store: the environment's writer
+    writer = f"{platform.namespace}.fraud-writer"
+    if writer not in platform.redis_users:
+        raise PipelineError(f"{REDIS_MANIFEST}: no ACL user {writer!r}; it has {sorted(platform.redis_users)}")
+    platform.secrets |= {REDIS_PASSWORD_ENV: platform.redis_users[writer], REDIS_USERNAME_ENV: writer}
 
 
 def launch_spark(harness: ProcessHarness, platform: Platform, *, cores: int = 2, memory: str = "2g") -> str:
@@ -171,7 +196,8 @@ def launch_spark(harness: ProcessHarness, platform: Platform, *, cores: int = 2,
     # the JVMs bind and advertise loopback (a pod advertises its IP); executors run this interpreter
     env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(folder / "logs"), "PYSPARK_PYTHON": sys.executable}
     # the executors write the online store: the worker gets its password as the Deployment does (secretKeyRef)
-    worker_env = {**env, REDIS_PASSWORD_ENV: platform.secrets[REDIS_PASSWORD_ENV]}
+    worker_env = {**env, REDIS_PASSWORD_ENV: platform.secrets[REDIS_PASSWORD_ENV],
+                  REDIS_USERNAME_ENV: platform.secrets[REDIS_USERNAME_ENV]}
     harness.launch(ServerSpec(
         "spark-master", [spark_class(), *spark_master_args(host="127.0.0.1", port=port, webui_port=ui)],
         ready=tcp_ready(port), env=env, ready_timeout_s=180,

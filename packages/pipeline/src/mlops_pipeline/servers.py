@@ -23,11 +23,17 @@ from types import TracebackType
 import httpx
 
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.local_server import free_port as free_port  # the rehearsal's modules import it from here
 
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], bool]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel picks it; racy only against other port pickers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def http_ready(url: str, *, statuses: Sequence[int] = (200,), auth: tuple[str, str] | None = None) -> ReadyCheck:
@@ -65,6 +71,9 @@ class ServerSpec:
     cwd: Path | None = None
     ready_timeout_s: float = 120.0
     stop_timeout_s: float = 20.0
+    unset: Sequence[str] = ()
+    """Variables of the parent's environment the server must not inherit (secrets its workload does not hold);
+    :attr:`env` may set them again."""
 
 
 @dataclass
@@ -119,7 +128,7 @@ class ProcessHarness:
         if spec.name in self.servers:
             raise PipelineError(f"server {spec.name!r} is already running (pid {self.servers[spec.name].pid})")
         log_path = self.log_dir / f"{spec.name}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
+        env = {**{k: v for k, v in os.environ.items() if k not in spec.unset}, "PYTHONUNBUFFERED": "1", **spec.env}
         with log_path.open("ab") as out:
             out.write(f"$ {' '.join(spec.argv)}\n".encode())
             out.flush()

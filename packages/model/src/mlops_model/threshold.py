@@ -1,0 +1,142 @@
+"""A per-version decision threshold: chosen at training, recorded in ``model.json``, read wherever a score
+becomes a decision (the gates, the monitor, the canary's estimate).
+
+A score at or above the threshold flags the transaction. A fixed 0.5 is right for no model: calibrated scores
+are probabilities of fraud (a few percent here), so the F1-optimal threshold sits far below 0.5, and it moves
+with every retraining. Training chooses it on the validation split, on the scores the export serves
+(calibrated, if it is), by ``training.decision_threshold.criterion``:
+
+- ``f1``: the score that maximises F1 over every distinct validation score used as threshold (the points of
+  scikit-learn's ``precision_recall_curve``); among equal F1, the highest threshold (fewer flags);
+- ``fixed``: ``training.decision_threshold.value``, recorded with the F1 it gives on validation.
+
+``model.json`` gains ``decision_threshold: {"value", "criterion", "split", "rows", "positives", "f1",
+"precision", "recall"}``.
+
+Readers call :func:`resolve_threshold`: the recorded value, or a config override (named, with the recorded value
+it disagrees with, in every reason that uses it). An export made before thresholds were recorded falls back to
+:data:`LEGACY_THRESHOLD` (0.5, what every decision used then), and the reason says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlops_model.errors import ExportedModelError
+
+CRITERIA = ("f1", "fixed")
+LEGACY_THRESHOLD = 0.5
+"""The threshold of an export that records none (made before per-version thresholds): what every gate, monitor
+and canary used then."""
+META_KEY = "decision_threshold"
+
+
+def f1_optimal_threshold(labels: Any, scores: Any) -> tuple[float, dict[str, float]]:
+    """The score ``t`` maximising F1 of ``score >= t`` over the distinct ``scores``, and the counts there.
+
+    Ties in F1 go to the highest threshold. Raises :class:`ExportedModelError` without positives (no F1 to
+    maximise) or on mismatched lengths.
+    """
+    y = np.asarray(labels, dtype=np.int64).ravel()
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    if len(y) != len(s) or not len(s) or not y.sum():
+        raise ExportedModelError(f"an F1-optimal threshold needs scores and labels of one length with positives; "
+                                 f"got {len(s)} scores, {len(y)} labels, {int(y.sum())} positive")
+    if not np.all(np.isfinite(s)):
+        raise ExportedModelError("an F1-optimal threshold needs finite scores; got NaN or infinity")
+    order = np.argsort(-s, kind="stable")
+    s_desc, y_desc = s[order], y[order]
+    tp = np.cumsum(y_desc)
+    flagged = np.arange(1, len(s) + 1)
+    last = np.r_[np.flatnonzero(np.diff(s_desc) != 0), len(s) - 1]  # the last row of each distinct score
+    tp, flagged, cut = tp[last], flagged[last], s_desc[last]
+    f1 = 2 * tp / (flagged + y.sum())
+    best = int(np.flatnonzero(f1 == f1.max())[0])  # descending thresholds: the first best is the highest
+    t, n_tp, n_flag = float(cut[best]), int(tp[best]), int(flagged[best])
+    return t, {"f1": float(f1[best]), "precision": n_tp / n_flag, "recall": n_tp / int(y.sum())}
+
+
+def choose_threshold(labels: Any, scores: Any, criterion: str, value: float = LEGACY_THRESHOLD) -> dict[str, Any]:
+    """The ``decision_threshold`` entry of ``model.json`` for validation ``labels`` and served ``scores``."""
+    if criterion not in CRITERIA:
+        raise ExportedModelError(f"decision threshold criterion {criterion!r}; expected one of {CRITERIA!r}")
+    y = np.asarray(labels, dtype=np.int64).ravel()
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    if criterion == "f1":
+        t, figures = f1_optimal_threshold(y, s)
+    else:
+        if not 0 < value < 1:
+            raise ExportedModelError(f"fixed decision threshold {value!r}; expected a value in (0, 1)")
+        t = float(value)
+        flags = s >= t
+        tp, positives = int((flags & (y == 1)).sum()), int(y.sum())
+        n_flag = int(flags.sum())
+        figures = {"f1": 2 * tp / (n_flag + positives) if n_flag + positives else 0.0,
+                   "precision": tp / n_flag if n_flag else 0.0, "recall": tp / positives if positives else 0.0}
+    return {"value": t, "criterion": criterion, "split": "validation", "rows": len(y), "positives": int(y.sum()),
+            **figures}
+
+
+@dataclass(frozen=True)
+class ThresholdChoice:
+    """The threshold a reader decides at, where it came from, and a sentence saying so.
+
+    ``source``: ``model`` (recorded in ``model.json``), ``override`` (a config key set), ``legacy`` (nothing
+    recorded: :data:`LEGACY_THRESHOLD`). ``recorded`` is the model's own value (``None`` when it has none).
+    """
+
+    value: float
+    source: str
+    recorded: float | None
+    note: str
+
+    @property
+    def disagrees(self) -> bool:
+        """An override set to something other than the model's recorded threshold."""
+        return self.source == "override" and self.recorded is not None and not math.isclose(self.value,
+                                                                                           self.recorded)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source, "recorded": self.recorded, "note": self.note}
+
+
+def recorded_threshold(meta: Mapping[str, Any] | None, *, source: str = "model.json") -> float | None:
+    """``model.json``'s ``decision_threshold.value``, or ``None`` for an export that records none."""
+    raw = (meta or {}).get(META_KEY)
+    if raw is None:
+        return None
+    value: Any = raw.get("value") if isinstance(raw, Mapping) else raw
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ExportedModelError(f"{source}: decision_threshold {raw!r}; expected {{'value': a number in (0, 1)}}"
+                                 ) from None
+    if not 0 < t < 1:
+        raise ExportedModelError(f"{source}: decision_threshold {t!r} is outside (0, 1)")
+    return t
+
+
+def resolve_threshold(meta: Mapping[str, Any] | None, override: float | None, *, override_key: str,
+                      model: str = "the model") -> ThresholdChoice:
+    """The threshold to decide at for ``model`` (e.g. ``"candidate v3"``): ``override`` (config key
+    ``override_key``) when set, else the recorded one, else :data:`LEGACY_THRESHOLD`; the note says which."""
+    recorded = recorded_threshold(meta, source=f"{model}'s model.json")
+    if override is not None:
+        if recorded is None:
+            note = f"{override_key}={override:g} (override; {model} records no threshold)"
+        elif math.isclose(override, recorded):
+            note = f"{override_key}={override:g} (override, equal to {model}'s recorded threshold)"
+        else:
+            note = (f"{override_key}={override:g} overrides {model}'s recorded threshold {recorded:.4g} "
+                    "(they disagree)")
+        return ThresholdChoice(float(override), "override", recorded, note)
+    if recorded is None:
+        return ThresholdChoice(LEGACY_THRESHOLD, "legacy", None,
+                               f"{model} records no decision_threshold (exported before per-version thresholds): "
+                               f"the legacy {LEGACY_THRESHOLD:g}")
+    return ThresholdChoice(recorded, "model", recorded, f"{model}'s recorded threshold {recorded:.4g}")

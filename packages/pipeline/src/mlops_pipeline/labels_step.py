@@ -1,0 +1,98 @@
+"""The loop's labels step (the demo and the rehearsal): the truth about what was served arrives a week later.
+
+Every prediction the loop served (the canary's normal traffic and the drifted day) gets its label from the
+generator's ``is_fraud``, stamped one simulated week after the prediction, and goes through the labels gate the
+way ``mlops data labels ingest`` takes it: a landed batch under ``data.labels_landing_uri`` (the labels CronJob),
+else the batch file. The gate runs at the simulated time (a week on), since a label stamped in the future is
+quarantined. Then :func:`mlops_monitoring.performance_report` joins labels to the log: realized and CBPE-estimated
+F1 per served version, what the report's performance section shows for the champion and the rolled-back version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mlops_model import LABEL
+
+WEEK = timedelta(days=7)
+
+
+def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: Path) -> tuple[Path, pd.Timestamp]:
+    """Write one label batch for every logged prediction whose transaction ``truth`` knows (``transaction_id``,
+    ``is_fraud``), each stamped a week after its prediction; returns the batch and the simulated arrival time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mlops_features import LABEL_SCHEMA
+    from mlops_serving import read_prediction_log
+
+    served = read_prediction_log(log_uri, model, columns=["transaction_id", "ts"])
+    known = truth[["transaction_id", LABEL]].drop_duplicates("transaction_id")
+    rows = served.drop_duplicates("transaction_id").merge(known, on="transaction_id", how="inner")
+    if rows.empty:
+        from mlops_pipeline.errors import PipelineError
+
+        raise PipelineError(f"none of the {len(served)} predictions in {log_uri!r} has a known label")
+    label_time = pd.to_datetime(rows["ts"], utc=True) + WEEK
+    batch = pd.DataFrame({"transaction_id": rows["transaction_id"].astype(str),
+                          "label": rows[LABEL].astype("int64"), "label_time": label_time})
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"labels-{label_time.min():%Y%m%dT%H%M%S}.parquet"
+    pq.write_table(pa.Table.from_pandas(batch, schema=LABEL_SCHEMA, preserve_index=False), path)
+    return path, label_time.max() + timedelta(minutes=1)
+
+
+def labels_a_week_later(log_uri: str, model: str, truth: pd.DataFrame, work: Path, *,
+                        landing_uri: str | None = None) -> dict[str, Any]:
+    """Land the week-late labels and gate them as ``mlops data labels ingest`` does; returns the gate's figures."""
+    from mlops_monitoring import ingest_label_batches, ingest_landed_labels
+
+    if landing_uri:  # the labels CronJob: whatever landed and was not gated yet
+        path, arrived = land_week_late_labels(log_uri, model, truth, Path(landing_uri.removeprefix("file://")))
+        summary, _ = ingest_landed_labels(landing_uri, log_uri, model, now=arrived.to_pydatetime())
+    else:
+        path, arrived = land_week_late_labels(log_uri, model, truth, work)
+        summary = ingest_label_batches([path], log_uri, model, now=arrived.to_pydatetime())
+    return {"batch": str(path), "arrived": arrived.isoformat(), "input_rows": summary.input_rows,
+            "accepted_rows": summary.accepted_rows, "quarantined_rows": summary.quarantined_rows}
+
+
+def version_figures(windows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per served version (and traffic, where windows name one): realized and estimated F1 of its latest window."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in windows:
+        key = f"v{w['version']}" + (f" {w['traffic']}" if w.get("traffic") else "")
+        out[key] = {"version": w["version"], "realized_f1": w["realized"]["f1"], "estimated_f1": w["estimated"]["f1"],
+                    "labelled": w["n_labelled"], "predictions": w["n_predictions"]}
+    return out
+
+
+def performance_of(log_uri: str, model: str, monitoring: Any, reference_f1: float | None,
+                   threshold_of: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """``mlops monitor performance``'s report of ``log_uri`` (as a dict), the monitoring section's settings, each
+    version at ``threshold_of(version).value`` (:func:`mlops_serving.version_thresholds`) when given."""
+    from mlops_model import LEGACY_THRESHOLD
+    from mlops_monitoring import performance_report
+
+    m = monitoring
+    return performance_report(log_uri, model, m.decision_threshold or LEGACY_THRESHOLD, window=m.performance_window,
+                              reference_f1=reference_f1, max_drop=m.max_f1_drop,
+                              min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
+                              interval=m.estimate_interval,
+                              threshold_of=(lambda v: threshold_of(v).value) if threshold_of else None).to_dict()
+
+
+def summarize_labels(outputs: dict[str, Any]) -> str:
+    """The step's one line: the gate's counts, then realized vs estimated F1 per version."""
+    def f1(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    per = "; ".join(f"{key}: F1 {f1(x['realized_f1'])} realized / {f1(x['estimated_f1'])} estimated"
+                    for key, x in outputs["versions"].items())
+    return (f"{outputs['labels']['accepted_rows']} labels a week late ({outputs['labels']['quarantined_rows']} "
+            f"quarantined); {per}")
