@@ -36,10 +36,15 @@ def exposition(version: str, *, n: int, ttft_s: float, rate: float, errors: int 
     return generate_latest(m.registry).decode()
 
 
-def log(stable: list[int], canary: list[int]) -> pd.DataFrame:
-    rows = [{"model_version": "1", "completion_tokens": n} for n in stable]
-    rows += [{"model_version": "2", "completion_tokens": n} for n in canary]
-    return pd.DataFrame(rows)
+def _row(version: str, tokens: int, rate: float, **extra: str) -> dict:
+    """A logged answer of ``tokens`` tokens, the first after 30 ms, the rest decoded at ``rate`` tokens/s."""
+    return {"model_version": version, "completion_tokens": tokens, "ttft_ms": 30.0,
+            "latency_ms": 30.0 + (tokens - 1) / rate * 1000.0, **extra}
+
+
+def log(stable: list[int], canary: list[int], *, stable_rate: float = 60.0, canary_rate: float = 60.0
+        ) -> pd.DataFrame:
+    return pd.DataFrame([_row("1", n, stable_rate) for n in stable] + [_row("2", n, canary_rate) for n in canary])
 
 
 LENGTHS = [4, 8, 12, 16] * 10
@@ -63,7 +68,8 @@ def test_decode_rate_is_over_all_tokens_not_ruled_by_the_shortest_answers() -> N
     Over all tokens it decodes (30 × 30 + 10) / (30 × 0.3 + 10 × 0.0005) = 910 / 9.005 tokens/s."""
     result = analyze_lm_canary(
         DELIVERY, stable_metrics=exposition("1", n=30, ttft_s=0.03, rate=100, decode_tokens=30, short=10),
-        canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=100, decode_tokens=30), log=log(LENGTHS, LENGTHS),
+        canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=100, decode_tokens=30),
+        log=log(LENGTHS, LENGTHS, stable_rate=100, canary_rate=100),
         stable_version=1, canary_version=2, model="llm")
     assert result.stable.tokens_per_s_mean == pytest.approx(910 / 9.005)
     assert result.canary.tokens_per_s_mean == pytest.approx(100.0)
@@ -80,9 +86,10 @@ def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> Non
     assert any("= 84.7 ms" in r for r in slow.reasons)
     slow_decode = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
                                     canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=40),
-                                    log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
-    assert slow_decode.decision == "rollback"  # 40 < 60 / 1.2 = 50
-    assert "FAILED: tokens/s mean canary 40.0 vs stable 60.0 (min stable / 1.2 = 50.0)" in slow_decode.reasons
+                                    log=log(LENGTHS, LENGTHS, canary_rate=40), stable_version=1, canary_version=2)
+    assert slow_decode.decision == "rollback"  # 40 / 60 = 0.667 < 1 / 1.2 = 0.833, every resample alike
+    assert ("FAILED: tokens/s canary 40.0 vs stable 60.0; logged ratio canary/stable 0.667, 90% interval "
+            "[0.667, 0.667] over 40/40 decoded answers (floor 1/1.2 = 0.833)") in slow_decode.reasons
     failing = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
                                 canary_metrics=exposition("2", n=36, ttft_s=0.03, rate=60, errors=4),
                                 log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
@@ -136,8 +143,8 @@ def test_readiness_503s_before_the_traffic_are_not_canary_errors() -> None:
 
 
 def _log_ended(stable: list[tuple[int, str]], canary: list[tuple[int, str]]) -> pd.DataFrame:
-    rows = [{"model_version": "1", "completion_tokens": n, "finish_reason": f} for n, f in stable]
-    rows += [{"model_version": "2", "completion_tokens": n, "finish_reason": f} for n, f in canary]
+    rows = [_row("1", n, 60.0, finish_reason=f) for n, f in stable]
+    rows += [_row("2", n, 60.0, finish_reason=f) for n, f in canary]
     return pd.DataFrame(rows)
 
 
@@ -155,12 +162,55 @@ def test_a_canary_that_rambles_to_max_tokens_is_rolled_back_and_one_that_stops_i
     # the other way round: stable rambled, the canary stops; the PSI of the lengths is large, but not checked
     no_psi = DELIVERY.model_copy(update={"max_response_length_psi": None})
     better = analyze_lm_canary(no_psi, stable_metrics=ok[0], canary_metrics=ok[1],
-                               log=_log_ended(rambles, [(1, "stop")] * 40), stable_version=1, canary_version=2)
+                               log=_log_ended(rambles, [(2, "stop")] * 40), stable_version=1, canary_version=2)
     assert better.decision == "promote", better.reasons
     assert better.length_psi is not None and better.length_psi > 1.0
     assert not any("response-length PSI" in r for r in better.reasons)
     assert "ok: answers cut at max_tokens canary 0/40 vs stable 10/40 (-0.2500, max +0.05)" in better.reasons
     # with the PSI checked (the default, 0.2), the same better canary is stopped: the distance is two-sided
     checked = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1],
-                                log=_log_ended(rambles, [(1, "stop")] * 40), stable_version=1, canary_version=2)
+                                log=_log_ended(rambles, [(2, "stop")] * 40), stable_version=1, canary_version=2)
     assert checked.decision == "rollback" and any(r.startswith("FAILED: response-length PSI") for r in checked.reasons)
+
+
+def _noisy(version: str, n: int, rate: float) -> list[dict]:
+    """``n`` answers of 12 tokens whose decode rate swings with the machine's load: ``rate`` × ½, 1, 2 in turn
+    (a loaded shared runner); over all of them the rate is 11 × 3 / (11 × 3.5 / rate) = rate / 1.1667."""
+    return [_row(version, 12, rate * (0.5, 1.0, 2.0)[i % 3]) for i in range(n)]
+
+
+def test_a_decode_rate_gap_inside_the_noise_holds_and_a_clear_one_rolls_back() -> None:
+    """The CI failure's case: identical weights decoded at 509 vs 798 tokens/s side by side on a loaded runner,
+    and the point comparison (509 < 798 / 1.2) vetoed the promotion. A gap the answers' spread cannot tell from
+    noise holds for more traffic (the old check: rollback); a gap far outside it still rolls back."""
+    ok = exposition("1", n=40, ttft_s=0.03, rate=60), exposition("2", n=40, ttft_s=0.03, rate=60)
+    noisy = pd.DataFrame(_noisy("1", 12, 60.0) + _noisy("2", 12, 60.0 * 509 / 798))
+    gap = exposition("2", n=40, ttft_s=0.03, rate=60 * 509 / 798)  # counted 38.3 vs 60 tokens/s: 38.3 < 60 / 1.2
+    held = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=gap, log=noisy, stable_version=1,
+                             canary_version=2)
+    rate = held.decode_rate
+    assert rate is not None and (rate.stable_answers, rate.canary_answers) == (12, 12)
+    stable_t = 11 * 12 / sum((r["latency_ms"] - 30.0) / 1000 for r in noisy.to_dict("records")[:12])
+    canary_t = 11 * 12 / sum((r["latency_ms"] - 30.0) / 1000 for r in noisy.to_dict("records")[12:])
+    assert rate.ratio == pytest.approx(canary_t / stable_t) == pytest.approx(509 / 798)  # ratio of sums, by hand
+    assert rate.low < 1 / 1.2 < rate.high
+    assert held.decision == "hold", held.reasons
+    assert any(r.startswith("undecided: tokens/s") and r.endswith("cannot tell yet, the interval straddles the "
+                                                                      "floor") for r in held.reasons)
+    clear = pd.DataFrame(_noisy("1", 198, 60.0) + _noisy("2", 198, 30.0))  # half as fast, 200 answers a side
+    slow = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=clear, stable_version=1,
+                             canary_version=2)
+    assert slow.decode_rate is not None and slow.decode_rate.high < 1 / 1.2 and slow.decision == "rollback"
+    same = pd.DataFrame(_noisy("1", 399, 60.0) + _noisy("2", 399, 60.0))  # equal rates, enough answers
+    fine = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=same, stable_version=1,
+                             canary_version=2)
+    assert fine.decode_rate is not None and fine.decode_rate.low >= 1 / 1.2 and fine.decision == "promote"
+
+
+def test_a_log_without_timings_cannot_compare_decode_rates() -> None:
+    ok = exposition("1", n=40, ttft_s=0.03, rate=60), exposition("2", n=40, ttft_s=0.03, rate=60)
+    bare = pd.DataFrame([{"model_version": v, "completion_tokens": n} for v in ("1", "2") for n in LENGTHS])
+    result = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=bare, stable_version=1,
+                               canary_version=2)
+    assert result.decode_rate is None and result.decision == "hold"
+    assert any("timings (latency_ms, ttft_ms)" in r and r.startswith("undecided: ") for r in result.reasons)

@@ -58,12 +58,18 @@ def exposition(version: str, *, n: int, errors: int = 0, ttft_s: float = 0.03, r
     return generate_latest(m.registry).decode()
 
 
+def timed(rows: list[dict]) -> pd.DataFrame:
+    """The rows with the timings the LM server logs: first token after 30 ms, the rest decoded at 60 tokens/s."""
+    return pd.DataFrame([{**r, "ttft_ms": 30.0, "latency_ms": 30.0 + (r["completion_tokens"] - 1) / 60 * 1000}
+                         for r in rows])
+
+
 def log(n_stable: int, n_canary: int, canary_length: int = 12) -> pd.DataFrame:
     lengths = [4, 8, 12, 16]
     rows = [{"model_version": "1", "completion_tokens": lengths[i % 4]} for i in range(n_stable)]
     rows += [{"model_version": "2", "completion_tokens": canary_length if canary_length != 12 else lengths[i % 4]}
              for i in range(n_canary)]
-    return pd.DataFrame(rows)
+    return timed(rows)
 
 
 def analyze(stable: str, canary: str, frame: pd.DataFrame, delivery: DeliveryConfig = DELIVERY, **kw: str):  # type: ignore[no-untyped-def]
@@ -177,6 +183,11 @@ def test_one_threshold_rule_orders_missing_failed_passed() -> None:
     assert decide_checks(checks) == ("hold", ("insufficient: c", "FAILED: b", "ok: a"))
     assert decide_checks(checks[:3]) == ("rollback", ("FAILED: b", "ok: a"))
     assert decide_checks([Check("a", False)]) == ("promote", ("ok: a",))
+    # a check that was made and cannot tell yet holds a promotion, and does not stop another check's rollback
+    pending = Check("d", None, undecided=True)
+    assert decide_checks([Check("a", False), pending]) == ("hold", ("undecided: d", "ok: a"))
+    assert decide_checks([pending, Check("b", True)]) == ("rollback", ("FAILED: b", "undecided: d"))
+    assert decide_checks([pending, Check("c", None)]) == ("hold", ("insufficient: c", "undecided: d"))
 
 
 def truncating_log(n_stable: int, n_canary: int, *, stable_cut: int, canary_cut: int) -> pd.DataFrame:
@@ -184,7 +195,7 @@ def truncating_log(n_stable: int, n_canary: int, *, stable_cut: int, canary_cut:
     rows = [{"model_version": v, "completion_tokens": 8 if i < cut else 3,
              "finish_reason": "length" if i < cut else "stop"}
             for v, n, cut in (("1", n_stable, stable_cut), ("2", n_canary, canary_cut)) for i in range(n)]
-    return pd.DataFrame(rows)
+    return timed(rows)
 
 
 def test_a_canary_that_truncates_more_is_rolled_back_by_the_sequential_test() -> None:

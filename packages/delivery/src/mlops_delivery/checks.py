@@ -1,8 +1,10 @@
 """The fixed-threshold decision both canaries share: checks in, promote / hold / rollback and reasons out.
 
-A check either passed, failed, or could not be made (no evidence on one side). Any missing evidence → ``hold``
-(not enough evidence either way); otherwise any failure → ``rollback``; all passed → ``promote``. One reason per
-check, prefixed ``insufficient:``, ``FAILED:`` or ``ok:`` and ordered in that way.
+A check either passed, failed, could not be made (no evidence on one side, too few requests), or was made and
+could not tell yet (its interval straddles its bound). Any missing evidence → ``hold`` (not enough evidence either
+way); otherwise any failure → ``rollback``; otherwise any check that cannot tell yet → ``hold`` (it stops a
+promotion, not another check's rollback); all passed → ``promote``. One reason per check, prefixed
+``insufficient:``, ``FAILED:``, ``undecided:`` or ``ok:`` and ordered in that way.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from mlops_delivery.sequential import Decision
 
 @dataclass(frozen=True)
 class Check:
-    """One threshold check: what it compared and whether it ``failed`` (``None``: it could not be made)."""
+    """One threshold check: what it compared and whether it ``failed`` (``None``: it could not be made, or with
+    ``undecided`` it was made and its evidence cannot tell yet)."""
 
     text: str
     failed: bool | None
+    undecided: bool = False
 
 
 def requests_check(delivery: DeliveryConfig, canary_requests: float) -> Check | None:
@@ -41,11 +45,14 @@ def error_rate_check(delivery: DeliveryConfig, stable_rate: float | None, canary
 def decide_checks(checks: Iterable[Check | None]) -> tuple[Decision, tuple[str, ...]]:
     """The decision and one reason per check (``None`` entries are skipped)."""
     made = [c for c in checks if c is not None]
-    missing = [f"insufficient: {c.text}" for c in made if c.failed is None]
+    missing = [f"insufficient: {c.text}" for c in made if c.failed is None and not c.undecided]
     failed = [f"FAILED: {c.text}" for c in made if c.failed]
+    undecided = [f"undecided: {c.text}" for c in made if c.failed is None and c.undecided]
     passed = [f"ok: {c.text}" for c in made if c.failed is False]
     if missing:
-        return "hold", (*missing, *failed, *passed)
+        return "hold", (*missing, *failed, *undecided, *passed)
     if failed:
-        return "rollback", (*failed, *passed)
+        return "rollback", (*failed, *undecided, *passed)
+    if undecided:
+        return "hold", (*undecided, *passed)
     return "promote", tuple(passed)

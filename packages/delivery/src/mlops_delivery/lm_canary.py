@@ -8,10 +8,15 @@ prediction log's rows of its version (``completion_tokens``):
   width of the bucket stable's p99 lies in (at least ``p99_slack_ms``): a p99 read from buckets is only as exact
   as the bucket (25-50 ms wide around an LM's TTFT; a healthy canary failed a 2 ms slack at 95 vs 72.5 ms);
 - **tokens/s**: the decode rate over all the variant's tokens (``mlops_serving_lm_decode_tokens`` ÷
-  ``mlops_serving_lm_decode_seconds``: exact, where a median read from the rate histogram's buckets moved by
-  ±30 % between runs of the same two models; and not a mean of per-request rates, which the shortest answers
-  rule: two tokens that arrive together "decode" at thousands of tokens/s, so a stable version that answers
-  shorter looked 5× faster than an equally fast canary), at least stable's ÷ ``max_p99_ratio``;
+  ``mlops_serving_lm_decode_seconds``, reported: exact, where a median read from the rate histogram's buckets
+  moved by ±30 % between runs of the same two models; and not a mean of per-request rates, which the shortest
+  answers rule: two tokens that arrive together "decode" at thousands of tokens/s, so a stable version that
+  answers shorter looked 5× faster than an equally fast canary), at least stable's ÷ ``max_p99_ratio``. Judged on
+  the ratio canary ÷ stable of the same rates over the logged answers (``latency_ms − ttft_ms`` per answer, as the
+  server counts), with its bootstrap interval (``delivery.decode_rate_interval``, requests resampled): failed only
+  when the interval lies wholly below the floor, passed only when wholly at or above it, and otherwise it cannot
+  tell yet (``hold``). A point estimate is no evidence: identical weights decoded at 509 vs 798 tokens/s side by
+  side on a loaded CI runner;
 - **response length**: the distribution of completion tokens, PSI over quantile bins of stable's (the one PSI of
   :mod:`mlops_model.statistics`) at most ``max_response_length_psi``; the KS statistic and p-value are reported.
 
@@ -112,6 +117,26 @@ class LMVariantEvidence:
 
 
 @dataclass(frozen=True)
+class DecodeRateRatio:
+    """The canary's decode rate over stable's, from the logged answers, and its bootstrap interval."""
+
+    stable_tokens_per_s: float
+    canary_tokens_per_s: float
+    ratio: float
+    low: float
+    high: float
+    level: float
+    stable_answers: int
+    """Logged answers with a decode phase (two or more tokens) the rates are over."""
+    canary_answers: int
+
+
+MIN_DECODED_ANSWERS = 5
+"""Fewer logged answers with a decode phase on a side and the rate check cannot tell (a bootstrap of a handful
+of units only repeats them)."""
+
+
+@dataclass(frozen=True)
 class LMCanaryAnalysis:
     """The decision, every reason for it, and the evidence."""
 
@@ -122,6 +147,8 @@ class LMCanaryAnalysis:
     length_psi: float | None
     length_ks: dict[str, float] | None
     thresholds: dict[str, float | None]
+    decode_rate: DecodeRateRatio | None = None
+    """Canary ÷ stable decode rate from the logged answers, with its interval (``None``: no timings logged)."""
     threshold_decision: Decision | None = None
     """What the fixed thresholds alone answer (the guard), when the sequential verdict decides."""
     sequential: SequentialVerdict | None = None
@@ -131,6 +158,7 @@ class LMCanaryAnalysis:
                 "canary": asdict(self.canary), "response_length_psi": self.length_psi,
                 "response_length_ks": self.length_ks, "thresholds": self.thresholds,
                 "threshold_decision": self.threshold_decision,
+                "decode_rate": asdict(self.decode_rate) if self.decode_rate else None,
                 "sequential": self.sequential.to_dict() if self.sequential else None}
 
 
@@ -141,6 +169,61 @@ def truncated_responses(log: pd.DataFrame, version: int) -> int | None:
         return None
     rows = log[log["model_version"].astype(str) == str(version)]
     return int((rows["finish_reason"].astype(str) == "length").sum())
+
+
+def decode_timings(log: pd.DataFrame, version: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Tokens and seconds of the decode phase of each logged answer of ``version`` that has one, as the server
+    counts them (``completion_tokens − 1`` after the first token, ``latency_ms − ttft_ms``); ``None`` when the log
+    records no timings."""
+    needed = ("model_version", "completion_tokens", "latency_ms", "ttft_ms")
+    if log.empty or any(col not in log.columns for col in needed):
+        return None
+    rows = log[log["model_version"].astype(str) == str(version)]
+    tokens = pd.to_numeric(rows["completion_tokens"], errors="coerce").to_numpy(dtype=float) - 1
+    seconds = (pd.to_numeric(rows["latency_ms"], errors="coerce")
+               - pd.to_numeric(rows["ttft_ms"], errors="coerce")).to_numpy(dtype=float) / 1000.0
+    keep = np.isfinite(tokens) & np.isfinite(seconds) & (tokens >= 1) & (seconds > 0)
+    return tokens[keep], seconds[keep]
+
+
+def decode_rate_ratio(delivery: DeliveryConfig, log: pd.DataFrame, stable_version: int,
+                      canary_version: int) -> DecodeRateRatio | None:
+    """Canary ÷ stable decode rate over the logged answers with its ``delivery.decode_rate_interval`` bootstrap
+    interval; ``None`` when a side logged no timings or fewer than :data:`MIN_DECODED_ANSWERS` decoded answers."""
+    stable, canary = decode_timings(log, stable_version), decode_timings(log, canary_version)
+    if stable is None or canary is None or min(stable[0].size, canary[0].size) < MIN_DECODED_ANSWERS:
+        return None
+    try:
+        ratio, low, high = statistics.rate_ratio_interval(*stable, *canary, level=delivery.decode_rate_interval)
+    except StatisticsError as exc:
+        raise MetricsError(f"decode-rate ratio: {exc}") from None
+    return DecodeRateRatio(stable_tokens_per_s=float(stable[0].sum() / stable[1].sum()),
+                           canary_tokens_per_s=float(canary[0].sum() / canary[1].sum()), ratio=ratio, low=low,
+                           high=high, level=delivery.decode_rate_interval, stable_answers=int(stable[0].size),
+                           canary_answers=int(canary[0].size))
+
+
+def decode_rate_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence,
+                      rate: DecodeRateRatio | None) -> Check:
+    """The canary decodes at least stable's rate ÷ ``max_p99_ratio``: failed when the ratio's whole interval lies
+    below that floor, passed when it lies wholly at or above it, undecided otherwise (it holds a promotion, and
+    does not stop another check's rollback)."""
+    floor = 1 / delivery.max_p99_ratio
+    if stable.tokens_per_s_mean is None or canary.tokens_per_s_mean is None:
+        return Check("no tokens/s observations on one side", None)
+    counted = f"tokens/s canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f}"
+    if rate is None:
+        return Check(f"{counted}: the prediction log holds fewer than {MIN_DECODED_ANSWERS} answers with a decode "
+                     "phase and its timings (latency_ms, ttft_ms) on one side; cannot compare decode rates", None,
+                     undecided=True)
+    text = (f"{counted}; logged ratio canary/stable {rate.ratio:.3f}, {rate.level:.0%} interval "
+            f"[{rate.low:.3f}, {rate.high:.3f}] over {rate.canary_answers}/{rate.stable_answers} decoded answers "
+            f"(floor 1/{delivery.max_p99_ratio} = {floor:.3f})")
+    if rate.high < floor:
+        return Check(text, True)
+    if rate.low >= floor:
+        return Check(text, False)
+    return Check(f"{text}: cannot tell yet, the interval straddles the floor", None, undecided=True)
 
 
 def completion_lengths(log: pd.DataFrame, version: int) -> np.ndarray:
@@ -290,7 +373,7 @@ def length_shift(stable: np.ndarray, canary: np.ndarray, delivery: DeliveryConfi
 
 
 def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence,
-              psi: float | None) -> tuple[Decision, tuple[str, ...]]:
+              psi: float | None, rate: DecodeRateRatio | None = None) -> tuple[Decision, tuple[str, ...]]:
     """Apply the thresholds; one reason per check, passed or not."""
     checks = [requests_check(delivery, canary.requests),
               error_rate_check(delivery, stable.error_rate, canary.error_rate)]
@@ -303,13 +386,7 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
             f"TTFT p99 canary {canary.ttft_p99_s * 1000:.1f} ms vs stable {stable.ttft_p99_s * 1000:.1f} ms "
             f"(limit x{delivery.max_p99_ratio} + {slack * 1000:g} ms, the bucket's width = {limit * 1000:.1f} ms)",
             canary.ttft_p99_s > limit))
-    if stable.tokens_per_s_mean is None or canary.tokens_per_s_mean is None:
-        checks.append(Check("no tokens/s observations on one side", None))
-    else:
-        floor = stable.tokens_per_s_mean / delivery.max_p99_ratio
-        checks.append(Check(
-            f"tokens/s mean canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f} "
-            f"(min stable / {delivery.max_p99_ratio} = {floor:.1f})", canary.tokens_per_s_mean < floor))
+    checks.append(decode_rate_check(delivery, stable, canary, rate))
     if delivery.max_response_length_psi is not None:
         if psi is None:
             checks.append(Check("no logged responses on one side: cannot compare response lengths", None))
@@ -400,7 +477,8 @@ def analyze_lm_counts(delivery: DeliveryConfig, stable_counts: LMCounts, canary_
     canary = lm_evidence(delivery, canary_counts, c_len, canary_version, source=canary_source,
                          truncated=truncated_responses(log, canary_version))
     psi, ks = length_shift(s_len, c_len, delivery)
-    decision, reasons = decide_lm(delivery, stable, canary, psi)
+    rate = decode_rate_ratio(delivery, log, stable_version, canary_version)
+    decision, reasons = decide_lm(delivery, stable, canary, psi, rate)
     threshold_decision, verdict = None, None
     seq = delivery.sequential
     if seq.verdict == "sequential":
@@ -413,4 +491,5 @@ def analyze_lm_counts(delivery: DeliveryConfig, stable_counts: LMCounts, canary_
                   "p99_slack_ms": delivery.p99_slack_ms, "max_response_length_psi": delivery.max_response_length_psi,
                   "max_truncated_increase": delivery.max_truncated_increase,
                   "min_canary_requests": float(delivery.min_canary_requests)}
-    return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds, threshold_decision, verdict)
+    thresholds["decode_rate_interval"] = delivery.decode_rate_interval
+    return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds, rate, threshold_decision, verdict)

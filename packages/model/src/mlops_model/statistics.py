@@ -229,3 +229,47 @@ def expected_calibration_error(labels: Any, scores: Any, bins: int = 10) -> floa
         m = index == b
         total += m.sum() / len(s) * abs(s[m].mean() - y[m].mean())
     return float(total)
+
+
+def rate_ratio_interval(num_a: Any, den_a: Any, num_b: Any, den_b: Any, *, level: float = 0.9,
+                        resamples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """B's rate over A's, each a ratio of sums (``Σ num / Σ den``, e.g. tokens over seconds), and the central
+    percentile bootstrap interval at ``level``: each sample's units (a ``num, den`` pair, e.g. one request) are
+    resampled with replacement, the two samples independently. Returns ``(ratio, low, high)``.
+
+    A ratio of sums has no simple variance, and a mean of per-unit ratios is ruled by the shortest units; the
+    bootstrap of the units keeps both the pairing within a unit and the definition of the rate.
+
+    Raises:
+        StatisticsError: a sample is empty, its two arrays differ in length or hold a negative or non-finite
+            value, a denominator sums to 0, or ``level`` is not in (0, 1).
+    """
+    if not 0 < level < 1:
+        raise StatisticsError(f"interval level must lie in (0, 1), got {level!r}")
+    samples = []
+    for name, num, den in (("A", num_a, den_a), ("B", num_b, den_b)):
+        n, d = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
+        if n.size == 0 or n.size != d.size:
+            raise StatisticsError(f"sample {name}: {n.size} numerators and {d.size} denominators; need the same "
+                                  "number, at least one")
+        if not (np.isfinite(n).all() and np.isfinite(d).all()) or (n < 0).any() or (d < 0).any():
+            raise StatisticsError(f"sample {name}: numerators and denominators must be finite and >= 0")
+        if d.sum() <= 0:
+            raise StatisticsError(f"sample {name}: the denominators sum to 0; the rate is undefined")
+        samples.append((n, d))
+    (na, da), (nb, db) = samples
+    ratio = float((nb.sum() / db.sum()) / (na.sum() / da.sum()))
+    rng = np.random.default_rng(seed)
+    out = np.empty(resamples)
+    block = 256  # resamples per block: memory is block × units, whatever the sample size
+    for start in range(0, resamples, block):
+        k = min(block, resamples - start)
+        ia, ib = rng.integers(0, na.size, (k, na.size)), rng.integers(0, nb.size, (k, nb.size))
+        sa, sb = da[ia].sum(axis=1), db[ib].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a resample of only zero-length units: no rate
+            out[start:start + k] = (nb[ib].sum(axis=1) / sb) / (na[ia].sum(axis=1) / sa)
+    out = out[np.isfinite(out)]
+    if out.size == 0:
+        raise StatisticsError("no bootstrap resample had a defined rate on both sides")
+    low, high = np.quantile(out, [(1 - level) / 2, (1 + level) / 2])
+    return ratio, float(low), float(high)

@@ -185,35 +185,59 @@ def _read_log(log_dir: Path, model: str) -> pd.DataFrame:
 
 
 def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
-    """Champion (stable) and candidate (canary) each on a real LM server; traffic split 50/50; analyse; promote."""
+    """Champion (stable) and candidate (canary) each on a real LM server; traffic split 50/50; analyse; promote.
+
+    Traffic goes in rounds and the analysis looks after each, as the tabular canary does: the sequential verdict
+    stays valid however often it looks, and a check that cannot tell yet (the decode-rate interval straddling its
+    floor on a loaded machine) holds for the next round; a hold when the traffic budget runs out fails the step.
+    """
     from mlops_delivery import analyze_lm_canary
 
     version = ctx.facts["candidate_version"]
     stable = _aliases(ctx)["champion"]
     if "canary" not in _held(ctx, version):
         _promote(ctx, version, "canary", "staged; canary starts")
-    n = max(ctx.cfg.delivery.min_canary_requests, 40) + 10
-    prompts = _prompts(ctx, 2 * n, ctx.cfg.project.seed)
+    first = max(ctx.cfg.delivery.min_canary_requests, 40) + 10  # per side, before the first look
+    more, rounds = 40, 4  # per side, per later look; later looks at most
+    prompts = _prompts(ctx, 2 * (first + more * rounds), ctx.cfg.project.seed)
+    chunks = [prompts[:2 * first]] + [prompts[2 * (first + more * i):2 * (first + more * (i + 1))]
+                                      for i in range(rounds)]
     logs = {v: ctx.work_dir / "lm_canary_log" / f"v{v}" for v in (stable, version)}
+    looks: list[dict[str, Any]] = []
+    traffic: dict[str, dict[str, Any]] = {}
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-stable.log",
                     _serve_args(version_folder(ctx, stable), stable, logs[stable])) as s_srv, \
             run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-canary.log",
                        _serve_args(version_folder(ctx, version), version, logs[version])) as c_srv:
         before = {"stable": s_srv.metrics_text(), "canary": c_srv.metrics_text()}  # readiness 503s stay out
-        traffic = send_prompts({"stable": s_srv, "canary": c_srv}, prompts)  # interleaved: the same load on both
-        s_metrics, c_metrics = s_srv.metrics_text(), c_srv.metrics_text()
-    time.sleep(0.6)
-    served = pd.concat([_read_log(p, ctx.model) for p in logs.values()], ignore_index=True)
-    analysis = analyze_lm_canary(ctx.cfg.delivery, stable_metrics=s_metrics, canary_metrics=c_metrics, log=served,
-                                 stable_version=int(stable), canary_version=int(version), model=ctx.model,
-                                 stable_before=before["stable"], canary_before=before["canary"])
+        for chunk in chunks:
+            sent = send_prompts({"stable": s_srv, "canary": c_srv}, chunk)  # interleaved: the same load on both
+            for arm, seen in sent.items():
+                total = traffic.setdefault(arm, {"requests": 0, "statuses": {}})
+                total["requests"] += seen["requests"]
+                for status, n in seen["statuses"].items():
+                    total["statuses"][status] = total["statuses"].get(status, 0) + n
+            s_metrics, c_metrics = s_srv.metrics_text(), c_srv.metrics_text()
+            time.sleep(0.6)  # every answered request reaches the log (flushed each 0.2 s) before this look
+            served = pd.concat([_read_log(p, ctx.model) for p in logs.values()], ignore_index=True)
+            analysis = analyze_lm_canary(ctx.cfg.delivery, stable_metrics=s_metrics, canary_metrics=c_metrics,
+                                         log=served, stable_version=int(stable), canary_version=int(version),
+                                         model=ctx.model, stable_before=before["stable"],
+                                         canary_before=before["canary"])
+            rate = analysis.decode_rate
+            looks.append({"canary_requests": analysis.canary.requests, "decision": analysis.decision,
+                          "threshold_decision": analysis.threshold_decision,
+                          "decode_rate_interval": None if rate is None else [rate.low, rate.high]})
+            if analysis.decision != "hold":
+                break
     ctx.facts["lm_canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "stable": stable,
-                              "canary": version}
+                              "canary": version, "looks": looks}
     if analysis.decision != "promote":
-        raise PipelineError(f"canary v{version} not promoted ({analysis.decision}; traffic {traffic}): "
-                            + "; ".join(analysis.reasons))
+        raise PipelineError(f"canary v{version} not promoted ({analysis.decision} after {len(looks)} looks; "
+                            f"traffic {traffic}): " + "; ".join(analysis.reasons))
     entry = _promote(ctx, version, "champion", "LM canary analysis: promote")
-    return {"stable": stable, "canary": version, "percent": 50, "requests": n * 2, "traffic": traffic,
+    return {"stable": stable, "canary": version, "percent": 50,
+            "requests": sum(t["requests"] for t in traffic.values()), "traffic": traffic, "looks": len(looks),
             "decision": analysis.decision, "reasons": list(analysis.reasons),
             "champion_now": entry["aliases_after"].get("champion"),
             "fallback_now": entry["aliases_after"].get("fallback")}
@@ -318,8 +342,8 @@ def summarize_lm(step: StepResult) -> str:
                    f"{task['token_accuracy']:.0%} on {task['examples']} held-out prompts" if task else "")
         return f"v{o['candidate']} vs {ref}: {passed}{on_task} → staging"
     if step.name == "lm-canary":
-        return (f"v{o['canary']} vs v{o['stable']}: {o['requests']} requests → {o['decision']}; champion "
-                f"v{o['champion_now']}, fallback v{o['fallback_now']}")
+        return (f"v{o['canary']} vs v{o['stable']}: {o['requests']} requests, {o['looks']} looks → {o['decision']}; "
+                f"champion v{o['champion_now']}, fallback v{o['fallback_now']}")
     if step.name == "lm-drift":
         return (f"{o['level']} on {', '.join(o['drifted_features']) or 'nothing'}; champion v{o['champion_before']} "
                 f"→ v{o['champion_after']} (rollback {'recorded' if o['rolled_back'] else 'NOT done'})")
