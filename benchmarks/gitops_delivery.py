@@ -1,6 +1,6 @@
 """GitOps delivery: how long a promotion edit, a canary analysis and an offline manifest render take.
 
-(a) ``promotion_edit_ms``: one ``plan_promotion`` / ``plan_rollback`` + write of the model manifest (ruamel
+(a) ``promotion_edit_ms``: one ``plan_promotion`` / ``plan_revert`` + write of the model manifest (ruamel
     round trip), median and p95 over ``--rounds`` walks staging → canary 10% → 50% → production → rollback
     on a temp copy of infra/; ``round_trip_exact`` says whether rolling a canary back gave the same bytes.
 (b) ``canary_analysis_s``: ``analyze_canary`` on two Prometheus expositions and a prediction log of
@@ -27,7 +27,7 @@ import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from mlops_config import DeliveryConfig
-from mlops_delivery import plan_promotion, plan_rollback
+from mlops_delivery import plan_promotion, plan_revert
 from mlops_delivery.canary import analyze_canary
 from mlops_delivery.promotion import apply_change
 
@@ -61,7 +61,7 @@ def bench_promotion(rounds: int) -> dict[str, object]:
                 timings.append(time.perf_counter() - t0)
             if i % 2:  # every other round the canary is rolled back instead of promoted
                 t0 = time.perf_counter()
-                apply_change(plan_rollback(cfg, root, "fraud", "production"), cfg, root)
+                apply_change(plan_revert(cfg, root, "fraud", "production"), cfg, root)
                 timings.append(time.perf_counter() - t0)
             else:
                 t0 = time.perf_counter()
@@ -71,7 +71,7 @@ def bench_promotion(rounds: int) -> dict[str, object]:
         apply_change(plan_promotion(cfg, root, "fraud", 999, "staging"), cfg, root)
         before = prod.read_text()
         apply_change(plan_promotion(cfg, root, "fraud", 999, "canary", percent=10), cfg, root)
-        apply_change(plan_rollback(cfg, root, "fraud", "production"), cfg, root)
+        apply_change(plan_revert(cfg, root, "fraud", "production"), cfg, root)
         exact = prod.read_text() == before
     ms = sorted(t * 1000 for t in timings)
     return {"edits": len(ms), "median_ms": round(statistics.median(ms), 3),

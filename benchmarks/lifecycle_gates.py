@@ -60,7 +60,7 @@ def main() -> None:
                                       required_gates={})
                     moves.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        lifecycle.rollback(tracking, root, "fraud", reason="bench in-process", actor="bench")
+        lifecycle.restore_champion(tracking, root, "fraud", reason="bench in-process", actor="bench")
         rollback_s = time.perf_counter() - t0
         for to in lifecycle.LIFECYCLE:  # 2 → champion again, so there is a fallback for the CLI rollback
             lifecycle.promote(tracking, root, "fraud", "2", to, reason="bench", actor="bench", required_gates={})

@@ -84,7 +84,7 @@ REGISTRY_WORKER = textwrap.dedent(
     if op == "promote":
         lc.promote(tracking, root, "fraud", "2", "champion", reason="chaos", actor="chaos", required_gates={})
     else:
-        lc.rollback(tracking, root, "fraud", reason="chaos", actor="chaos", replacing="2", to_version="1")
+        lc.restore_champion(tracking, root, "fraud", reason="chaos", actor="chaos", replacing="2", to_version="1")
     print("done", flush=True)
     """
 )
@@ -159,7 +159,7 @@ def registry_fault(op: str, seed: int, workdir: Path) -> dict[str, Any]:
                 lc.promote(tracking, root, "fraud", "2", "champion", reason="chaos retry", actor="chaos",
                            required_gates={})
             else:
-                lc.rollback(tracking, root, "fraud", reason="chaos retry", actor="chaos", replacing="2",
+                lc.restore_champion(tracking, root, "fraud", reason="chaos retry", actor="chaos", replacing="2",
                             to_version="1")
         except lc.LifecycleError as exc:
             if "already is 'champion'" not in str(exc):

@@ -61,7 +61,7 @@ WORKER = textwrap.dedent(
     if op == "promote":
         lc.promote(tracking, root, model, "2", "champion", reason="chaos", actor="chaos", required_gates={})
     else:
-        lc.rollback(tracking, root, model, reason="chaos", actor="chaos", replacing="2", to_version="1")
+        lc.restore_champion(tracking, root, model, reason="chaos", actor="chaos", replacing="2", to_version="1")
     print("done", flush=True)
     """
 )
@@ -117,7 +117,8 @@ def _retry(tracking: Any, root: Path, model: str, op: str) -> None:
             lc.promote(tracking, root, model, "2", "champion", reason="chaos retry", actor="chaos",
                        required_gates={})
         else:
-            lc.rollback(tracking, root, model, reason="chaos retry", actor="chaos", replacing="2", to_version="1")
+            lc.restore_champion(tracking, root, model, reason="chaos retry", actor="chaos", replacing="2",
+                                to_version="1")
     except lc.LifecycleError as exc:
         if "already is 'champion'" not in str(exc):
             raise

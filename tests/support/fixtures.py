@@ -8,11 +8,22 @@ from typing import Any
 
 import pytest
 
+from .github import pulls_endpoint
 from .mlflow_server import start_mlflow_server
 from .postgres import database_url, own_database
 from .prepared_data import build_prepared_fraud_data, copy_prepared_fraud_data
 from .redis_server import RedisServer
 from .session_world import build_once
+
+
+@pytest.fixture
+def github_pulls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """GitHub's pulls API as a local endpoint (repository ``o/r``, token ``t0ken``); the calls it received."""
+    with pulls_endpoint() as (url, calls):
+        monkeypatch.setenv("GITHUB_API_URL", url)
+        monkeypatch.setenv("GITHUB_REPOSITORY", "o/r")
+        monkeypatch.setenv("GITHUB_TOKEN", "t0ken")
+        yield calls
 
 
 @pytest.fixture

@@ -1,17 +1,13 @@
 """Pushing promotions: to a real bare git remote, directly (commit mode) or as a branch plus a pull request.
 
 GitHub cannot be reached from here, so the pull-request call goes to a small local HTTP endpoint that records
-what it is sent and answers like GitHub's "create a pull request" (201 + html_url); the git side is real.
+what it is sent and answers like GitHub's "create a pull request" (tests/support/github.py); the git side is real.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,7 @@ from mlops_delivery.promotion import apply_change
 pytestmark = pytest.mark.integration
 
 STAGING = "infra/overlays/staging/model-fraud.yaml"
+PRODUCTION = "infra/overlays/production/model-fraud.yaml"
 
 
 def git(root: Path, *args: str) -> str:
@@ -45,35 +42,6 @@ def clone(tmp_path: Path, repo_root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
-    calls: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            calls.append({"path": self.path, "auth": self.headers["Authorization"], "body": body})
-            payload = json.dumps({"html_url": f"https://github.example/o/r/pull/{len(calls)}"}).encode()
-            self.send_response(201)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("GITHUB_API_URL", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.setenv("GITHUB_REPOSITORY", "o/r")
-    monkeypatch.setenv("GITHUB_TOKEN", "t0ken")
-    yield calls
-    server.shutdown()
-    thread.join(5)
-
-
 def test_commit_mode_pushes_the_promotion_to_the_remote(clone: Path) -> None:
     cfg = DeliveryConfig()
     change = apply_change(plan_promotion(cfg, clone, "fraud", 4, "staging"), cfg, clone, commit=True, push=True)
@@ -83,7 +51,7 @@ def test_commit_mode_pushes_the_promotion_to_the_remote(clone: Path) -> None:
 
 
 def test_pull_request_mode_pushes_a_branch_and_opens_a_pull_request(clone: Path,
-                                                                   github: list[dict[str, Any]]) -> None:
+                                                                   github_pulls: list[dict[str, Any]]) -> None:
     cfg = DeliveryConfig(commit_mode="pull_request")
     before = (clone / STAGING).read_text()
     change = apply_change(plan_promotion(cfg, clone, "fraud", 4, "staging"), cfg, clone, commit=True, push=True)
@@ -94,20 +62,80 @@ def test_pull_request_mode_pushes_a_branch_and_opens_a_pull_request(clone: Path,
     assert (clone / STAGING).read_text() == before
     assert git(clone, "ls-remote", "origin", "refs/heads/gitops/fraud-staging-v4").split()[0] == change.commit
     assert git(clone, "show", "--name-only", "--format=", change.commit) == STAGING
-    (call,) = github
+    (call,) = github_pulls
     assert call["path"] == "/repos/o/r/pulls" and call["auth"] == "Bearer t0ken"
     assert call["body"]["head"] == "gitops/fraud-staging-v4" and call["body"]["base"] == "main"
     assert call["body"]["title"] == "gitops: serve fraud v4 in staging"
     assert '+    mlops.platform/stable-version: "4"' in call["body"]["body"]
 
 
-def test_pull_request_mode_names_a_missing_token(clone: Path, github: list[dict[str, Any]],
+def test_pull_request_mode_names_a_missing_token(clone: Path, github_pulls: list[dict[str, Any]],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_TOKEN")
     cfg = DeliveryConfig(commit_mode="pull_request")
     with pytest.raises(GitError, match=r"env var 'GITHUB_TOKEN' \(delivery.github_token_var\) is not set"):
         apply_change(plan_promotion(cfg, clone, "fraud", 4, "staging"), cfg, clone, commit=True, push=True)
-    assert github == []
+    assert github_pulls == []
     assert git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert git(clone, "branch", "--list", "gitops/*") == ""  # nothing was committed or pushed
     assert git(clone, "ls-remote", "origin", "refs/heads/gitops/*") == ""
+
+
+def _push_from_another_clone(remote: str, tmp: Path, rel: str, version: int) -> str:
+    """Another writer: its own clone sets ``rel`` to serve ``version`` and pushes; returns its commit."""
+    from mlops_delivery import ModelManifest
+
+    other = tmp / f"other-{version}"
+    git(tmp, "clone", "-q", "-b", "main", remote, str(other))
+    manifest = ModelManifest(other / rel, rel.split("/")[-2], "fraud")
+    manifest.set_stable(version, f"s3://mlops-artifacts/models/fraud/v{version}")
+    (other / rel).write_text(manifest.dump())
+    git(other, "-c", "user.name=o", "-c", "user.email=o@example.com", "commit", "-qam", f"other: v{version}")
+    git(other, "push", "-q", "origin", "main")
+    return git(other, "rev-parse", "HEAD")
+
+
+def test_a_push_that_loses_the_race_is_planned_again_on_the_new_tip(clone: Path, tmp_path: Path) -> None:
+    """The compare-and-swap: a writer that moved main between our read and our push is kept, not overwritten;
+    the edit runs again on its commit and lands on top (the old ``push_head`` raised GitError here)."""
+    from mlops_delivery import local_checkout, write_overlay
+
+    cfg = DeliveryConfig()
+    remote = git(clone, "remote", "get-url", "origin")
+    calls: list[str] = []
+
+    def edit(root: Path):  # the other writer pushes while our first plan is in flight
+        calls.append(git(root, "rev-parse", "HEAD"))
+        if len(calls) == 1:
+            _push_from_another_clone(remote, tmp_path, PRODUCTION, 7)
+        return plan_promotion(cfg, root, "fraud", 4, "staging")
+
+    change, written = write_overlay(cfg, local_checkout(cfg, clone), edit, commit=True, push=True)
+    other = git(clone, "log", "-1", "--format=%H", "--author=o@example.com")
+    assert written.attempts == 2 and written.pushed and calls == [calls[0], other]
+    assert git(clone, "ls-remote", "origin", "refs/heads/main").split()[0] == written.commit
+    assert git(clone, "rev-parse", f"{written.commit}~1") == other  # on top of the other writer's commit
+    assert '"7"' in git(clone, "show", f"main:{PRODUCTION}") and '"4"' in git(clone, "show", f"main:{STAGING}")
+    assert change.after.stable_version == 4
+
+
+def test_an_edit_that_no_longer_applies_after_the_race_is_refused(tmp_path: Path, clone: Path) -> None:
+    """The drift rollback's edit in a fresh clone: someone promoted v7 to production meanwhile, so serving the
+    fallback (v2 → v1) no longer applies: refused, and the remote keeps what that writer pushed."""
+    from mlops_delivery import PromotionRefusedError, cloned_checkout, plan_fallback, write_overlay
+
+    remote = git(clone, "remote", "get-url", "origin")
+    _push_from_another_clone(remote, tmp_path, PRODUCTION, 1)
+    _push_from_another_clone(remote, tmp_path, PRODUCTION, 2)
+    cfg = DeliveryConfig(gitops_repo=remote)
+    raced: list[str] = []
+
+    def edit(root: Path):
+        if not raced:
+            raced.append(_push_from_another_clone(remote, tmp_path, PRODUCTION, 7))
+        return plan_fallback(cfg, root, "fraud", "production", from_version=2, to_version=1, reason="drift")
+
+    with cloned_checkout(cfg, remote) as checkout, pytest.raises(
+            PromotionRefusedError, match="serves fraud v7, neither the drifted v2 nor the fallback v1"):
+        write_overlay(cfg, checkout, edit, commit=True, push=True)
+    assert git(clone, "ls-remote", "origin", "refs/heads/main").split()[0] == raced[0]

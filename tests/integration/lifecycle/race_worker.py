@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mlops_config import TrackingConfig
-from mlops_core.lifecycle import LIFECYCLE, LifecycleError, promote, rollback
+from mlops_core.lifecycle import LIFECYCLE, LifecycleError, promote, restore_champion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root: tests.support
 from tests.support.barrier import wait_for_go
@@ -36,7 +36,7 @@ def main(uri: str, root: str, version: str, rounds: int, barrier: Path) -> None:
                 break
         if rng.random() < 0.3:
             try:
-                written.append(rollback(tracking, Path(root), "fraud", reason="race rollback",
+                written.append(restore_champion(tracking, Path(root), "fraud", reason="race rollback",
                                         actor=f"worker-{version}", lock_timeout_s=120).seq)
             except LifecycleError as exc:
                 refused.append(str(exc)[:60])

@@ -21,7 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mlops_config import DeliveryConfig, TrackingConfig
-from mlops_delivery import ModelManifest, commit_rollback
+from mlops_delivery import ModelManifest, serve_fallback
 from mlops_monitoring import RollbackDecision
 from mlops_pipeline import execute_rollback
 from tests.support.barrier import release_when_ready
@@ -150,7 +150,7 @@ def test_a_rerun_completes_what_a_crash_left_and_never_commits_twice(tmp_path: P
     root = registry(tmp_path / "repo")
     delivery = DeliveryConfig(gitops_repo=str(remote), git_branch="main")
     # the process died after the push, before the alias moved
-    first = commit_rollback(delivery, "fraud", from_version=2, to_version=1, reason="crash test")
+    first = serve_fallback(delivery, "fraud", from_version=2, to_version=1, reason="crash test")
     assert first.created and _served_at_head(remote)["stable"] == "1"
     assert [e.version for e in _ledger_rollbacks(root)] == []
     done = execute_rollback(DECISION, delivery, TRACKING, root)
@@ -176,6 +176,29 @@ def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, rem
         execute_rollback(DECISION, DeliveryConfig(gitops_repo=str(remote)), TRACKING, root)
     assert _served_at_head(remote)["stable"] == "3"
     assert _ledger_rollbacks(root) == []
+
+
+def test_pull_request_mode_puts_the_fallback_on_a_branch_and_leaves_main_alone(
+        tmp_path: Path, remote: Path, github_pulls: list) -> None:
+    """``delivery.commit_mode: pull_request`` holds for the drift rollback too (it went straight to main before
+    the one overlay writer: this test fails on that code, main served v1); a re-run finds the branch, pushes
+    nothing and opens no second pull request."""
+    delivery = DeliveryConfig(gitops_repo=str(remote), commit_mode="pull_request")
+    main = git(remote, "rev-parse", "main")
+    done = serve_fallback(delivery, "fraud", from_version=2, to_version=1, reason="drift monitor CRITICAL")
+    assert git(remote, "rev-parse", "main") == main and _served_at_head(remote)["stable"] == "2"
+    assert done.branch == "gitops/fraud-production-v1" and done.created
+    assert done.pull_request == "https://github.example/o/r/pull/1"
+    assert git(remote, "rev-parse", f"refs/heads/{done.branch}") == done.commit
+    assert git(remote, "rev-parse", f"{done.commit}~1") == main
+    on_branch = yaml.safe_load(git(remote, "show", f"{done.commit}:{OVERLAY}"))
+    assert on_branch["metadata"]["annotations"]["mlops.platform/stable-version"] == "1"
+    (call,) = github_pulls
+    assert call["body"]["head"] == done.branch and call["body"]["base"] == "main"
+    assert call["body"]["title"] == "gitops: rollback fraud in production: v2 -> v1"
+    again = serve_fallback(delivery, "fraud", from_version=2, to_version=1, reason="drift monitor CRITICAL")
+    assert (again.commit, again.branch, again.created) == (done.commit, done.branch, False)
+    assert len(github_pulls) == 1 and git(remote, "rev-parse", "main") == main
 
 
 @pytest.mark.slow

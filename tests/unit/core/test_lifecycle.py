@@ -57,13 +57,13 @@ def test_walk_to_champion_keeps_previous_as_fallback_and_rollback_restores(reg) 
     _walk(tracking, root, "2")
     assert lifecycle.aliases(tracking, root, "fraud") == {"champion": "2", "fallback": "1"}
     started = time.perf_counter()
-    entry = lifecycle.rollback(tracking, root, "fraud", reason="drift", actor="monitor")
+    entry = lifecycle.restore_champion(tracking, root, "fraud", reason="drift", actor="monitor")
     # a rollback stuck on the registry lock would wait out its 30 s timeout; a loaded machine takes seconds
     assert time.perf_counter() - started < 20.0
     assert (entry.action, entry.version, entry.extra["replaced"]) == ("rollback", "1", "2")
     assert lifecycle.aliases(tracking, root, "fraud") == {"champion": "1"}
     with pytest.raises(LifecycleError, match="no 'fallback'"):
-        lifecycle.rollback(tracking, root, "fraud", reason="again", actor="monitor")
+        lifecycle.restore_champion(tracking, root, "fraud", reason="again", actor="monitor")
     seqs = [e.seq for e in lifecycle.history(tracking, root, "fraud")]
     assert seqs == list(range(1, 10))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlops_config import DeliveryConfig
-from mlops_delivery import ManifestError, PromotionRefusedError, gitops_status, plan_promotion, plan_rollback
+from mlops_delivery import ManifestError, PromotionRefusedError, gitops_status, plan_promotion, plan_revert
 from mlops_delivery.manifest import ModelManifest
 from mlops_delivery.promotion import apply_change
 
@@ -120,7 +120,7 @@ def test_rollback_of_a_canary_restores_the_exact_bytes(root: Path) -> None:
     original = text(root, "production")
     promote(root, 4, "canary", 10)
     promote(root, 4, "canary", 50)
-    change = plan_rollback(CFG, root, "fraud", "production")
+    change = plan_revert(CFG, root, "fraud", "production")
     apply_change(change, CFG, root)
     assert text(root, "production") == original
     assert change.before.canary_version == 4 and change.after.canary_version is None
@@ -129,17 +129,17 @@ def test_rollback_of_a_canary_restores_the_exact_bytes(root: Path) -> None:
 def test_rollback_after_full_promotion_returns_to_previous_version(root: Path) -> None:
     original = text(root, "staging")
     promote(root, 9, "staging")
-    apply_change(plan_rollback(CFG, root, "fraud", "staging"), CFG, root)
+    apply_change(plan_revert(CFG, root, "fraud", "staging"), CFG, root)
     assert text(root, "staging") == original
     with pytest.raises(PromotionRefusedError, match="nothing to roll back in staging"):
-        plan_rollback(CFG, root, "fraud", "staging")
+        plan_revert(CFG, root, "fraud", "staging")
 
 
 def test_unknown_stage_env_and_bad_version_are_refused(root: Path) -> None:
     with pytest.raises(PromotionRefusedError, match="unknown stage 'prod'"):
         plan_promotion(CFG, root, "fraud", 2, "prod")
     with pytest.raises(PromotionRefusedError, match="unknown environment 'qa'"):
-        plan_rollback(CFG, root, "fraud", "qa")
+        plan_revert(CFG, root, "fraud", "qa")
     with pytest.raises(PromotionRefusedError, match="version must be a registry version >= 1, got 0"):
         plan_promotion(CFG, root, "fraud", 0, "staging")
 

@@ -78,6 +78,12 @@ def test_a_shadow_change_is_one_commit_of_both_files(root: Path) -> None:
     assert sorted(git("show", "--name-only", "--format=", "HEAD").split()) == [
         f"{PROD}/model-fraud.yaml", f"{PROD}/shadow-fraud.yaml"]
     assert git("log", "-1", "--format=%s").strip() == "gitops: shadow fraud v7 with 1 of live requests in production"
-    with pytest.raises(PromotionRefusedError, match="commit_mode='pull_request'"):
-        apply_shadow(plan_shadow(CFG, root, "fraud", None), DeliveryConfig(commit_mode="pull_request"), root,
-                     commit=True)
+    # pull-request mode (refused before the shared overlay writer): the same one commit, on a branch of its own
+    head, before = git("rev-parse", "HEAD").strip(), read(root, "shadow-fraud.yaml")
+    stop = apply_shadow(plan_shadow(CFG, root, "fraud", None), DeliveryConfig(commit_mode="pull_request"), root,
+                        commit=True)
+    assert stop.branch == "gitops/fraud-production-shadow-stop" and stop.commit and not stop.pushed
+    assert git("rev-parse", "HEAD").strip() == head and read(root, "shadow-fraud.yaml") == before
+    assert git("rev-parse", stop.branch).strip() == stop.commit and git("rev-parse", f"{stop.commit}~1").strip() == head
+    assert sorted(git("show", "--name-only", "--format=", stop.commit).split()) == [
+        f"{PROD}/model-fraud.yaml", f"{PROD}/shadow-fraud.yaml"]

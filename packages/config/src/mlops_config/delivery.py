@@ -214,7 +214,8 @@ class DeliveryConfig(Section):
     """Traffic percentages the canary walks through before it becomes production."""
 
     commit_mode: Literal["commit", "pull_request"] = "commit"
-    """How a promotion lands in git: a direct commit or a pull request."""
+    """How an overlay change lands in git (promote, revert, shadow and the drift rollback alike, through
+    ``mlops_delivery.overlay.write_overlay``): a direct commit or a pull request."""
 
     max_error_rate_increase: float = Field(default=0.01, ge=0)
     """Canary error rate may exceed stable's by at most this (absolute)."""

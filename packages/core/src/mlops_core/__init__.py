@@ -25,7 +25,7 @@ from mlops_core.lifecycle import (
     history,
     promote,
     record_deploy,
-    rollback,
+    restore_champion,
     verify_ledger,
     versions,
 )
@@ -121,8 +121,8 @@ __all__ = [
     "report_hash",
     "require_shared_state",
     "resolve_uri",
+    "restore_champion",
     "restore_credentials",
-    "rollback",
     "seed_everything",
     "setup_logging",
     "sorted_finite",

@@ -280,11 +280,12 @@ def _rollback_done(entries: Sequence[LedgerEntry], replacing: str, target: str |
     return None
 
 
-def rollback(
+def restore_champion(
     tracking: TrackingConfig, root: Path, model: str, *, reason: str, actor: str, lock_timeout_s: float = 30.0,
     replacing: str | int | None = None, to_version: str | int | None = None, extra: Mapping[str, Any] | None = None,
 ) -> LedgerEntry:
-    """Make the ``fallback`` version ``champion`` again and record it; the replaced version keeps no alias.
+    """Make the ``fallback`` version ``champion`` again and record it (a ``rollback`` ledger entry); the replaced
+    version keeps no alias. ``mlops registry rollback``, and the registry half of the monitor's drift rollback.
 
     With ``replacing`` the call is idempotent, for callers that may run twice or at once (a monitor
     re-run after a crash, two monitors firing together): under the lock, if a rollback that replaced

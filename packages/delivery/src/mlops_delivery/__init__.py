@@ -1,4 +1,5 @@
-"""GitOps delivery: promotion and rollback as manifest commits, canary analysis.
+"""GitOps delivery: promotion, revert, shadow and the drift rollback's fallback as overlay commits (one writer,
+:mod:`mlops_delivery.overlay`), canary analysis.
 
 Public names only. Canary analysis (numpy + pandas) loads on first use.
 """
@@ -15,24 +16,25 @@ from mlops_delivery.errors import (
     PromotionRefusedError,
     ShadowError,
 )
+from mlops_delivery.fallback import FallbackCommit, plan_fallback, serve_fallback
 from mlops_delivery.git import push_head
 from mlops_delivery.images import set_images
 from mlops_delivery.ledger import resolve_version
 from mlops_delivery.manifest import ModelManifest, Placement
+from mlops_delivery.overlay import Checkout, OverlayWrite, cloned_checkout, local_checkout, write_overlay
 from mlops_delivery.prometheus import query as query_prometheus
 from mlops_delivery.promotion import (
     ManifestChange,
     gitops_status,
     plan_promotion,
-    plan_rollback,
+    plan_revert,
     promote_version,
-    rollback_env,
+    revert_promotion,
 )
 from mlops_delivery.publish import Published, PublishError, publish_folder, publish_model
 from mlops_delivery.retrain import RetrainOutcome, RetrainTrigger, load_evidence, merge_retrain, request_retrain
 from mlops_delivery.retrain_metrics import retrain_metrics_text
 from mlops_delivery.retrain_trigger import trigger_retrain
-from mlops_delivery.rollback import RollbackCommit, commit_rollback
 from mlops_delivery.shadow_stage import (
     ShadowChange,
     ShadowPlacement,
@@ -72,20 +74,22 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CanaryLook",
+    "Checkout",
     "DeliveryError",
+    "FallbackCommit",
     "GitError",
     "LMCanaryAnalysis",
     "ManifestChange",
     "ManifestError",
     "MetricsError",
     "ModelManifest",
+    "OverlayWrite",
     "Placement",
     "PromotionRefusedError",
     "PublishError",
     "Published",
     "RetrainOutcome",
     "RetrainTrigger",
-    "RollbackCommit",
     "ShadowAnalysis",
     "ShadowChange",
     "ShadowError",
@@ -97,12 +101,14 @@ __all__ = [
     "analyze_shadow",
     "analyze_shadow_until_enough",
     "analyze_until_decided",
-    "commit_rollback",
+    "cloned_checkout",
     "gitops_status",
     "load_evidence",
+    "local_checkout",
     "merge_retrain",
+    "plan_fallback",
     "plan_promotion",
-    "plan_rollback",
+    "plan_revert",
     "plan_shadow",
     "promote_version",
     "publish_folder",
@@ -112,7 +118,8 @@ __all__ = [
     "request_retrain",
     "resolve_version",
     "retrain_metrics_text",
-    "rollback_env",
+    "revert_promotion",
+    "serve_fallback",
     "set_images",
     "shadow_status",
     "start_shadow",
@@ -120,5 +127,6 @@ __all__ = [
     "summarize_shadow",
     "trigger_retrain",
     "write_job_summary",
+    "write_overlay",
     "write_step_output",
 ]

@@ -19,27 +19,6 @@ def _git(root: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def commit_file(root: Path, path: Path, message: str, author: str) -> str:
-    """Commit exactly ``path`` (nothing else that is staged) and return the new commit's SHA.
-
-    Args:
-        root: The git working tree.
-        path: The file to commit (absolute or relative to ``root``).
-        message: The commit message.
-        author: ``Name <email>``; also used as committer so CI runners need no git identity.
-    """
-    if "<" not in author or not author.rstrip().endswith(">"):
-        raise GitError(f"delivery.git_author must look like 'Name <email>', got {author!r}")
-    name, _, email = author.partition("<")
-    rel = str(path.relative_to(root)) if path.is_absolute() else str(path)
-    _git(root, "add", "--", rel)
-    _git(root, "-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}",
-         "commit", "--quiet", "-m", message, "--", rel)
-    sha = _git(root, "rev-parse", "HEAD")
-    logger.info("committed %s as %s", rel, sha[:12])
-    return sha
-
-
 def current_branch(root: Path) -> str:
     """The checked-out branch (an error on a detached HEAD: promotions must land on a branch)."""
     branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
@@ -60,11 +39,6 @@ def switch_branch(root: Path, branch: str, *, create: bool = False) -> None:
     _git(root, "switch", "--quiet", *(["-c"] if create else []), branch)
 
 
-def push_branch(root: Path, branch: str, remote: str = "origin") -> None:
-    """Push ``branch`` to ``remote`` under the same name."""
-    _git(root, "push", "--quiet", remote, f"refs/heads/{branch}:refs/heads/{branch}")
-
-
 REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "failed to update ref", "cannot lock ref")
 
 
@@ -74,23 +48,20 @@ def run_git(root: Path | None, *args: str, env: dict[str, str] | None = None) ->
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
 
 
-def push_if_unchanged(root: Path, remote: str, branch: str, env: dict[str, str] | None = None) -> bool:
-    """Push HEAD to ``remote``'s ``branch`` only if that branch has not moved since we fetched it.
+def push_outcome(root: Path, remote: str, branch: str, env: dict[str, str] | None = None, *,
+                 source: str = "HEAD") -> str:
+    """Push ``source`` (HEAD) to ``remote``'s ``branch`` only if that branch has not moved since we fetched it,
+    saying what happened: ``"pushed"`` (the branch moved to ``source``), ``"up_to_date"`` (the remote held it
+    already: another writer pushed the very same commit, e.g. two processes making an identical commit in the
+    same second) or ``"rejected"`` (the branch moved on).
 
     A plain (non-force) push is git's compare-and-swap on the branch ref: the remote accepts it only as a
-    fast-forward of what it holds. Returns ``False`` when another writer got there first.
+    fast-forward of what it holds.
 
     Raises:
         GitError: the push failed for any other reason (no access, no such remote, ...).
     """
-    return push_outcome(root, remote, branch, env) != "rejected"
-
-
-def push_outcome(root: Path, remote: str, branch: str, env: dict[str, str] | None = None) -> str:
-    """:func:`push_if_unchanged`, saying what happened: ``"pushed"`` (the branch moved to HEAD), ``"up_to_date"``
-    (the remote held HEAD already: another writer pushed the very same commit, e.g. two processes making an
-    identical commit in the same second) or ``"rejected"`` (the branch moved on)."""
-    proc = run_git(root, "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}", env=env)
+    proc = run_git(root, "push", "--porcelain", remote, f"{source}:refs/heads/{branch}", env=env)
     if proc.returncode == 0:
         flags = [line.split("\t", 1)[0] for line in proc.stdout.splitlines() if "\t" in line]
         return "up_to_date" if flags and all(f.strip() == "=" for f in flags) else "pushed"
@@ -100,7 +71,7 @@ def push_outcome(root: Path, remote: str, branch: str, env: dict[str, str] | Non
         return "rejected"
     detail = text.strip().splitlines()
     last = detail[-1] if detail else proc.returncode
-    raise GitError(f"`git push {remote} HEAD:{branch}` failed in {str(root)!r}: {last}")
+    raise GitError(f"`git push {remote} {source}:{branch}` failed in {str(root)!r}: {last}")
 
 
 def commit_files(root: Path, paths: list[Path], message: str, author: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from mlops_delivery.errors import ManifestError
-from mlops_delivery.git import _git
+from mlops_delivery.git import commit_files
 from mlops_delivery.manifest import round_trip_yaml
 
 logger = logging.getLogger(__name__)
@@ -136,12 +136,5 @@ def set_images(paths: Sequence[Path], refs: Sequence[str] | Mapping[str, str], *
 
 
 def _commit(root: Path, files: Sequence[Path], images: Mapping[str, str], author: str) -> str:
-    name, _, email = author.partition("<")
-    rels = [str(f.relative_to(root)) for f in files]
     short = ", ".join(f"{n.rsplit('/', 1)[-1]}@{d[7:19]}" for n, d in sorted(images.items()))
-    _git(root, "add", "--", *rels)
-    _git(root, "-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}",
-         "commit", "--quiet", "-m", f"release: pin images {short}", "--", *rels)
-    sha = _git(root, "rev-parse", "HEAD")
-    logger.info("committed image pins in %s as %s", rels, sha[:12])
-    return sha
+    return commit_files(root, list(files), f"release: pin images {short}", author)

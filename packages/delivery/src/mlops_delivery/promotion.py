@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlops_config import DeliveryConfig, TrackingConfig
-from mlops_core import atomic_write_text
 from mlops_delivery.errors import PromotionRefusedError
-from mlops_delivery.git import commit_file, current_branch, push_branch, push_head, switch_branch
 from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, Placement, manifest_path, storage_uri
+from mlops_delivery.overlay import write_local, write_planned
 from mlops_delivery.publish import publish_model
-from mlops_delivery.pull_request import open_pull_request, pull_request_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +45,25 @@ class ManifestChange:
     """Branch holding the commit in pull-request mode (``None``: committed on the current branch)."""
     pull_request: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    new_text: str = ""
+    """The file's text after the change."""
 
     @property
     def changed(self) -> bool:
         """Whether the file's text changes (``False``: already in the requested state)."""
         return bool(self.diff)
+
+    @property
+    def texts(self) -> dict[Path, str]:
+        """The one file this change writes, with its new text."""
+        return {self.path: self.new_text}
+
+    @property
+    def branch_name(self) -> str:
+        """The branch that holds the change in pull-request mode."""
+        after = self.after
+        return f"gitops/{self.model}-{self.env}-v{after.canary_version or after.stable_version}" + (
+            f"-{after.canary_percent}pct" if after.canary_version else "")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
@@ -126,12 +138,16 @@ def plan_promotion(
                 pass  # already there: idempotent
             else:
                 manifest.set_stable(version, uri)
-    after = manifest.placement()
+    return manifest_change(manifest, root, action, before, f"gitops: {action}")
+
+
+def manifest_change(manifest: ModelManifest, root: Path, action: str, before: Placement,
+                    message: str) -> ManifestChange:
+    """The change an in-memory edit of ``manifest`` makes to its file (read under ``root``), as a record."""
     text = manifest.dump()
-    diff = text_diff(manifest.original, text, manifest.path.relative_to(root) if manifest.path.is_relative_to(root)
-                 else manifest.path)
-    return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before, after=after,
-                          diff=diff, message=f"gitops: {action}", evidence={"new_text": text})
+    diff = text_diff(manifest.original, text, _relative(manifest.path, root))
+    return ManifestChange(model=manifest.model, env=manifest.env, path=manifest.path, action=action, before=before,
+                          after=manifest.placement(), diff=diff, message=message, new_text=text)
 
 
 def _check_canary_step(
@@ -190,11 +206,13 @@ def _check_production(delivery: DeliveryConfig, model: str, version: int, prod: 
         )
 
 
-def plan_rollback(delivery: DeliveryConfig, root: Path, model: str, env: str) -> ManifestChange:
+def plan_revert(delivery: DeliveryConfig, root: Path, model: str, env: str) -> ManifestChange:
     """Edit the manifest in memory to undo the last promotion in ``env``.
 
-    A running canary is dropped (all traffic back to the stable version); without a canary the stable
-    version goes back to ``previous-version``. The result is the file as it was before that promotion.
+    Two reverts, one per state: a running canary is reverted (all traffic back to the stable version);
+    without a canary the stable version goes back to ``previous-version``. The result is the file as it was
+    before that promotion. (Moving the registry's ``champion`` back is :func:`mlops_core.restore_champion`; the
+    monitor's drift rollback is :func:`mlops_delivery.serve_fallback` plus that.)
     """
     manifest = load_manifest(delivery, root, model, env)
     before = manifest.placement()
@@ -212,47 +230,18 @@ def plan_rollback(delivery: DeliveryConfig, root: Path, model: str, env: str) ->
             f"nothing to roll back in {env}: {model} v{before.stable_version} runs with no canary and no "
             f"previous version recorded ({str(manifest.path)!r})"
         )
-    text = manifest.dump()
-    rel = manifest.path.relative_to(root) if manifest.path.is_relative_to(root) else manifest.path
-    return ManifestChange(model=model, env=env, path=manifest.path, action=action, before=before,
-                          after=manifest.placement(), diff=text_diff(manifest.original, text, rel),
-                          message=f"gitops: revert: {action}", evidence={"new_text": text})
+    return manifest_change(manifest, root, action, before, f"gitops: revert: {action}")
 
 
 def apply_change(change: ManifestChange, delivery: DeliveryConfig, root: Path, *, commit: bool = False,
                  push: bool = False) -> ManifestChange:
-    """Write a planned change to disk and, when asked, commit (and push) that one file.
+    """Write a change planned at ``root``'s HEAD through the overlay writer (:func:`mlops_delivery.overlay.
+    write_overlay`): on disk only, or committed (and pushed) per ``delivery.commit_mode``.
 
-    With ``delivery.commit_mode == "pull_request"`` the commit goes to a branch of its own
-    (``gitops/<model>-<env>-v<version>``), which ``push`` pushes and opens a pull request for; the current
-    branch is checked out again afterwards, unchanged.
+    The change cannot be planned again here, so a push the remote rejects because the branch moved is refused;
+    :func:`promote_version` and :func:`revert_promotion` re-plan instead.
     """
-    if not change.changed:
-        logger.info("%s: already in place, nothing written", change.action)
-        return change
-    if not commit or delivery.commit_mode == "commit":
-        atomic_write_text(change.path, change.evidence["new_text"])  # Argo CD may sync the file at any moment
-        sha = commit_file(root, change.path, change.message, delivery.git_author) if commit else None
-        pushed = push_head(root, delivery.git_remote) if (commit and push) else False
-        return replace(change, commit=sha, pushed=pushed)
-    if push:
-        pull_request_endpoint(delivery.github_token_var)  # a missing token fails before any git change
-    base = current_branch(root)
-    after = change.after
-    branch = f"gitops/{change.model}-{change.env}-v{after.canary_version or after.stable_version}" + (
-        f"-{after.canary_percent}pct" if after.canary_version else "")
-    switch_branch(root, branch, create=True)
-    try:
-        atomic_write_text(change.path, change.evidence["new_text"])
-        sha = commit_file(root, change.path, change.message, delivery.git_author)
-    finally:
-        switch_branch(root, base)
-    link = None
-    if push:
-        push_branch(root, branch, delivery.git_remote)
-        link = open_pull_request(head=branch, base=base, title=change.message, body=f"```diff\n{change.diff}```",
-                                 token_env=delivery.github_token_var)
-    return replace(change, commit=sha, pushed=push, branch=branch, pull_request=link)
+    return write_planned(delivery, root, change, commit=commit, push=push)
 
 
 def promote_version(
@@ -282,12 +271,16 @@ def promote_version(
     if version is None:
         version = registry_version(tracking, root, model, to)
     gate = require_gates_passed(tracking, root, model, version)
-    change = plan_promotion(delivery, root, model, version, to, percent=percent)
+
+    def edit(at: Path) -> ManifestChange:
+        return plan_promotion(delivery, at, model, version, to, percent=percent)
+
+    change = edit(root)
     evidence: dict[str, Any] = {"gates": gate}
     if change.changed:
         uri = storage_uri(delivery.storage_uri_template, model, version)
         evidence["published"] = publish_model(tracking, root, model, version, uri).to_dict()
-    change = apply_change(change, delivery, root, commit=commit, push=push)
+    change = write_local(delivery, root, edit, change, commit=commit, push=push)
     if change.commit:
         from mlops_core import record_deploy
 
@@ -303,14 +296,18 @@ def _relative(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def rollback_env(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,
-                 push: bool = False) -> ManifestChange:
-    """Plan, write and optionally commit the revert of the last promotion in ``env``."""
-    change = apply_change(plan_rollback(delivery, root, model, env), delivery, root, commit=commit, push=push)
-    return replace(change, evidence={})
+def revert_promotion(delivery: DeliveryConfig, root: Path, model: str, env: str, *, commit: bool = False,
+                     push: bool = False) -> ManifestChange:
+    """Plan, write and optionally commit (per ``delivery.commit_mode``) the revert of the last promotion in
+    ``env`` (:func:`plan_revert`): ``mlops gitops rollback``."""
+
+    def edit(at: Path) -> ManifestChange:
+        return plan_revert(delivery, at, model, env)
+
+    return write_local(delivery, root, edit, edit(root), commit=commit, push=push)
 
 
-def text_diff(old: str, new: str, name: Path) -> str:
+def text_diff(old: str, new: str, name: Path | str) -> str:
     """A unified diff of a file's text, ``a/<name>`` → ``b/<name>`` (what git shows)."""
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=f"a/{name}", tofile=f"b/{name}"))

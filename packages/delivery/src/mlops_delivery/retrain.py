@@ -29,8 +29,8 @@ from typing import Any
 from mlops_config import DATA_VERSION, DataConfig, DeliveryConfig, data_pin_path, parse_data_pin
 from mlops_delivery.errors import DeliveryError, GitError
 from mlops_delivery.git import run_git
+from mlops_delivery.overlay import git_env
 from mlops_delivery.retrain_pr import GitHubPulls, GitRecordPulls, PullRequests
-from mlops_delivery.rollback import _git_env
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
                              branch=branch, requested_at=stamp, pushed=False, evidence=dict(trigger.evidence))
     repo = _repo(delivery, root)
     # an https remote gets the token as a header (as the rollback's pushes do), never on a command line
-    env = {**_git_env(repo, delivery.github_token_var), "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    env = {**git_env(repo, delivery.github_token_var), "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
     with tempfile.TemporaryDirectory(prefix="mlops-retrain-") as tmp:
         clone = _clone(repo, Path(tmp) / "repo", base, env)
         backend = backend_for(delivery, clone, env, environ)  # a GitHub backend without a token fails here
@@ -293,7 +293,7 @@ def merge_retrain(delivery: DeliveryConfig, root: Path, model: str) -> str:
         raise DeliveryError(f"delivery.retrain.backend is {delivery.retrain.backend!r}: merge the pull request "
                             "there; `mlops retrain merge` is the bare git remote's (backend 'git')")
     repo = _repo(delivery, root)
-    env = _git_env(repo, delivery.github_token_var)
+    env = git_env(repo, delivery.github_token_var)
     with tempfile.TemporaryDirectory(prefix="mlops-retrain-") as tmp:
         clone = _clone(repo, Path(tmp) / "repo", delivery.git_branch, env)
         backend = GitRecordPulls(clone, "origin", delivery.git_author, env)

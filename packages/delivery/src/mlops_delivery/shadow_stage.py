@@ -23,11 +23,10 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from mlops_config import DeliveryConfig, TrackingConfig
-from mlops_core import atomic_write_text
 from mlops_delivery.errors import ManifestError, PromotionRefusedError
-from mlops_delivery.git import commit_files, push_head
 from mlops_delivery.ledger import registry_version, require_gates_passed
 from mlops_delivery.manifest import ModelManifest, round_trip_yaml, storage_uri
+from mlops_delivery.overlay import write_local, write_planned
 from mlops_delivery.promotion import load_manifest, stage_env, text_diff
 from mlops_delivery.publish import publish_model
 
@@ -65,17 +64,27 @@ class ShadowChange:
     texts: dict[Path, str] = field(default_factory=dict)
     commit: str | None = None
     pushed: bool = False
+    branch: str | None = None
+    """Branch holding the commit in pull-request mode (``None``: committed on the current branch)."""
+    pull_request: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
         return bool(self.diff)
 
+    @property
+    def branch_name(self) -> str:
+        """The branch that holds the change in pull-request mode."""
+        what = f"v{self.after.version}" if self.after.version is not None else "stop"
+        return f"gitops/{self.model}-{self.env}-shadow-{what}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "env": self.env, "action": self.action, "changed": self.changed,
                 "before": self.before.to_dict(), "after": self.after.to_dict(), "diff": self.diff,
                 "message": self.message, "paths": [str(p) for p in self.texts], "commit": self.commit,
-                "pushed": self.pushed, "evidence": self.evidence}
+                "pushed": self.pushed, "branch": self.branch, "pull_request": self.pull_request,
+                "evidence": self.evidence}
 
 
 class ShadowManifest:
@@ -206,17 +215,11 @@ def _set_model_annotation(prod: ModelManifest, version: int | None) -> None:
 
 def apply_shadow(change: ShadowChange, delivery: DeliveryConfig, root: Path, *, commit: bool = False,
                  push: bool = False) -> ShadowChange:
-    """Write both files and, when asked, commit them as one commit (and push)."""
-    if not change.changed:
-        return change
-    if commit and delivery.commit_mode != "commit":
-        raise PromotionRefusedError(f"delivery.commit_mode={delivery.commit_mode!r}: a shadow change is one commit "
-                                    "of two files on the current branch; set delivery.commit_mode=commit")
-    for path, text in change.texts.items():
-        atomic_write_text(path, text)
-    sha = commit_files(root, list(change.texts), change.message, delivery.git_author) if commit else None
-    pushed = push_head(root, delivery.git_remote) if (commit and push) else False
-    return replace(change, commit=sha, pushed=pushed)
+    """Write both files through the overlay writer (:func:`mlops_delivery.overlay.write_overlay`) and, when asked,
+    commit them as one commit per ``delivery.commit_mode`` (and push). A push the remote rejects because the
+    branch moved is refused: this change was planned on the old HEAD (:func:`start_shadow` re-plans)."""
+
+    return write_planned(delivery, root, change, commit=commit, push=push)
 
 
 def start_shadow(delivery: DeliveryConfig, tracking: TrackingConfig, root: Path, model: str, version: int | None, *,
@@ -226,16 +229,24 @@ def start_shadow(delivery: DeliveryConfig, tracking: TrackingConfig, root: Path,
     if version is None:
         version = registry_version(tracking, root, model, "staging")
     gate = require_gates_passed(tracking, root, model, version)
-    change = plan_shadow(delivery, root, model, version, fraction=fraction)
+
+    def edit(at: Path) -> ShadowChange:
+        return plan_shadow(delivery, at, model, version, fraction=fraction)
+
+    change = edit(root)
     evidence: dict[str, Any] = {"gates": gate}
     if change.changed:
         uri = storage_uri(delivery.storage_uri_template, model, version)
         evidence["published"] = publish_model(tracking, root, model, version, uri).to_dict()
-    return replace(apply_shadow(change, delivery, root, commit=commit, push=push), evidence=evidence)
+    return replace(write_local(delivery, root, edit, change, commit=commit, push=push), evidence=evidence)
 
 
 def stop_shadow(delivery: DeliveryConfig, root: Path, model: str, *, commit: bool = False,
                 push: bool = False) -> ShadowChange:
     """End the running shadow (fraction 0, shadow predictor scaled to zero)."""
-    return apply_shadow(plan_shadow(delivery, root, model, None), delivery, root, commit=commit, push=push)
+
+    def edit(at: Path) -> ShadowChange:
+        return plan_shadow(delivery, at, model, None)
+
+    return write_local(delivery, root, edit, edit(root), commit=commit, push=push)
 

@@ -4,11 +4,13 @@ Monitoring must not import delivery (they are on one floor), so :func:`mlops_mon
 only *decides* (a :class:`~mlops_monitoring.RollbackDecision`) and this module, one floor up, executes
 it. A rollback is one operation in a fixed order:
 
-1. **GitOps commit** (``mlops_delivery.commit_rollback``): the environment overlay serves the fallback's
-   ``storageUri``, pushed to ``delivery.gitops_repo`` without force. This is what Argo CD deploys, so it
-   comes first: the manifest is the truth.
-2. **Alias + ledger** (``mlops_core.lifecycle.rollback``): ``champion`` moves to the fallback and the ledger
-   entry records the GitOps commit; journalled under the registry lock.
+1. **GitOps commit** (``mlops_delivery.serve_fallback``): the environment overlay serves the fallback's
+   ``storageUri``, written to ``delivery.gitops_repo`` through the one overlay writer per ``delivery.commit_mode``
+   (a commit pushed without force, or a branch and a pull request). This is what Argo CD deploys, so it comes
+   first: the manifest is the truth.
+2. **Alias + ledger** (``mlops_core.restore_champion``): ``champion`` moves to the fallback and the ledger
+   entry records the GitOps commit (and, in pull-request mode, its branch and pull request); journalled under
+   the registry lock.
 
 Both steps are idempotent and check the state they expect, so a re-run after a crash between them does
 only what is missing (the commit is found, not made again), and two monitors firing at once produce
@@ -78,22 +80,26 @@ def execute_rollback(
         PromotionRefusedError, GitError: the overlay is not in the state decided on, or git failed.
         LifecycleError: the registry is not in the state decided on.
     """
-    from mlops_core import rollback
-    from mlops_delivery import commit_rollback
+    from mlops_core import restore_champion
+    from mlops_delivery import serve_fallback
 
     if decision.from_version is None or decision.to_version is None:
         raise PipelineError(f"rollback of {decision.model} needs both versions, got from {decision.from_version!r} "
                             f"to {decision.to_version!r}: {decision.problem or 'no reason given'}")
     git = None
     if delivery.gitops_repo:
-        git = commit_rollback(delivery, decision.model, from_version=int(decision.from_version),
-                              to_version=int(decision.to_version), reason=decision.reason, env=env)
+        git = serve_fallback(delivery, decision.model, from_version=int(decision.from_version),
+                             to_version=int(decision.to_version), reason=decision.reason, env=env)
     else:
         log.warning("delivery.gitops_repo is not set: rolling back %s in the registry only", decision.model)
-    extra = {"gitops_commit": git.commit, "env": git.env, "storage_uri": git.storage_uri} if git else {}
-    entry = rollback(tracking, root, decision.model, reason=decision.reason, actor=decision.actor,
-                     lock_timeout_s=lock_timeout_s, replacing=decision.from_version, to_version=decision.to_version,
-                     extra=extra)
+    extra: dict[str, Any] = {}
+    if git:
+        extra = {"gitops_commit": git.commit, "env": git.env, "storage_uri": git.storage_uri}
+        if git.branch:  # pull-request mode: the commit waits on its branch for the review
+            extra.update(branch=git.branch, pull_request=git.pull_request)
+    entry = restore_champion(tracking, root, decision.model, reason=decision.reason, actor=decision.actor,
+                             lock_timeout_s=lock_timeout_s, replacing=decision.from_version,
+                             to_version=decision.to_version, extra=extra)
     return RollbackOutcome(
         model=decision.model, from_version=decision.from_version, to_version=decision.to_version,
         env=git.env if git else None, commit=entry.extra.get("gitops_commit") or (git.commit if git else None),

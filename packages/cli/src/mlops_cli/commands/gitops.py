@@ -16,7 +16,7 @@ from mlops_delivery import (
     promote_version,
     push_head,
     resolve_version,
-    rollback_env,
+    revert_promotion,
     set_images,
     start_shadow,
     stop_shadow,
@@ -49,10 +49,10 @@ def _print_change(change: ManifestChange | ShadowChange, as_json: bool) -> None:
     typer.echo(change.diff, nl=False)
     written = f"wrote {change.path}" if isinstance(change, ManifestChange) else "wrote the files"
     where = f"committed {change.commit[:12]}" if change.commit else written
-    if isinstance(change, ManifestChange) and change.branch:
+    if change.branch:
         where += f" on branch {change.branch}"
     where += " and pushed" if change.pushed else ""
-    if isinstance(change, ManifestChange) and change.pull_request:
+    if change.pull_request:
         where += f"; pull request {change.pull_request}"
     console.print(f"{change.action}: {where}")
 
@@ -88,10 +88,12 @@ def rollback(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write the revert of ENV's last promotion: drop a running canary, else go back to the previous version."""
+    """Write the revert of ENV's last promotion: revert a running canary, else go back to the previous version
+    (per delivery.commit_mode with --commit)."""
     loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
-    _print_change(rollback_env(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push), as_json)
+    change = revert_promotion(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push)
+    _print_change(change, as_json)
 
 
 @app.command("shadow")

@@ -83,12 +83,12 @@ def promote(
 def rollback(reason: ReasonOpt, actor: ActorOpt = None, profile: ProfileOpt = None, model: ModelOpt = None,
              sets: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Make the fallback version champion again (recorded in the ledger)."""
-    from mlops_core import default_actor
-    from mlops_core import rollback as do_rollback
+    from mlops_core import default_actor, restore_champion
 
     loaded = load(profile, model, sets)
     cfg = loaded.config
-    entry = do_rollback(cfg.tracking, loaded.root, cfg.project.model, reason=reason, actor=actor or default_actor())
+    entry = restore_champion(cfg.tracking, loaded.root, cfg.project.model, reason=reason,
+                             actor=actor or default_actor())
     if as_json:
         print_json(entry.as_dict())
         return
