@@ -104,3 +104,35 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     assert "perplexity" in (tmp_path / "report" / "evaluation.md").read_text()
     run_id = client.get_model_version("llm", str(random_init)).run_id
     assert "evaluation/evaluation.json" in [f.path for f in client.list_artifacts(run_id, "evaluation")]
+
+
+def test_byte_lm_latency_gate_times_on_one_torch_thread_and_restores_the_setting() -> None:
+    """As the tabular gate and the HF generation gate: the timed forwards run on one intra-op thread (with the
+    default, one per core, the idle helper threads spin on a loaded machine's cores and the timings with them);
+    the caller's setting comes back afterwards. Fails on the gate that timed under the caller's setting."""
+    import types
+
+    import torch
+
+    from mlops_evaluation.runner import _lm_gates
+
+    seen: list[int] = []
+
+    class Recording(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor) -> types.SimpleNamespace:
+            seen.append(torch.get_num_threads())
+            return types.SimpleNamespace(logits=torch.zeros(*input_ids.shape, 256))
+
+    cand = types.SimpleNamespace(module=Recording(), version="2", meta=META)
+    champ = types.SimpleNamespace(module=Recording(), version="1", meta=META)
+    cfg = EvaluationConfig(lm_windows=4, lm_seq_len=16, lm_corpus_max_bytes=200_000, latency_requests=20,
+                           latency_warmup=2, latency_repeats=1, latency_max_rounds=1, latency_max_noise=100.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        (gate,), _ = _lm_gates(cand, champ, ["latency"], cfg, Path("."), 0, None, None)  # type: ignore[arg-type]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) == 3 * 22 and set(seen) == {1}
+    assert "one torch thread" in gate.evidence["timed"]

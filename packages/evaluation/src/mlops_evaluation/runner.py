@@ -352,10 +352,12 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
             one_round = functools.partial(measure_interleaved, forward(ref.module), forward(cand.module), requests,
                                           timed=min(evaluation.latency_requests, 100),
                                           warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
-            result = latency_rounds(
-                one_round,
-                evaluation.latency_tolerance, evaluation.latency_max_noise, max_rounds=evaluation.latency_max_rounds,
-                confidence=evaluation.confidence, seed=seed)
+            with _one_torch_thread():  # as the tabular gate and the HF generation gate time theirs
+                result = latency_rounds(
+                    one_round,
+                    evaluation.latency_tolerance, evaluation.latency_max_noise,
+                    max_rounds=evaluation.latency_max_rounds, confidence=evaluation.confidence, seed=seed)
+            result.evidence["timed"] = "the module's forward per one-window request, on one torch thread"
             if champ is None:
                 result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                                     + result.reason, {**result.evidence, "champion": None})
