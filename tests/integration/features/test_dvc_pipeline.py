@@ -29,10 +29,8 @@ def _dvc(repo: Path, *args: str, env_extra: dict[str, str] | None = None) -> str
     return res.stdout + res.stderr
 
 
-@pytest.fixture
-def clean_copy(tmp_path: Path, repo_root: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
+def _clean_copy(repo: Path, repo_root: Path) -> Path:
+    repo.mkdir(parents=True)
     for name in ("configs", "feature_repo", ".dvc"):
         shutil.copytree(repo_root / name, repo / name, ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
     for package in ("features", "training", "core", "model"):
@@ -49,9 +47,29 @@ def clean_copy(tmp_path: Path, repo_root: Path) -> Path:
     return repo
 
 
-def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(clean_copy: Path) -> None:
-    repo = clean_copy
-    out = _dvc(repo, "repro", "features")
+@pytest.fixture(scope="module")
+def first_repro(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[Path, str]:
+    """A clean copy after its first ``dvc repro features``, and what that repro printed: run once for the module
+    (each test had run the same repro on a copy of its own: ~30 s of generate, validate and features each)."""
+    repo = _clean_copy(tmp_path_factory.mktemp("dvc-first-repro") / "repo", repo_root)
+    return repo, _dvc(repo, "repro", "features")
+
+
+@pytest.fixture
+def reproduced(first_repro: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    """This test's own copy of the repro'd clean copy (its edits stay its own), and the first repro's output.
+
+    DVC's state database (.dvc/tmp) stays behind: it keys file hashes by inode and mtime, which a copy does not
+    keep, so the copy's files are hashed afresh."""
+    source, out = first_repro
+    repo = tmp_path / "repo"
+    state = source / ".dvc"
+    shutil.copytree(source, repo, symlinks=True, ignore=lambda folder, _: ["tmp"] if Path(folder) == state else [])
+    return repo, out
+
+
+def test_repro_runs_once_then_only_on_change_and_the_remote_round_trips(reproduced: tuple[Path, str]) -> None:
+    repo, out = reproduced
     for stage in ("generate", "validate", "features"):
         assert f"Running stage '{stage}'" in out
     assert len(list((repo / "data/validated").glob("*.parquet"))) == 3
@@ -84,9 +102,8 @@ def _status(repo: Path, env_extra: dict[str, str] | None = None) -> dict[str, li
     return {stage: changes for stage, changes in doc.items() if stage != "config"}
 
 
-def test_an_env_override_of_a_training_key_marks_only_train_changed(clean_copy: Path) -> None:
-    repo = clean_copy
-    _dvc(repo, "repro", "features")
+def test_an_env_override_of_a_training_key_marks_only_train_changed(reproduced: tuple[Path, str]) -> None:
+    repo, _ = reproduced
     (repo / "reports").mkdir()
     (repo / "reports/train.json").write_text("{}")
     _dvc(repo, "commit", "--force", "train")  # record train as if it had run with the current params
