@@ -55,10 +55,13 @@ from mlops_model.signing import (
 from mlops_model.sketch import compare_sketches, weights_sketch
 from mlops_model.threshold import (
     LEGACY_THRESHOLD,
+    ReferenceF1,
     ThresholdChoice,
     choose_threshold,
     f1_optimal_threshold,
+    recorded_f1,
     recorded_threshold,
+    reference_f1,
     resolve_threshold,
 )
 
@@ -93,6 +96,7 @@ __all__ = [
     "ModelSigner",
     "ModelVerifier",
     "NumericColumn",
+    "ReferenceF1",
     "StatisticsError",
     "ThresholdChoice",
     "build_tabular_mlp",
@@ -109,7 +113,9 @@ __all__ = [
     "model_signer",
     "model_verifier",
     "read_meta",
+    "recorded_f1",
     "recorded_threshold",
+    "reference_f1",
     "resolve_threshold",
     "save_exported",
     "sign_folder",
