@@ -53,9 +53,10 @@ def fit_score_calibration(task: Task, outcome: TrainOutcome, method: str, n_bins
     if method == "none" or data is None:
         return None
     from mlops_model import fit_calibration, statistics
+    from mlops_training.tabular_data import calibration_rows
 
     scores, labels = _raw_scores(outcome, data.val_x), data.val_y
-    half = len(scores) // 2
+    half = calibration_rows(len(scores))  # TabularTask checked this half holds both classes before training
     try:
         fitted = fit_calibration(scores[:half], labels[:half], method)
     except ExportedModelError as exc:
