@@ -7,7 +7,7 @@ load on first use). Between core and features: imports mlops_config and mlops_co
 from __future__ import annotations
 
 from mlops_model import statistics
-from mlops_model.calibration import Calibration, fit_calibration
+from mlops_model.calibration import Calibration, fit_calibration, served_scores
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
     ENTITY_KEYS,
@@ -118,6 +118,7 @@ __all__ = [
     "reference_f1",
     "resolve_threshold",
     "save_exported",
+    "served_scores",
     "sign_folder",
     "statistics",
     "verify_folder",
