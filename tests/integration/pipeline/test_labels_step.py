@@ -41,7 +41,7 @@ def test_labels_a_week_late_give_each_versions_realized_f1(tmp_path: Path, lande
     assert (gated["input_rows"], gated["accepted_rows"], gated["quarantined_rows"]) == (800, 800, 0)
     arrived = datetime.fromisoformat(gated["arrived"])
     assert arrived - truth["ts"].max() == timedelta(days=7, minutes=1)  # the last label, a minute before the gate
-    report = performance_of(uri, "fraud", MonitoringConfig(), reference_f1=0.5)
+    report = performance_of(uri, "fraud", MonitoringConfig(), fallback_f1=0.5)
     figures = version_figures(report["windows"])
     for version in ("1", "2"):
         mine = truth[truth["model_version"] == version]
@@ -49,3 +49,34 @@ def test_labels_a_week_late_give_each_versions_realized_f1(tmp_path: Path, lande
         assert figures[f"v{version}"]["labelled"] == 400
     delay = report["windows"][0]["label_delay_hours"]["p50"]
     assert delay == pytest.approx(7 * 24, abs=0.01)
+
+
+def test_each_version_is_compared_with_its_validation_f1_at_its_threshold_not_val_f1(tmp_path: Path) -> None:
+    """v1 records a threshold of 0.3 and the validation F1 there; the trainer's val_f1 (raw scores at 0.5) is another
+    figure. Realized F1 at 0.3 is 20 % below the recorded F1 (a drop) and level with val_f1: judged against val_f1
+    (the old reference) v1 would pass. v2 records no threshold (legacy): it falls back to val_f1, and says so."""
+    from mlops_model import resolve_threshold
+
+    uri = str(tmp_path / "log")
+    truth = _served(uri)
+    labels_a_week_later(uri, "fraud", truth, tmp_path / "work")
+    v1, v2 = (truth[truth["model_version"] == v] for v in ("1", "2"))
+    realized_1 = f1_score(v1["is_fraud"], v1["score"] >= 0.3)
+    realized_2 = f1_score(v2["is_fraud"], v2["score"] >= 0.5)
+    val_f1 = realized_1  # the trainer's figure at 0.5 on raw scores: v1's realized F1 sits right on it
+    metas = {"1": {"decision_threshold": {"value": 0.3, "criterion": "f1", "f1": realized_1 / 0.8}}, "2": {}}
+
+    def threshold_of(version: str):  # what mlops_serving.version_thresholds gives from each model.json
+        return resolve_threshold(metas[version], None, override_key="monitoring.decision_threshold",
+                                 model=f"v{version}")
+
+    report = performance_of(uri, "fraud", MonitoringConfig(performance_min_labelled=50), val_f1, threshold_of)
+    one, two = report["verdicts"]["1"], report["verdicts"]["2"]
+    assert one["verdict"] == "drop" and one["realized_drop"] == pytest.approx(0.2)
+    assert one["reference_f1"] == pytest.approx(realized_1 / 0.8)
+    assert f"at threshold 0.3 vs v1's validation F1 {realized_1 / 0.8:.4f} at its recorded threshold 0.3" \
+        in one["reason"]
+    assert two["reference_f1"] == pytest.approx(val_f1)
+    assert two["realized_drop"] == pytest.approx(1 - realized_2 / val_f1)
+    assert ("v2 records no validation F1 at a decision threshold (exported before per-version thresholds): "
+            f"falling back to the candidate's training val_f1 (raw scores at 0.5) {val_f1:.4f}") in two["reason"]

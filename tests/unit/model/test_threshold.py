@@ -81,3 +81,23 @@ def test_readers_use_the_recorded_threshold_and_name_an_override_or_the_legacy_f
     assert recorded_threshold({}) is None
     with pytest.raises(ExportedModelError, match=r"1\.5"):
         recorded_threshold({"decision_threshold": {"value": 1.5}})
+
+
+def test_reference_f1_is_the_recorded_validation_f1_at_the_recorded_threshold() -> None:
+    from mlops_model import reference_f1
+
+    meta = {"decision_threshold": {"value": 0.12, "criterion": "f1", "f1": 0.81}}
+    own = reference_f1(resolve_threshold(meta, None, override_key="k", model="v3"), model="v3", fallback=0.6)
+    assert (own.value, own.source, own.threshold) == (0.81, "model", 0.12)
+    assert own.note == "v3's validation F1 0.8100 at its recorded threshold 0.12 (model.json decision_threshold.f1)"
+    moved = reference_f1(resolve_threshold(meta, 0.3, override_key="monitoring.decision_threshold", model="v3"),
+                         model="v3")
+    assert moved.value == 0.81 and moved.note.endswith("; the realized F1 is scored at the override 0.3, not at "
+                                                       "that threshold")
+    legacy = reference_f1(resolve_threshold({}, None, override_key="k", model="v1"), model="v1", fallback=0.6,
+                          fallback_what="val_f1")
+    assert (legacy.value, legacy.source) == (0.6, "fallback") and "falling back to val_f1 0.6000" in legacy.note
+    none = reference_f1(resolve_threshold({}, None, override_key="k", model="v1"), model="v1")
+    assert (none.value, none.source) == (None, "none")
+    with pytest.raises(ExportedModelError, match=r"decision_threshold\.f1 1\.5 is outside"):
+        resolve_threshold({"decision_threshold": {"value": 0.2, "f1": 1.5}}, None, override_key="k")

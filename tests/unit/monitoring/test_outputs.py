@@ -90,3 +90,36 @@ def test_bad_labels_are_named() -> None:
         realized_quality(preds, pd.DataFrame({"transaction_id": ["a", "a"], "is_fraud": [1, 0]}), 0.5)
     with pytest.raises(MonitoringError, match="holds 'yes'"):
         realized_quality(preds, pd.DataFrame({"transaction_id": ["a"], "is_fraud": ["yes"]}), 0.5)
+
+
+def test_the_monitor_compares_realized_f1_with_the_served_versions_validation_f1_at_its_threshold() -> None:
+    """The profile carries v4's model.json record (threshold 0.5, validation F1 0.8 there) and a metrics.f1 of 0.5
+    (another figure): realized F1 4/7 is 29 % below the recorded 0.8 (WARNING) and above 0.5 (the old verdict, OK)."""
+    from mlops_core import build_reference_profile
+    from mlops_monitoring.monitor import assess
+
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame({"amount": rng.normal(size=400)})
+    profile = build_reference_profile(rows, ["amount"], [], metrics={"f1": 0.5})
+    profile["source"] = {"model": "fraud", "version": "4"}
+    current = rows.iloc[:8].assign(transaction_id=list("abcdefgh"),
+                                   score=[0.9, 0.8, 0.7, 0.2, 0.1, 0.6, 0.3, 0.95])
+    labels = pd.DataFrame({"transaction_id": list("abcdefg"), "is_fraud": [1, 0, 1, 1, 0, 0, 0]})  # F1 4/7 at 0.5
+    cfg = MonitoringConfig(min_f1=0.1, min_rows=1)
+    legacy = assess(profile, current, cfg, labels=labels)
+    assert not any("F1" in r for r in legacy[1])  # no record: metrics.f1 0.5 stands in, 4/7 is above it
+    profile["decision_threshold"] = {"value": 0.5, "criterion": "f1", "f1": 0.8}
+    _, reasons, _, quality = assess(profile, current, cfg, labels=labels)  # (8 rows: drift has its own say)
+    assert quality is not None and quality.f1 == pytest.approx(4 / 7)
+    assert reasons[0] == (f"WARNING: realized F1 {4 / 7:.4f} at threshold 0.5 is {1 - (4 / 7) / 0.8:.1%} below served "
+                          "v4's validation F1 0.8000 at its recorded threshold 0.5 (model.json decision_threshold.f1) "
+                          "(max_f1_drop 10%)")
+
+
+def test_a_legacy_profile_falls_back_to_its_metrics_f1_and_says_so() -> None:
+    from mlops_monitoring.quality import validation_reference
+
+    ref = validation_reference({"metrics": {"f1": 0.7}, "source": {"version": "2"}}, MonitoringConfig())
+    assert (ref.value, ref.source) == (0.7, "fallback")
+    assert ref.note == ("served v2 records no validation F1 at a decision threshold (exported before per-version "
+                        "thresholds): falling back to the reference profile's metrics.f1 0.7000")

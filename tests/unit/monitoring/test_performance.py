@@ -117,7 +117,8 @@ def test_verdict_is_inconclusive_without_enough_labels_or_a_reference(tmp_path: 
     few = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.1, min_labelled=10_000)
     assert {v["verdict"] for v in few.verdicts.values()} == {"inconclusive"}
     none = performance_report(uri, "fraud", 0.5, window="1D", min_labelled=1)
-    assert {v["reason"] for v in none.verdicts.values()} == {"no reference F1 to compare with"}
+    assert {v["reason"] for v in none.verdicts.values()} == {
+        "no reference F1 to compare with: no reference F1 was given"}
     ok = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.01, min_labelled=20)
     assert {v["verdict"] for v in ok.verdicts.values()} == {"ok"}
 
@@ -130,3 +131,19 @@ def test_labels_for_ids_never_served_are_quarantined(tmp_path: Path) -> None:
     result = ingest_label_batches([batch], uri, "fraud", now=T0 + timedelta(days=30)).batches[0]
     assert result.row_failures == {"unknown_transaction_id": 1}
     assert result.accepted_rows == 1
+
+
+def test_each_version_is_judged_against_its_own_reference_and_the_reason_names_it(tmp_path: Path) -> None:
+    from mlops_model import ReferenceF1
+
+    uri, _, labelled = _log_and_labels(tmp_path)
+    last_day = labelled[labelled["ts"] >= T0 + timedelta(days=1)]
+    realized = {v: f1_score(g["label"], g["score"] >= 0.5) for v, g in last_day.groupby("model_version")}
+    refs = {"1": ReferenceF1(realized["1"] / 0.7, "model", 0.5, "v1's validation F1 at its recorded threshold"),
+            "2": ReferenceF1(realized["2"] / 0.97, "model", 0.5, "v2's validation F1 at its recorded threshold")}
+    report = performance_report(uri, "fraud", 0.5, window="1D", min_labelled=20, reference_of=refs.__getitem__)
+    one, two = report.verdicts["1"], report.verdicts["2"]
+    assert (one["verdict"], two["verdict"]) == ("drop", "ok")  # 30 % and 3 % below their own references
+    assert one["realized_drop"] == pytest.approx(0.3) and two["realized_drop"] == pytest.approx(0.03)
+    assert one["reference_f1"] == pytest.approx(realized["1"] / 0.7)
+    assert "at threshold 0.5 vs v1's validation F1 at its recorded threshold" in one["reason"]

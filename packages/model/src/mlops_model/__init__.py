@@ -7,7 +7,7 @@ load on first use). Between core and features: imports mlops_config and mlops_co
 from __future__ import annotations
 
 from mlops_model import statistics
-from mlops_model.calibration import Calibration, fit_calibration
+from mlops_model.calibration import Calibration, fit_calibration, served_scores
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
     ENTITY_KEYS,
@@ -55,10 +55,13 @@ from mlops_model.signing import (
 from mlops_model.sketch import compare_sketches, weights_sketch
 from mlops_model.threshold import (
     LEGACY_THRESHOLD,
+    ReferenceF1,
     ThresholdChoice,
     choose_threshold,
     f1_optimal_threshold,
+    recorded_f1,
     recorded_threshold,
+    reference_f1,
     resolve_threshold,
 )
 
@@ -93,6 +96,7 @@ __all__ = [
     "ModelSigner",
     "ModelVerifier",
     "NumericColumn",
+    "ReferenceF1",
     "StatisticsError",
     "ThresholdChoice",
     "build_tabular_mlp",
@@ -109,9 +113,12 @@ __all__ = [
     "model_signer",
     "model_verifier",
     "read_meta",
+    "recorded_f1",
     "recorded_threshold",
+    "reference_f1",
     "resolve_threshold",
     "save_exported",
+    "served_scores",
     "sign_folder",
     "statistics",
     "verify_folder",

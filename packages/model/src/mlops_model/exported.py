@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlops_core import atomic_dir
-from mlops_model.calibration import Calibration
+from mlops_model.calibration import Calibration, served_scores
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
 from mlops_model.kind import ModelKind, kind_problem
@@ -177,6 +177,8 @@ class ExportedModel:
         raw = meta.get("calibration")  # absent in exports made before calibration existed: raw sigmoid
         self.calibration = None if raw is None else Calibration.from_dict(
             raw, source=f"{str(folder / META_FILE)!r} calibration")
+        if self.calibration is not None:  # what scoring imports is imported now, not on the first request
+            served_scores(np.zeros(1, np.float32), self.calibration)
         # chosen at training on validation (mlops_model.threshold); None for exports made before it was recorded
         self.decision_threshold = recorded_threshold(meta, source=repr(str(folder / META_FILE)))
 
@@ -216,9 +218,9 @@ class ExportedModel:
         parts = []
         with torch.inference_mode():
             for i in range(0, len(x), SCORE_BATCH):
-                parts.append(torch.sigmoid(self.network(torch.from_numpy(x[i:i + SCORE_BATCH]))).reshape(-1).numpy())
-        scores = np.concatenate(parts).astype(np.float64) if parts else np.empty(0)
-        return scores if self.calibration is None else self.calibration.apply(scores)
+                parts.append(self.network(torch.from_numpy(x[i:i + SCORE_BATCH])).reshape(-1).numpy())
+        logits = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else np.empty(0, np.float32))
+        return served_scores(logits, self.calibration)  # Platt on the logit in one step (mlops_model.calibration)
 
     def score_frame(self, frame: pd.DataFrame) -> np.ndarray:
         """Score DataFrame rows (evaluation)."""

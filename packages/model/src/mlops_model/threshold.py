@@ -16,6 +16,10 @@ with every retraining. Training chooses it on the validation split, on the score
 Readers call :func:`resolve_threshold`: the recorded value, or a config override (named, with the recorded value
 it disagrees with, in every reason that uses it). An export made before thresholds were recorded falls back to
 :data:`LEGACY_THRESHOLD` (0.5, what every decision used then), and the reason says so.
+
+A realized F1 (labelled traffic, scored at the version's threshold) is compared with :func:`reference_f1`: the
+validation F1 recorded at that same threshold (``decision_threshold.f1``), never the trainer's ``val_f1``, which
+is measured on raw scores at 0.5 and so answers another question.
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ class ThresholdChoice:
     source: str
     recorded: float | None
     note: str
+    recorded_f1: float | None = None
+    """The validation F1 ``model.json`` records at the recorded threshold (``decision_threshold.f1``); ``None``
+    for an export that records none."""
 
     @property
     def disagrees(self) -> bool:
@@ -121,11 +128,28 @@ def recorded_threshold(meta: Mapping[str, Any] | None, *, source: str = "model.j
     return t
 
 
+def recorded_f1(meta: Mapping[str, Any] | None, *, source: str = "model.json") -> float | None:
+    """``model.json``'s ``decision_threshold.f1`` (validation F1 at the recorded threshold), or ``None`` for an
+    export that records none (no threshold, or a bare number)."""
+    raw = (meta or {}).get(META_KEY)
+    if not isinstance(raw, Mapping) or raw.get("f1") is None:
+        return None
+    try:
+        f1 = float(raw["f1"])
+    except (TypeError, ValueError):
+        raise ExportedModelError(f"{source}: decision_threshold.f1 {raw['f1']!r}; expected a number in [0, 1]"
+                                 ) from None
+    if not 0 <= f1 <= 1:
+        raise ExportedModelError(f"{source}: decision_threshold.f1 {f1!r} is outside [0, 1]")
+    return f1
+
+
 def resolve_threshold(meta: Mapping[str, Any] | None, override: float | None, *, override_key: str,
                       model: str = "the model") -> ThresholdChoice:
     """The threshold to decide at for ``model`` (e.g. ``"candidate v3"``): ``override`` (config key
     ``override_key``) when set, else the recorded one, else :data:`LEGACY_THRESHOLD`; the note says which."""
     recorded = recorded_threshold(meta, source=f"{model}'s model.json")
+    f1 = recorded_f1(meta, source=f"{model}'s model.json") if recorded is not None else None
     if override is not None:
         if recorded is None:
             note = f"{override_key}={override:g} (override; {model} records no threshold)"
@@ -134,9 +158,49 @@ def resolve_threshold(meta: Mapping[str, Any] | None, override: float | None, *,
         else:
             note = (f"{override_key}={override:g} overrides {model}'s recorded threshold {recorded:.4g} "
                     "(they disagree)")
-        return ThresholdChoice(float(override), "override", recorded, note)
+        return ThresholdChoice(float(override), "override", recorded, note, f1)
     if recorded is None:
         return ThresholdChoice(LEGACY_THRESHOLD, "legacy", None,
                                f"{model} records no decision_threshold (exported before per-version thresholds): "
                                f"the legacy {LEGACY_THRESHOLD:g}")
-    return ThresholdChoice(recorded, "model", recorded, f"{model}'s recorded threshold {recorded:.4g}")
+    return ThresholdChoice(recorded, "model", recorded, f"{model}'s recorded threshold {recorded:.4g}", f1)
+
+
+@dataclass(frozen=True)
+class ReferenceF1:
+    """The F1 a realized F1 is compared with, the threshold it was measured at, and a sentence saying which.
+
+    ``source``: ``model`` (``model.json``'s validation F1 at the recorded threshold), ``given`` (one figure given
+    for every version), ``fallback`` (the export records none; the caller's named figure stands in), ``none``
+    (nothing to compare with: the verdict is inconclusive).
+    """
+
+    value: float | None
+    source: str
+    threshold: float | None
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source, "threshold": self.threshold, "note": self.note}
+
+
+def reference_f1(choice: ThresholdChoice, *, model: str = "the model", fallback: float | None = None,
+                 fallback_what: str = "the trainer's val_f1 (raw scores at 0.5)") -> ReferenceF1:
+    """The reference F1 for ``model``'s realized F1 at ``choice.value``: the validation F1 recorded at the
+    recorded threshold, else (an export that records none) ``fallback``, named as ``fallback_what``; the note
+    says which figure at which threshold, and names an override threshold that differs from the one the
+    reference was measured at."""
+    at_override = (f"; the realized F1 is scored at the override {choice.value:g}, not at that threshold"
+                   if choice.disagrees else "")
+    if choice.recorded_f1 is not None and choice.recorded is not None:
+        return ReferenceF1(choice.recorded_f1, "model", choice.recorded,
+                           f"{model}'s validation F1 {choice.recorded_f1:.4f} at its recorded threshold "
+                           f"{choice.recorded:.4g} (model.json decision_threshold.f1){at_override}")
+    missing = (f"{model} records no validation F1 at a decision threshold" if choice.recorded is None
+               else f"{model}'s decision_threshold records no f1")
+    if fallback is not None:
+        return ReferenceF1(float(fallback), "fallback", None,
+                           f"{missing} (exported before per-version thresholds): falling back to {fallback_what} "
+                           f"{fallback:.4f}")
+    return ReferenceF1(None, "none", None, f"{missing} (exported before per-version thresholds) and no fallback "
+                                           "reference was given")

@@ -42,7 +42,7 @@ from mlops_monitoring.exporter import build_registry, push_metrics, write_metric
 from mlops_monitoring.lm_drift import lm_drift, lm_reference, read_prompts, tokenizer_encoder
 from mlops_monitoring.notify import state_path
 from mlops_monitoring.policy import Level, highest, quality_level
-from mlops_monitoring.quality import RealizedQuality, realized_quality, served_threshold
+from mlops_monitoring.quality import RealizedQuality, realized_quality, served_threshold, validation_reference
 from mlops_monitoring.retrain_signal import (
     RetrainRequest,
     RetrainRequester,
@@ -175,7 +175,7 @@ def assess(
         ref_metrics = reference.get("metrics") or {}
     else:  # reference rows: the label rate is all the validation facts they carry
         ref_metrics = {"positive_rate": float(reference[LABEL].mean())} if LABEL in reference.columns else {}
-    q_level, q_reasons = quality_level(quality, monitoring, ref_metrics)
+    q_level, q_reasons = quality_level(quality, monitoring, ref_metrics, validation_reference(reference, monitoring))
     return highest([Level(report.level), q_level]), [*q_reasons, *report.reasons], report, quality
 
 
@@ -329,9 +329,10 @@ def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     if skew_rows and features is not None and done.skew_sample is not None:
         skew = replay_skew(features, run.root, done.skew_sample, model=run.model, sample=skew_rows,
                            seed=run.project.seed)
-    q_level, q_reasons = quality_level(done.quality, monitoring, done.reference_metrics)
-    level = highest([Level(done.report.level), q_level])
     ref = loaded[0]
+    q_level, q_reasons = quality_level(done.quality, monitoring, done.reference_metrics,
+                                       validation_reference(ref, monitoring))
+    level = highest([Level(done.report.level), q_level])
     shown: dict[str, Any] | pd.DataFrame = ref if isinstance(ref, dict) else (
         done.reference_sample if done.reference_sample is not None else pd.DataFrame())  # shown only with html
     return _Assessed(done.current_sample, shown, level, [*q_reasons, *done.report.reasons], done.report,
@@ -370,7 +371,8 @@ def _assess_pandas(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
     ref = load_reference(run.reference) if run.reference is not None else fetch_reference_profile(
         run.tracking, root, run.model, run.serving.alias)
     level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info)
-    q_level, _ = quality_level(quality, monitoring, (ref.get("metrics") or {}) if isinstance(ref, dict) else {})
+    q_level, _ = quality_level(quality, monitoring, (ref.get("metrics") or {}) if isinstance(ref, dict) else {},
+                               validation_reference(ref, monitoring))
     scores = frame[SCORE].to_numpy(dtype=np.float64) if SCORE in frame.columns else None
     return _Assessed(frame, ref, level, reasons, report, quality, skew, q_level, scores, reference_scores(ref))
 

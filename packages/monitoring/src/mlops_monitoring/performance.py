@@ -4,8 +4,11 @@ The labels gate (:func:`mlops_features.ingest_labels`) stores accepted labels ne
 here they are joined to the log by ``transaction_id``. Each (window, ``model_version``) gets: precision,
 recall and F1 at the serving threshold, ROC AUC, the expected calibration error, label coverage, the
 label-delay distribution (label_time − prediction ts), the CBPE estimate of the same metrics and, where labels
-exist, the estimate's error. A version's realized drop is ``1 − f1 / reference_f1`` of its latest window with at
-least ``min_labelled`` labels; fewer labels make that verdict "inconclusive", never a pass.
+exist, the estimate's error. A version's realized drop is ``1 − f1 / reference`` of its latest window with at
+least ``min_labelled`` labels; fewer labels make that verdict "inconclusive", never a pass. Each version's
+reference is its own validation F1 at its recorded threshold (:func:`mlops_model.reference_f1`: the same
+threshold its realized F1 is scored at), not the trainer's ``val_f1`` (raw scores at 0.5); every verdict's reason
+names the figure and its threshold.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_features import ValidationSummary, ingest_labels, read_labels
-from mlops_model import statistics
+from mlops_model import ReferenceF1, statistics
 from mlops_monitoring.errors import MonitoringError
 from mlops_monitoring.estimation import estimate_performance
 from mlops_serving import read_prediction_log
@@ -56,6 +59,8 @@ class PerformanceReport:
     """The threshold of a version whose own is not known (``threshold_of`` absent): override or legacy 0.5."""
     windows: list[WindowPerformance]
     reference_f1: float | None
+    """The reference F1 given (``--reference-f1``): every version's without ``reference_of``, else only the
+    fallback of a version that records none. Each verdict's ``reference_f1`` and ``reference`` say what it used."""
     max_drop: float
     min_labelled: int
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -122,11 +127,12 @@ def performance_report(
     log_uri: str, model: str, threshold: float, *, window: str = "1D", since: datetime | None = None,
     until: datetime | None = None, reference_f1: float | None = None, max_drop: float = 0.1,
     min_labelled: int = 50, bins: int = 10, interval: float = 0.9,
-    threshold_of: Callable[[str], float] | None = None,
+    threshold_of: Callable[[str], float] | None = None, reference_of: Callable[[str], ReferenceF1] | None = None,
 ) -> PerformanceReport:
     """Join the log to its labels and score every ``window`` (a pandas frequency: ``1h``, ``1D``) per version,
     each version at ``threshold_of(version)`` (its recorded threshold: :func:`mlops_serving.version_thresholds`),
-    or at ``threshold`` without it.
+    or at ``threshold`` without it. Each version's drop is measured against ``reference_of(version)`` (its
+    validation F1 at its threshold: :func:`mlops_model.reference_f1`), else against ``reference_f1`` for all.
 
     Raises:
         MonitoringError: the log has no ``transaction_id``/``score``, or nothing was logged in the window.
@@ -150,8 +156,16 @@ def performance_report(
                for (start, version), group in joined.groupby([key, joined["model_version"].astype(str)], sort=True)]
     report = PerformanceReport(model=model, threshold=threshold, windows=windows, reference_f1=reference_f1,
                                max_drop=max_drop, min_labelled=min_labelled)
-    report.verdicts = realized_drop_verdicts(windows, reference_f1, max_drop, min_labelled)
+    report.verdicts = realized_drop_verdicts(windows, reference_of or given_reference(reference_f1), max_drop,
+                                             min_labelled)
     return report
+
+
+def given_reference(value: float | None) -> Callable[[str], ReferenceF1]:
+    """Every version against one given reference F1 (``None``: no reference, every verdict inconclusive)."""
+    ref = (ReferenceF1(None, "none", None, "no reference F1 was given") if value is None
+           else ReferenceF1(float(value), "given", None, f"the given reference F1 {value:.4f}"))
+    return lambda version: ref
 
 
 def join_labels(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
@@ -163,27 +177,31 @@ def join_labels(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame
     return out
 
 
-def realized_drop_verdicts(windows: list[WindowPerformance], reference_f1: float | None, max_drop: float,
-                           min_labelled: int) -> dict[str, dict[str, Any]]:
-    """Per version: ``drop`` / ``ok`` / ``inconclusive`` from its latest window with enough labels."""
+def realized_drop_verdicts(windows: list[WindowPerformance], reference_of: Callable[[str], ReferenceF1],
+                           max_drop: float, min_labelled: int) -> dict[str, dict[str, Any]]:
+    """Per version: ``drop`` / ``ok`` / ``inconclusive`` from its latest window with enough labels, against
+    ``reference_of(version)``; the reason names the reference figure and the threshold it was measured at."""
     out: dict[str, dict[str, Any]] = {}
     for version in sorted({w.version for w in windows}):
         mine = [w for w in windows if w.version == version]
         enough = [w for w in mine if w.n_labelled >= min_labelled and w.realized["f1"] is not None]
+        ref = reference_of(version)
+        reference_f1 = ref.value
         est = mine[-1].estimated["f1"]
         est_drop = None if reference_f1 is None or not reference_f1 or est is None else 1 - est / reference_f1
+        base = {"reference_f1": reference_f1, "reference": ref.note, "reference_source": ref.source,
+                "estimated_drop": est_drop}
         if reference_f1 is None or not enough:
-            reason = ("no reference F1 to compare with" if reference_f1 is None
+            reason = (f"no reference F1 to compare with: {ref.note}" if reference_f1 is None
                       else f"fewer than {min_labelled} labels in every window")
-            out[version] = {"verdict": "inconclusive", "reason": reason, "realized_drop": None,
-                            "estimated_drop": est_drop}
+            out[version] = {"verdict": "inconclusive", "reason": reason, "realized_drop": None, **base}
             continue
         last = enough[-1]
         drop = 1 - float(last.realized["f1"]) / reference_f1 if reference_f1 else 0.0  # type: ignore[arg-type]
         out[version] = {"verdict": "drop" if drop > max_drop else "ok", "realized_drop": drop,
-                        "estimated_drop": est_drop, "window_start": last.window_start,
-                        "reason": f"realized F1 {last.realized['f1']:.4f} vs reference {reference_f1:.4f} "
-                                  f"({drop:+.1%} drop; limit {max_drop:.0%})"}
+                        "window_start": last.window_start, **base,
+                        "reason": f"realized F1 {last.realized['f1']:.4f} at threshold {last.threshold:.4g} vs "
+                                  f"{ref.note} ({drop:+.1%} drop; limit {max_drop:.0%})"}
     return out
 
 

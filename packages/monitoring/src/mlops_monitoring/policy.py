@@ -7,8 +7,10 @@ Per column (thresholds from the ``monitoring`` config section):
 - PSI ≥ ``psi_warning`` → WARNING;  PSI ≥ ``psi_info`` → INFO;  otherwise OK.
 
 Realized quality (delayed labels): F1 < ``min_f1`` → CRITICAL; F1 more than ``max_f1_drop`` (relative)
-below the reference F1 → WARNING; the label rate more than ``max_prior_ratio`` times above (or below) the
-reference's → WARNING (prior drift: the inputs may look the same while the base rate moved).
+below the reference F1 (the served version's validation F1 at its recorded threshold:
+:func:`mlops_monitoring.quality.validation_reference`) → WARNING; the label rate more than ``max_prior_ratio``
+times above (or below) the reference's → WARNING (prior drift: the inputs may look the same while the base rate
+moved).
 The window's level is the highest of its columns' and quality's.
 """
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mlops_config import MonitoringConfig
 
 if TYPE_CHECKING:
+    from mlops_model import ReferenceF1
     from mlops_monitoring.quality import RealizedQuality
 
 
@@ -72,25 +75,33 @@ def drift_level(columns: Mapping[str, Any], monitoring: MonitoringConfig) -> tup
 
 
 def quality_level(
-    quality: RealizedQuality | None, monitoring: MonitoringConfig, reference: Mapping[str, float] | None = None
+    quality: RealizedQuality | None, monitoring: MonitoringConfig, reference: Mapping[str, float] | None = None,
+    reference_f1: ReferenceF1 | None = None,
 ) -> tuple[Level, list[str]]:
     """The level realized quality calls for, with its reasons (OK and no reason without labels).
 
     ``reference`` holds what validation measured: ``f1`` and ``positive_rate`` (either may be absent).
+    ``reference_f1`` (:func:`mlops_monitoring.quality.validation_reference`), when given, is the F1 to compare
+    with instead of ``reference["f1"]``, and its note names the figure and its threshold in the reason.
     """
     if quality is None or quality.n_labelled == 0:
         return Level.OK, []
     reference = reference or {}
     levels, reasons = [], []
-    ref_f1, ref_rate = reference.get("f1"), reference.get("positive_rate")
+    ref_rate = reference.get("positive_rate")
+    if reference_f1 is not None:
+        ref_f1, what = reference_f1.value, reference_f1.note
+    else:
+        ref_f1 = reference.get("f1")
+        what = f"the reference F1 {ref_f1:.4f}" if ref_f1 is not None else ""
     if quality.f1 < monitoring.min_f1:
         levels.append(Level.CRITICAL)
         reasons.append(f"CRITICAL: realized F1 {quality.f1:.4f} < min_f1 {monitoring.min_f1}")
     elif ref_f1 and quality.f1 < ref_f1 * (1 - monitoring.max_f1_drop):
         levels.append(Level.WARNING)
         reasons.append(
-            f"WARNING: realized F1 {quality.f1:.4f} is {1 - quality.f1 / ref_f1:.1%} below the reference F1 "
-            f"{ref_f1:.4f} (max_f1_drop {monitoring.max_f1_drop:.0%})"
+            f"WARNING: realized F1 {quality.f1:.4f} at threshold {quality.threshold:.4g} is "
+            f"{1 - quality.f1 / ref_f1:.1%} below {what} (max_f1_drop {monitoring.max_f1_drop:.0%})"
         )
     if ref_rate and quality.positive_rate:
         ratio = quality.positive_rate / ref_rate

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
-from mlops_model import LABEL, ThresholdChoice, resolve_threshold, statistics
+from mlops_model import LABEL, ReferenceF1, ThresholdChoice, reference_f1, resolve_threshold, statistics
 from mlops_monitoring.errors import MonitoringError
 
 
@@ -22,6 +22,20 @@ def served_threshold(reference: Any, monitoring: MonitoringConfig) -> ThresholdC
     version = ((meta or {}).get("source") or {}).get("version")
     return resolve_threshold(meta, monitoring.decision_threshold, override_key="monitoring.decision_threshold",
                              model=f"served v{version}" if version else "the served version")
+
+
+def validation_reference(reference: Any, monitoring: MonitoringConfig) -> ReferenceF1:
+    """The F1 the window's realized F1 (at :func:`served_threshold`) is compared with: the served version's
+    validation F1 at its recorded threshold (``decision_threshold.f1``, copied from its ``model.json`` into the
+    profile). A profile of an export that records none falls back to its ``metrics.f1``, and the note says so;
+    reference rows carry no F1."""
+    meta = reference if isinstance(reference, dict) else None
+    version = ((meta or {}).get("source") or {}).get("version")
+    fallback = ((meta or {}).get("metrics") or {}).get("f1")
+    return reference_f1(served_threshold(reference, monitoring),
+                        model=f"served v{version}" if version else "the served version",
+                        fallback=None if fallback is None else float(fallback),
+                        fallback_what="the reference profile's metrics.f1")
 
 
 @dataclass(frozen=True)

@@ -72,19 +72,34 @@ def version_figures(windows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def performance_of(log_uri: str, model: str, monitoring: Any, reference_f1: float | None,
-                   threshold_of: Callable[[str], Any] | None = None) -> dict[str, Any]:
+TRAINER_VAL_F1 = "the candidate's training val_f1 (raw scores at 0.5)"
+"""What the labels steps fall back to for a version whose ``model.json`` records no validation F1 at a threshold."""
+
+
+def performance_of(log_uri: str, model: str, monitoring: Any, fallback_f1: float | None,
+                   threshold_of: Callable[[str], Any] | None = None, *,
+                   fallback_what: str = TRAINER_VAL_F1) -> dict[str, Any]:
     """``mlops monitor performance``'s report of ``log_uri`` (as a dict), the monitoring section's settings, each
-    version at ``threshold_of(version).value`` (:func:`mlops_serving.version_thresholds`) when given."""
-    from mlops_model import LEGACY_THRESHOLD
+    version at ``threshold_of(version).value`` (:func:`mlops_serving.version_thresholds`) when given, its realized
+    F1 against its own validation F1 at that threshold (:func:`mlops_model.reference_f1`); a version that records
+    none falls back to ``fallback_f1`` (``fallback_what``), and its verdict's reason says so."""
+    from mlops_model import LEGACY_THRESHOLD, reference_f1, resolve_threshold
     from mlops_monitoring import performance_report
 
     m = monitoring
+    of = threshold_of or (lambda v: resolve_threshold(None, m.decision_threshold,
+                                                      override_key="monitoring.decision_threshold", model=f"v{v}"))
     return performance_report(log_uri, model, m.decision_threshold or LEGACY_THRESHOLD, window=m.performance_window,
-                              reference_f1=reference_f1, max_drop=m.max_f1_drop,
-                              min_labelled=m.performance_min_labelled, bins=m.calibration_bins,
-                              interval=m.estimate_interval,
-                              threshold_of=(lambda v: threshold_of(v).value) if threshold_of else None).to_dict()
+                              max_drop=m.max_f1_drop, min_labelled=m.performance_min_labelled,
+                              bins=m.calibration_bins, interval=m.estimate_interval,
+                              threshold_of=lambda v: of(v).value,
+                              reference_of=lambda v: reference_f1(of(v), model=f"v{v}", fallback=fallback_f1,
+                                                                  fallback_what=fallback_what)).to_dict()
+
+
+def version_references(verdicts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per version: the reference F1 its realized F1 was compared with, and the sentence naming it."""
+    return {v: {"reference_f1": d.get("reference_f1"), "reference": d.get("reference")} for v, d in verdicts.items()}
 
 
 def summarize_labels(outputs: dict[str, Any]) -> str:

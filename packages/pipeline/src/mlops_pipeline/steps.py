@@ -365,19 +365,20 @@ def step_labels(ctx: PipelineContext) -> dict[str, Any]:
     """A simulated week later the labels of everything served arrive (the canary's normal traffic and the drifted
     day), go through the labels gate, and are joined to each log: realized vs estimated F1 per served version."""
     from mlops_model import LABEL
-    from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures
+    from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures, version_references
     from mlops_serving import version_thresholds
 
     truth = pd.concat([ctx.validated()[["transaction_id", LABEL]], ctx.facts["drifted_truth"]], ignore_index=True)
-    reference = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")  # the candidate's validation F1
+    # each version against its validation F1 at its threshold; val_f1 (raw scores at 0.5) only for a legacy export
+    fallback = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")
     gated, windows, verdicts = [], [], {}
     report: dict[str, Any] = {}
     threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, ctx.cfg.monitoring.decision_threshold)
     for traffic, log_dir in (("normal", ctx.work_dir / "canary_log"), ("drifted", ctx.work_dir / "drift_log")):
         gated.append(labels_a_week_later(str(log_dir), ctx.model, truth, ctx.work_dir / "labels" / traffic))
-        report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, reference, threshold_of)
+        report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, fallback, threshold_of)
         windows += [{**w, "traffic": traffic} for w in report["windows"]]
         verdicts.update({f"{v} {traffic}": d for v, d in report["verdicts"].items()})
     ctx.facts["performance"] = {**report, "windows": windows, "verdicts": verdicts}
     labels = {k: sum(g[k] for g in gated) for k in ("input_rows", "accepted_rows", "quarantined_rows")}
-    return {"labels": labels, "reference_f1": reference, "versions": version_figures(windows)}
+    return {"labels": labels, "references": version_references(verdicts), "versions": version_figures(windows)}

@@ -141,10 +141,12 @@ def performance_drop(report: PerformanceReport) -> tuple[str, dict[str, Any]] | 
     evidence = {
         "summary": f"served version {worst} of {report.model}: {kind} F1 drop beyond the policy; "
                    + (hits[worst]["reason"] if realized else
-                      f"estimated F1 {window.estimated['f1']} vs reference {report.reference_f1}"),
+                      f"estimated F1 {window.estimated['f1']} at threshold {window.threshold:.4g} vs "
+                      f"{hits[worst].get('reference')}"),
         "signal": "realized" if realized else "estimated",
         "version": worst,
-        "reference_f1": report.reference_f1,
+        "reference_f1": hits[worst].get("reference_f1"),
+        "reference": hits[worst].get("reference"),
         "max_drop": report.max_drop,
         "realized_drop": hits[worst].get("realized_drop"),
         "estimated_drop": hits[worst].get("estimated_drop"),
@@ -164,8 +166,13 @@ def performance_drop(report: PerformanceReport) -> tuple[str, dict[str, Any]] | 
 
 def run_performance(loaded: LoadedConfig, *, window: str | None = None, reference_f1: float | None = None,
                     now: datetime | None = None) -> PerformanceRun:
-    """``mlops monitor performance``: the report, its Prometheus file, and a retraining request on a drop."""
+    """``mlops monitor performance``: the report, its Prometheus file, and a retraining request on a drop.
+
+    Each version's realized F1 is compared with its validation F1 at its recorded threshold; ``reference_f1``
+    stands in only for a version whose ``model.json`` records none (the verdict's reason says so).
+    """
     from mlops_core import atomic_write_text
+    from mlops_model import reference_f1 as version_reference
     from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
     cfg, m = loaded.config, loaded.config.monitoring
@@ -175,7 +182,10 @@ def run_performance(loaded: LoadedConfig, *, window: str | None = None, referenc
                                 window=window or m.performance_window, reference_f1=reference_f1,
                                 max_drop=m.max_f1_drop, min_labelled=m.performance_min_labelled,
                                 bins=m.calibration_bins, interval=m.estimate_interval,
-                                threshold_of=lambda version: threshold_of(version).value)
+                                threshold_of=lambda version: threshold_of(version).value,
+                                reference_of=lambda v: version_reference(threshold_of(v), model=f"v{v}",
+                                                                         fallback=reference_f1,
+                                                                         fallback_what="--reference-f1"))
     metrics = loaded.resolve_path(cfg.project.reports_dir) / m.performance_metrics_file
     atomic_write_text(metrics, performance_metrics_text(report))
     outcome = None

@@ -31,7 +31,7 @@ def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[
                                                  decision_threshold)
 
 
-def _raw_scores(outcome: TrainOutcome, x: Any) -> Any:
+def _logits(outcome: TrainOutcome, x: Any) -> Any:
     import torch
 
     from mlops_model import build_tabular_mlp
@@ -40,7 +40,21 @@ def _raw_scores(outcome: TrainOutcome, x: Any) -> Any:
     model.load_state_dict(outcome.full_state)
     model.eval()
     with torch.no_grad():
-        return torch.sigmoid(model(torch.from_numpy(x)).reshape(-1)).numpy().astype("float64")
+        return model(torch.from_numpy(x)).reshape(-1).numpy()
+
+
+def _raw_scores(outcome: TrainOutcome, x: Any) -> Any:
+    from mlops_model import served_scores
+
+    return served_scores(_logits(outcome, x), None)
+
+
+def _served(outcome: TrainOutcome, x: Any, calibration: dict[str, Any] | None) -> Any:
+    """The scores the export serves for ``x`` (:func:`mlops_model.served_scores`, as ``ExportedModel`` scores)."""
+    from mlops_model import Calibration, served_scores
+
+    cal = None if calibration is None else Calibration.from_dict(calibration, source="training calibration")
+    return served_scores(_logits(outcome, x), cal)
 
 
 def fit_score_calibration(task: Task, outcome: TrainOutcome, method: str, n_bins: int = 10) -> dict[str, Any] | None:
@@ -53,9 +67,10 @@ def fit_score_calibration(task: Task, outcome: TrainOutcome, method: str, n_bins
     if method == "none" or data is None:
         return None
     from mlops_model import fit_calibration, statistics
+    from mlops_training.tabular_data import calibration_rows
 
     scores, labels = _raw_scores(outcome, data.val_x), data.val_y
-    half = len(scores) // 2
+    half = calibration_rows(len(scores))  # TabularTask checked this half holds both classes before training
     try:
         fitted = fit_calibration(scores[:half], labels[:half], method)
     except ExportedModelError as exc:
@@ -78,12 +93,9 @@ def choose_decision_threshold(task: Task, outcome: TrainOutcome, criterion: str,
     data = getattr(task, "data", None)
     if data is None:
         return None
-    from mlops_model import Calibration, choose_threshold
+    from mlops_model import choose_threshold
 
-    scores = _raw_scores(outcome, data.val_x)
-    if calibration is not None:
-        scores = Calibration.from_dict(calibration, source="training calibration").apply(scores)
-    return choose_threshold(data.val_y, scores, criterion, value)
+    return choose_threshold(data.val_y, _served(outcome, data.val_x, calibration), criterion, value)
 
 
 def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
@@ -98,19 +110,8 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
         log.warning("mlops_core.profile is not available: no reference profile logged")
         return None
     import pandas as pd
-    import torch
 
-    from mlops_model import build_tabular_mlp
-
-    model = build_tabular_mlp(outcome.built.architecture)
-    model.load_state_dict(outcome.full_state)
-    model.eval()
-    with torch.no_grad():
-        scores = torch.sigmoid(model(torch.from_numpy(data.train_x)).squeeze(-1)).numpy()
-    if calibration is not None:  # the drift reference must hold the scores serving returns
-        from mlops_model import Calibration
-
-        scores = Calibration.from_dict(calibration, source="training calibration").apply(scores)
+    scores = _served(outcome, data.train_x, calibration)  # the drift reference must hold the scores serving returns
     df = pd.read_parquet(data.frame_path)
     cols = [c for c in df.columns if c not in _ID_COLUMNS]
     numeric = [c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]

@@ -67,6 +67,33 @@ def split_by_time(df: pd.DataFrame, val_fraction: float) -> tuple[pd.DataFrame, 
     return ordered.iloc[:cut].reset_index(drop=True), ordered.iloc[cut:].reset_index(drop=True)
 
 
+def calibration_rows(val_rows: int) -> int:
+    """Rows of the time-ordered validation split the calibrator is fitted on: its older half (the newer half
+    measures what calibration changed, on rows it never saw)."""
+    return val_rows // 2
+
+
+def check_calibration_split(val_y: Any, method: str) -> None:
+    """Refuse, before any training step, a calibration that cannot be fitted: ``method`` (``training.calibration``)
+    needs both classes in the older half of the validation split (:func:`calibration_rows`).
+
+    Raises:
+        TrainingError: that half holds no positive or no negative; names the counts, the key and the fixes.
+    """
+    if method == "none":
+        return
+    y = np.asarray(val_y).ravel()
+    held = y[:calibration_rows(len(y))]
+    positive = int((held == 1).sum())
+    negative = len(held) - positive
+    if positive and negative:
+        return
+    raise TrainingError(
+        f"training.calibration={method!r} is fitted on the older half of the validation split, and that half "
+        f"({len(held)} of {len(y)} validation rows) holds {positive} positive and {negative} negative rows; it needs "
+        "both classes. Give the run more data (data.rows, or a longer time range) or set training.calibration: none")
+
+
 def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cache: Path,
                     *, val_fraction: float = 0.2) -> None:
     """Build the training set through ``mlops_features``, fit the encoder on the train split, write the cache.

@@ -108,6 +108,9 @@ class TabularTask:
         pos = float(self.data.train_y.sum())
         neg = float(len(self.data.train_y) - pos)
         self.pos_weight = self.training.tabular.positive_weight or (neg / pos if pos else 1.0)
+        from mlops_training.tabular_data import check_calibration_split
+
+        check_calibration_split(self.data.val_y, self.training.calibration)  # now, not after every training step
 
     def build(self) -> BuiltModel:
         cfg = self.training.tabular

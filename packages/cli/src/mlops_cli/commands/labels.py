@@ -58,7 +58,9 @@ def performance(
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window: a pandas frequency (1h, 1D); "
                                                                       "default monitoring.performance_window.")] = None,
     reference_f1: Annotated[float | None, typer.Option(
-        "--reference-f1", help="F1 the realized drop is measured against (e.g. the champion's validation F1).")] = None,
+        "--reference-f1", help="F1 the realized drop of a version is measured against when its model.json records "
+                               "no validation F1 at its threshold (exported before per-version thresholds); "
+                               "otherwise that recorded F1 is the reference.")] = None,
 ) -> None:
     """Realized (from labels) and CBPE-estimated precision, recall, F1, AUC per window and served version; a
     served version's drop beyond the policy opens or updates the retraining pull request (``delivery.retrain``).

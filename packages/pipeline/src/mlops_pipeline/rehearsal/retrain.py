@@ -83,18 +83,19 @@ def step_ingest_drifted(ctx: RehearsalContext) -> dict[str, Any]:
 def step_labels(ctx: RehearsalContext) -> dict[str, Any]:
     """A simulated week on, the labels of everything served land and the labels CronJob's path gates them."""
     from mlops_model import LABEL
-    from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures
+    from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures, version_references
     from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
     cfg = ctx.cfg
     uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, ctx.root)
     truth = pd.concat([ctx.validated()[["transaction_id", LABEL]], ctx.facts["drifted_truth"]], ignore_index=True)
-    reference = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")
+    fallback = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")  # only for a legacy export
     gated = labels_a_week_later(uri, ctx.model, truth, ctx.work_dir / "labels", landing_uri=cfg.data.labels_landing_uri)
-    report = performance_of(uri, ctx.model, cfg.monitoring, reference,
+    report = performance_of(uri, ctx.model, cfg.monitoring, fallback,
                             version_thresholds(cfg.tracking, ctx.root, ctx.model, cfg.monitoring.decision_threshold))
     ctx.facts["performance"] = report
-    return {"labels": gated, "reference_f1": reference, "versions": version_figures(report["windows"])}
+    return {"labels": gated, "references": version_references(report["verdicts"]),
+            "versions": version_figures(report["windows"])}
 
 
 def step_retrain(ctx: RehearsalContext) -> dict[str, Any]:
