@@ -19,10 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from typer.testing import CliRunner
 
 from mlops_config import TrackingConfig
 from tests.support import free_port
+from tests.support.webhook import alert_receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -126,27 +125,11 @@ def remote(tmp_path: Path) -> Path:
     return remote
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[dict] = []  # noqa: RUF012 - replaced per server below
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append({"path": self.path, "body": json.loads(body)})
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook() -> Iterator[tuple[str, list[dict]]]:
-    handler = type("Receiver", (_Receiver,), {"received": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/alerts", handler.received
-    server.shutdown()
-    server.server_close()
+    """A real HTTP server on 127.0.0.1 that records every POST (and Pushgateway's PUTs)."""
+    with alert_receiver() as receiver:
+        yield receiver
 
 
 def serve_prompts(folder: Path, version: str, log_dir: Path, prompts: list[str], work: Path) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from mlops_monitoring import MonitoringError
 from mlops_monitoring.exporter import metric_values
 from mlops_monitoring.monitor import MonitorRun, run_monitor
 from mlops_serving import write_prediction_log
+from tests.support.webhook import alert_receiver
 
 pytestmark = pytest.mark.integration
 
@@ -55,35 +54,11 @@ def _log(log_dir: Path, rows: pd.DataFrame, ts_end: datetime, part: str, *, degr
     write_prediction_log(log_dir, "fraud", frame)
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[dict] = []  # noqa: RUF012 - replaced per server below
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": json.loads(body)})
-        self.send_response(204)
-        self.end_headers()
-
-    def do_PUT(self) -> None:  # Pushgateway's API: PUT /metrics/job/<job>/<label>/<value>
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append({"path": self.path, "method": "PUT", "body": body.decode()})
-        self.send_response(202)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook() -> Iterator[tuple[str, list[dict]]]:
-    """A real HTTP server on 127.0.0.1 that records every POST."""
-    handler = type("Receiver", (_Receiver,), {"received": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/alerts", handler.received
-    server.shutdown()
-    server.server_close()
+    """A real HTTP server on 127.0.0.1 that records every POST (and Pushgateway's PUTs)."""
+    with alert_receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture(scope="module")
