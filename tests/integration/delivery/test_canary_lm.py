@@ -203,6 +203,8 @@ def test_a_good_canary_is_promoted_after_the_cli_looked_again_while_it_held(
     assert doc["sequential"]["decision"] == "promote"
     assert doc["canary"]["version"] == 2 and doc["stable"]["version"] == 1
     assert doc["canary"]["requests"] > 20  # decided on traffic that came after the first look
+    # Judged on what both servers logged of their decoding threads' CPU time, not on the loaded machine's wall clock
+    assert doc["decode_rate"]["clock"] == "cpu" and doc["decode_rate"]["low"] >= 1 / 1.2, doc["decode_rate"]
     assert doc["canary"]["truncated_responses"] == doc["canary"]["responses_logged"]  # both ramble alike
     assert doc["stable"]["truncated_responses"] == doc["stable"]["responses_logged"]
 

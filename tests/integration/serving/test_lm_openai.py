@@ -326,6 +326,10 @@ def test_metrics_and_prediction_log_count_tokens_without_text(server: LMServer, 
     row = hit.iloc[-1]
     assert row["completion_tokens"] == n_out and str(row["model_version"]) == "7"
     assert row["latency_ms"] >= row["ttft_ms"] > 0
+    # The decode phase on the decoding thread's CPU clock: every token after the first (no stop string here), in
+    # CPU time that one thread spent inside the request's wall time.
+    assert n_out >= 2 and row["decode_steps"] == n_out - 1
+    assert 0 < row["decode_cpu_ms"] <= row["latency_ms"]
     assert "prompt_text" not in log.columns and "response_text" not in log.columns
 
 

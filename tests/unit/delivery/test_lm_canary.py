@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from mlops_config import DeliveryConfig, SequentialCanaryConfig
 from mlops_delivery.errors import MetricsError
-from mlops_delivery.lm_canary import analyze_lm_canary
+from mlops_delivery.lm_canary import analyze_lm_canary, decode_timings
 from mlops_serving.lm_api import LMMetrics
 
 DELIVERY = DeliveryConfig(min_canary_requests=20, sequential=SequentialCanaryConfig(verdict="threshold"))
@@ -88,8 +88,9 @@ def test_slow_first_token_failing_requests_and_longer_answers_roll_back() -> Non
                                     canary_metrics=exposition("2", n=40, ttft_s=0.03, rate=40),
                                     log=log(LENGTHS, LENGTHS, canary_rate=40), stable_version=1, canary_version=2)
     assert slow_decode.decision == "rollback"  # 40 / 60 = 0.667 < 1 / 1.2 = 0.833, every resample alike
-    assert ("FAILED: tokens/s canary 40.0 vs stable 60.0; logged ratio canary/stable 0.667, 90% interval "
-            "[0.667, 0.667] over 40/40 decoded answers (floor 1/1.2 = 0.833)") in slow_decode.reasons
+    assert ("FAILED: tokens/s canary 40.0 vs stable 60.0; logged ratio canary/stable on wall-clock time (no CPU "
+            "time logged) 0.667, 90% interval [0.667, 0.667] over 40/40 decoded answers (floor 1/1.2 = 0.833)"
+            ) in slow_decode.reasons
     failing = analyze_lm_canary(DELIVERY, stable_metrics=exposition("1", n=40, ttft_s=0.03, rate=60),
                                 canary_metrics=exposition("2", n=36, ttft_s=0.03, rate=60, errors=4),
                                 log=log(LENGTHS, LENGTHS), stable_version=1, canary_version=2)
@@ -213,4 +214,48 @@ def test_a_log_without_timings_cannot_compare_decode_rates() -> None:
     result = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=bare, stable_version=1,
                                canary_version=2)
     assert result.decode_rate is None and result.decision == "hold"
-    assert any("timings (latency_ms, ttft_ms)" in r and r.startswith("undecided: ") for r in result.reasons)
+    assert any("timings (decode_steps, decode_cpu_ms; or latency_ms, ttft_ms)" in r and r.startswith("undecided: ")
+               for r in result.reasons)
+
+
+def _timed(version: str, n: int, wall_rate: float, cpu_rate: float | None) -> list[dict]:
+    """``n`` answers of 8 tokens: the decode phase (7 tokens) at ``wall_rate`` tokens/s of wall time and, unless
+    ``cpu_rate`` is None (an older server), at ``cpu_rate`` tokens/s of the decoding thread's CPU time."""
+    rows = []
+    for _ in range(n):
+        row = _row(version, 8, wall_rate)
+        if cpu_rate is not None:
+            row.update(decode_steps=7, decode_cpu_ms=7 / cpu_rate * 1000.0)
+        rows.append(row)
+    return rows
+
+
+def test_the_decode_rates_are_compared_on_cpu_time_where_both_sides_logged_it() -> None:
+    """A loaded machine halves the canary's wall-clock rate while its CPU cost per token equals stable's: on CPU
+    time that is a promotion (ratio 1 by arithmetic), where the wall clock alone rolled back (0.5 < 1/1.2). A
+    canary whose weights cost twice the CPU per token rolls back although the wall clock saw them alike. A side
+    without CPU timings (an older server) puts both on the wall clock."""
+    ok = exposition("1", n=40, ttft_s=0.03, rate=60), exposition("2", n=40, ttft_s=0.03, rate=60)
+    loaded = pd.DataFrame(_timed("1", 40, 60.0, 200.0) + _timed("2", 40, 30.0, 200.0))
+    fine = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=loaded, stable_version=1,
+                             canary_version=2)
+    assert fine.decode_rate is not None and fine.decode_rate.clock == "cpu"
+    assert (fine.decode_rate.stable_tokens_per_s, fine.decode_rate.canary_tokens_per_s) == (
+        pytest.approx(200.0), pytest.approx(200.0))
+    assert fine.decode_rate.ratio == pytest.approx(1.0) and fine.decision == "promote", fine.reasons
+    assert any("on the decoding threads' CPU time 1.000" in r for r in fine.reasons), fine.reasons
+    heavy = pd.DataFrame(_timed("1", 40, 60.0, 200.0) + _timed("2", 40, 60.0, 100.0))
+    slow = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=heavy, stable_version=1,
+                             canary_version=2)
+    assert slow.decode_rate is not None and slow.decode_rate.ratio == pytest.approx(0.5)
+    assert slow.decision == "rollback" and any(r.startswith("FAILED: tokens/s") for r in slow.reasons)
+    mixed = pd.DataFrame(_timed("1", 40, 60.0, None) + _timed("2", 40, 30.0, 200.0))
+    wall = analyze_lm_canary(DELIVERY, stable_metrics=ok[0], canary_metrics=ok[1], log=mixed, stable_version=1,
+                             canary_version=2)
+    assert wall.decode_rate is not None and wall.decode_rate.clock == "wall"
+    assert wall.decode_rate.ratio == pytest.approx(0.5) and wall.decision == "rollback"
+
+
+def test_decode_timings_refuses_an_unknown_clock() -> None:
+    with pytest.raises(ValueError, match="'gpu'"):
+        decode_timings(log(LENGTHS, LENGTHS), 1, "gpu")

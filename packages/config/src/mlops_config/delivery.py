@@ -254,11 +254,12 @@ class DeliveryConfig(Section):
     often than stable is rolled back."""
 
     decode_rate_interval: float = Field(default=0.9, gt=0, lt=1)
-    """Language models: the level of the central bootstrap interval of the canary's decode rate (tokens/s over all
-    its logged answers) divided by stable's. The rate check fails only when the whole interval lies below
-    ``1 / max_p99_ratio``, passes only when it lies at or above it, and otherwise cannot tell yet (``hold``): two
-    rates measured on shared machines move with the load (identical weights decoded at 509 vs 798 tokens/s on a
-    loaded CI runner), so a point estimate alone is no evidence either way."""
+    """Language models: the level of the central bootstrap interval of the canary's decode rate (tokens over all
+    its logged answers' decode phases, per second of the decoding thread's CPU time where both sides logged it,
+    else of wall-clock time) divided by stable's. The rate check fails only when the whole interval lies below
+    ``1 / max_p99_ratio``, passes only when it lies at or above it, and otherwise cannot tell yet (``hold``): a
+    rate measured on a shared machine moves with the load (identical weights decoded at 509 vs 798 tokens/s of
+    wall time on a loaded CI runner), so a point estimate alone is no evidence either way."""
 
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""

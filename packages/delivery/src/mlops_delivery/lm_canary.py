@@ -12,11 +12,14 @@ prediction log's rows of its version (``completion_tokens``):
   moved by ±30 % between runs of the same two models; and not a mean of per-request rates, which the shortest
   answers rule: two tokens that arrive together "decode" at thousands of tokens/s, so a stable version that
   answers shorter looked 5× faster than an equally fast canary), at least stable's ÷ ``max_p99_ratio``. Judged on
-  the ratio canary ÷ stable of the same rates over the logged answers (``latency_ms − ttft_ms`` per answer, as the
-  server counts), with its bootstrap interval (``delivery.decode_rate_interval``, requests resampled): failed only
-  when the interval lies wholly below the floor, passed only when wholly at or above it, and otherwise it cannot
-  tell yet (``hold``). A point estimate is no evidence: identical weights decoded at 509 vs 798 tokens/s side by
-  side on a loaded CI runner;
+  the ratio canary ÷ stable of the decode rates over the logged answers, with its bootstrap interval
+  (``delivery.decode_rate_interval``, requests resampled): failed only when the interval lies wholly below the
+  floor, passed only when wholly at or above it, and otherwise it cannot tell yet (``hold``). The rates are
+  tokens over the decoding thread's CPU time (``decode_steps`` over ``decode_cpu_ms``, logged by the server) where
+  both sides logged it, else over wall-clock time (``completion_tokens − 1`` over ``latency_ms − ttft_ms``). Wall
+  time is what a user waits, and it is the machine's load as much as the weights: identical weights decoded at 509
+  vs 798 tokens/s side by side on a loaded CI runner, and a 120-answer interval straddled the floor (up to 0.980) for
+  two equally fast versions; a thread's CPU time leaves out the time it waited for a core, so it compares the weights;
 - **response length**: the distribution of completion tokens, PSI over quantile bins of stable's (the one PSI of
   :mod:`mlops_model.statistics`) at most ``max_response_length_psi``; the KS statistic and p-value are reported.
 
@@ -129,6 +132,9 @@ class DecodeRateRatio:
     stable_answers: int
     """Logged answers with a decode phase (two or more tokens) the rates are over."""
     canary_answers: int
+    clock: str = "cpu"
+    """What the seconds are: ``cpu`` (the decoding thread's CPU time) or ``wall`` (latency less time to first
+    token, where a side's log holds no CPU time)."""
 
 
 MIN_DECODED_ANSWERS = 5
@@ -171,17 +177,24 @@ def truncated_responses(log: pd.DataFrame, version: int) -> int | None:
     return int((rows["finish_reason"].astype(str) == "length").sum())
 
 
-def decode_timings(log: pd.DataFrame, version: int) -> tuple[np.ndarray, np.ndarray] | None:
+def decode_timings(log: pd.DataFrame, version: int, clock: str = "cpu"
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
     """Tokens and seconds of the decode phase of each logged answer of ``version`` that has one, as the server
-    counts them (``completion_tokens − 1`` after the first token, ``latency_ms − ttft_ms``); ``None`` when the log
-    records no timings."""
-    needed = ("model_version", "completion_tokens", "latency_ms", "ttft_ms")
+    counts them: on ``clock="cpu"`` the decoding thread's (``decode_steps``, ``decode_cpu_ms``), on ``"wall"``
+    the request's (``completion_tokens − 1`` after the first token, ``latency_ms − ttft_ms``); ``None`` when the
+    log records no such timings."""
+    if clock not in ("cpu", "wall"):
+        raise ValueError(f"clock must be 'cpu' or 'wall', got {clock!r}")
+    num, den = ("decode_steps", "decode_cpu_ms") if clock == "cpu" else ("completion_tokens", "latency_ms")
+    needed = ("model_version", num, den) + (() if clock == "cpu" else ("ttft_ms",))
     if log.empty or any(col not in log.columns for col in needed):
         return None
     rows = log[log["model_version"].astype(str) == str(version)]
-    tokens = pd.to_numeric(rows["completion_tokens"], errors="coerce").to_numpy(dtype=float) - 1
-    seconds = (pd.to_numeric(rows["latency_ms"], errors="coerce")
-               - pd.to_numeric(rows["ttft_ms"], errors="coerce")).to_numpy(dtype=float) / 1000.0
+    tokens = pd.to_numeric(rows[num], errors="coerce").to_numpy(dtype=float)
+    ms = pd.to_numeric(rows[den], errors="coerce")
+    if clock == "wall":
+        tokens, ms = tokens - 1, ms - pd.to_numeric(rows["ttft_ms"], errors="coerce")
+    seconds = ms.to_numpy(dtype=float) / 1000.0
     keep = np.isfinite(tokens) & np.isfinite(seconds) & (tokens >= 1) & (seconds > 0)
     return tokens[keep], seconds[keep]
 
@@ -189,9 +202,14 @@ def decode_timings(log: pd.DataFrame, version: int) -> tuple[np.ndarray, np.ndar
 def decode_rate_ratio(delivery: DeliveryConfig, log: pd.DataFrame, stable_version: int,
                       canary_version: int) -> DecodeRateRatio | None:
     """Canary ÷ stable decode rate over the logged answers with its ``delivery.decode_rate_interval`` bootstrap
-    interval; ``None`` when a side logged no timings or fewer than :data:`MIN_DECODED_ANSWERS` decoded answers."""
-    stable, canary = decode_timings(log, stable_version), decode_timings(log, canary_version)
-    if stable is None or canary is None or min(stable[0].size, canary[0].size) < MIN_DECODED_ANSWERS:
+    interval, on the decoding threads' CPU time where both sides logged it for at least
+    :data:`MIN_DECODED_ANSWERS` answers, else on wall-clock time (one clock for both sides); ``None`` when a side
+    has fewer decoded answers with timings than that."""
+    for clock in ("cpu", "wall"):
+        stable, canary = decode_timings(log, stable_version, clock), decode_timings(log, canary_version, clock)
+        if stable is not None and canary is not None and min(stable[0].size, canary[0].size) >= MIN_DECODED_ANSWERS:
+            break
+    else:
         return None
     try:
         ratio, low, high = statistics.rate_ratio_interval(*stable, *canary, level=delivery.decode_rate_interval)
@@ -200,7 +218,7 @@ def decode_rate_ratio(delivery: DeliveryConfig, log: pd.DataFrame, stable_versio
     return DecodeRateRatio(stable_tokens_per_s=float(stable[0].sum() / stable[1].sum()),
                            canary_tokens_per_s=float(canary[0].sum() / canary[1].sum()), ratio=ratio, low=low,
                            high=high, level=delivery.decode_rate_interval, stable_answers=int(stable[0].size),
-                           canary_answers=int(canary[0].size))
+                           canary_answers=int(canary[0].size), clock=clock)
 
 
 def decode_rate_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence,
@@ -214,9 +232,10 @@ def decode_rate_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canar
     counted = f"tokens/s canary {canary.tokens_per_s_mean:.1f} vs stable {stable.tokens_per_s_mean:.1f}"
     if rate is None:
         return Check(f"{counted}: the prediction log holds fewer than {MIN_DECODED_ANSWERS} answers with a decode "
-                     "phase and its timings (latency_ms, ttft_ms) on one side; cannot compare decode rates", None,
-                     undecided=True)
-    text = (f"{counted}; logged ratio canary/stable {rate.ratio:.3f}, {rate.level:.0%} interval "
+                     "phase and its timings (decode_steps, decode_cpu_ms; or latency_ms, ttft_ms) on one side; "
+                     "cannot compare decode rates", None, undecided=True)
+    clock = "the decoding threads' CPU time" if rate.clock == "cpu" else "wall-clock time (no CPU time logged)"
+    text = (f"{counted}; logged ratio canary/stable on {clock} {rate.ratio:.3f}, {rate.level:.0%} interval "
             f"[{rate.low:.3f}, {rate.high:.3f}] over {rate.canary_answers}/{rate.stable_answers} decoded answers "
             f"(floor 1/{delivery.max_p99_ratio} = {floor:.3f})")
     if rate.high < floor:

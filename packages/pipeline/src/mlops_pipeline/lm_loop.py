@@ -227,7 +227,8 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
             rate = analysis.decode_rate
             looks.append({"canary_requests": analysis.canary.requests, "decision": analysis.decision,
                           "threshold_decision": analysis.threshold_decision,
-                          "decode_rate_interval": None if rate is None else [rate.low, rate.high]})
+                          "decode_rate_interval": None if rate is None else [rate.low, rate.high],
+                          "decode_rate_clock": None if rate is None else rate.clock})
             if analysis.decision != "hold":
                 break
     ctx.facts["lm_canary"] = {"analysis": analysis.to_dict(), "traffic": traffic, "stable": stable,

@@ -10,6 +10,12 @@ the server's greedy output is by construction what plain ``generate`` on the fol
 Text is decoded incrementally from all tokens so far (a token that ends inside a UTF-8 character waits for the
 next); a ``stop`` string ends the generation and is cut from the text, and the text that could still become the
 start of a stop string is held back until it cannot.
+
+Besides the wall-clock timings (time to first token, latency), each generation records the CPU time its decoding
+thread spent after the first token and the tokens it produced in that time (``decode_cpu_s``, ``decode_steps``):
+the decode cost of the weights, which the load of other processes on the machine does not change the way it
+changes a wall-clock rate (a thread waiting for a core counts in wall time, not in its CPU time). With the default
+``serving.torch_threads`` of 1 the decoding thread does all of the forward passes' work.
 """
 
 from __future__ import annotations
@@ -53,25 +59,45 @@ class Generation:
     started: float = field(default_factory=time.perf_counter)
     ttft_s: float | None = None
     latency_s: float = 0.0
+    decode_cpu_s: float | None = None
+    """CPU seconds of the decoding thread from the first generated token to the end (``None``: one token or none)."""
+    decode_steps: int = 0
+    """Tokens the model generated after the first, in ``decode_cpu_s`` (a stop string's halt may add one that the
+    answer does not keep, so this is not always ``len(token_ids) - 1``)."""
 
 
 class _TokenStreamer:
-    """A ``transformers`` streamer: skips the prompt, hands every new token id to the event loop's queue."""
+    """A ``transformers`` streamer: skips the prompt, hands every new token id to the event loop's queue, and reads
+    its own thread's CPU clock (``time.thread_time``) at the first generated token and at the end."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[int | None]) -> None:
         self._loop = loop
         self._queue = queue
         self._prompt_seen = False
+        self.generated = 0
+        self.first_cpu_s: float | None = None
+        self.end_cpu_s: float | None = None
 
     def put(self, value: Any) -> None:
         if not self._prompt_seen:
             self._prompt_seen = True
             return
+        if self.first_cpu_s is None:
+            self.first_cpu_s = time.thread_time()
         for token in value.reshape(-1).tolist():
+            self.generated += 1
             self._loop.call_soon_threadsafe(self._queue.put_nowait, int(token))
 
     def end(self) -> None:
+        if self.end_cpu_s is None:
+            self.end_cpu_s = time.thread_time()
         self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+
+    def decode_cpu(self) -> tuple[float | None, int]:
+        """``(CPU seconds, tokens)`` of the decode phase: after the first generated token, up to the end."""
+        if self.first_cpu_s is None or self.end_cpu_s is None or self.generated < 2:
+            return None, max(self.generated - 1, 0)
+        return max(self.end_cpu_s - self.first_cpu_s, 0.0), self.generated - 1
 
 
 class CausalLM(Model):
@@ -166,8 +192,8 @@ class CausalLM(Model):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[int | None] = asyncio.Queue()
         halt = threading.Event()
-        worker = loop.run_in_executor(self._pool, self._generate, prompt_ids, sampling,
-                                      _TokenStreamer(loop, queue), halt)
+        streamer = _TokenStreamer(loop, queue)
+        worker = loop.run_in_executor(self._pool, self._generate, prompt_ids, sampling, streamer, halt)
         emitted = 0
         hold = max((len(s) for s in sampling.stop), default=1) - 1
         eos = set(_as_list(self.model.generation_config.eos_token_id))
@@ -204,6 +230,7 @@ class CausalLM(Model):
                 if cut is not None:
                     out.finish_reason = "stop"
             await worker
+            out.decode_cpu_s, out.decode_steps = streamer.decode_cpu()
         finally:
             halt.set()
         if out.finish_reason is None:

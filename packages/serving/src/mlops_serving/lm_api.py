@@ -314,6 +314,8 @@ class LMRoutes:
             "prompt_tokens": out.prompt_tokens, "completion_tokens": n_out, "finish_reason": out.finish_reason,
             "latency_ms": out.latency_s * 1000.0,
             "ttft_ms": None if out.ttft_s is None else out.ttft_s * 1000.0,
+            "decode_cpu_ms": None if out.decode_cpu_s is None else out.decode_cpu_s * 1000.0,
+            "decode_steps": out.decode_steps,
         }
         if self.cfg.log_text:
             row.update(prompt_text=prompt_text, response_text=out.text)
