@@ -142,6 +142,12 @@ class CausalLMConfig(Section):
     export_adapter_only: bool = False
     """With LoRA, export the adapter alone (peft folder) instead of the merged model."""
 
+    candidate_steps: int | None = Field(default=None, ge=1)
+    """Steps of a candidate that continues from the champion (``mlops pipeline run``'s LM loop, once a champion
+    exists: it fine-tunes ``models:/<model>/<version>``, the champion alias pinned to its version, instead of
+    ``checkpoint``, with the trainer's schedule over these steps). ``None``: every candidate trains from
+    ``checkpoint`` for ``max_steps``, as the first champion does."""
+
     @model_validator(mode="after")
     def _checkpoint_for_finetuning(self) -> CausalLMConfig:
         if self.checkpoint is None and (self.dataset is not None or self.finetune == "lora"):

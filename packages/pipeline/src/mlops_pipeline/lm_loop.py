@@ -1,7 +1,8 @@
 """The language model's loop (``mlops pipeline run --model llm-sft``): the fraud loop's stages for a fine-tuned LM.
 
 data (DVC ``datasets/dvc.yaml``: base checkpoint + instruction gate, and a corrupted copy through the same gate)
-→ train (a short first generation walked to champion on an empty registry, then the candidate; 2 CPU processes)
+→ train (a first generation walked to champion on an empty registry, then the candidate continuing from the
+champion; 2 CPU processes)
 → gates (:mod:`mlops_evaluation.lm_gates`) → staging → canary (two real LM servers, stable and canary, traffic
 split client-side, :func:`mlops_delivery.analyze_lm_canary`) → champion → drifted prompts through the champion
 (longer, another task mix) → :func:`mlops_monitoring.lm_drift` → rollback to the fallback on CRITICAL.
@@ -83,19 +84,38 @@ def step_lm_data(ctx: PipelineContext) -> dict[str, Any]:
 # --- 2. training --------------------------------------------------------------------------------------------
 
 
-def _train(ctx: PipelineContext, steps: int, run_name: str) -> Any:
+def _train(ctx: PipelineContext, steps: int, run_name: str, start: str | None = None) -> Any:
+    """Train ``steps`` steps from the configured checkpoint, or from ``start`` (a checkpoint URI) when given."""
     from mlops_training import train_model
 
-    cfg = ctx.cfg.model_copy(update={"training": ctx.cfg.training.model_copy(update={"max_steps": steps})})
-    result = train_model(cfg, ctx.root, run_name=run_name)
+    training = ctx.cfg.training.model_copy(update={"max_steps": steps})
+    if start is not None:
+        training = training.model_copy(update={"causal_lm": training.causal_lm.model_copy(
+            update={"checkpoint": start})})
+    result = train_model(ctx.cfg.model_copy(update={"training": training}), ctx.root, run_name=run_name)
     if result is None or result.model_version is None:
         raise PipelineError(f"training {run_name!r} registered no version")
     return result
 
 
+def champion_start(ctx: PipelineContext) -> str | None:
+    """Where the candidate starts: ``models:/<registered model>/<version>``, the champion alias pinned to the
+    version it names now (so the run's recorded config, its ``model.json`` and the reproducibility gate's replay
+    all name those weights, however the alias moves later); ``None`` without a champion or with
+    ``training.causal_lm.candidate_steps`` unset (the candidate then trains from the configured checkpoint)."""
+    from mlops_core import registered_model_name
+
+    champion = _aliases(ctx).get("champion")
+    if champion is None or ctx.cfg.training.causal_lm.candidate_steps is None:
+        return None
+    return f"models:/{registered_model_name(ctx.cfg.tracking, ctx.model)}/{champion}"
+
+
 def step_lm_train(ctx: PipelineContext) -> dict[str, Any]:
-    """On an empty registry: a short first generation through the gates (against the base checkpoint) to
-    champion; then the candidate, trained the configured number of steps."""
+    """On an empty registry: a first generation from the base checkpoint through the gates (against the base
+    checkpoint) to champion. Then the candidate: with ``training.causal_lm.candidate_steps`` it continues from
+    the champion (:func:`champion_start`) for that many steps, as production fine-tunes from
+    ``models:/<model>@champion``; without, it trains from the base checkpoint for ``max_steps``."""
     out: dict[str, Any] = {}
     if "champion" not in _aliases(ctx):
         # An earlier generation, trained long enough to have learned the answer format and when to stop, so the
@@ -112,9 +132,12 @@ def step_lm_train(ctx: PipelineContext) -> dict[str, Any]:
         for alias in ("staging", "canary", "champion"):
             _promote(ctx, version, alias, "bootstrap: first champion of an empty registry")
         out["first_champion"] = {"version": version, "steps": steps, "metrics": first.metrics}
-    result = _train(ctx, ctx.cfg.training.max_steps, f"{ctx.model}-candidate")
+    start = champion_start(ctx)
+    continued = ctx.cfg.training.causal_lm.candidate_steps if start is not None else None
+    result = _train(ctx, continued or ctx.cfg.training.max_steps, f"{ctx.model}-candidate", start)
     ctx.facts["candidate_version"] = str(result.model_version)
     return {**out, "version": str(result.model_version), "run_id": result.run_id, "steps": result.steps,
+            "start": start or str(ctx.cfg.training.causal_lm.checkpoint),
             "metrics": result.metrics, "weights_sha256": result.weights_sha256,
             "samples_per_second": (result.system or {}).get("samples_per_second")}
 
@@ -334,7 +357,7 @@ def summarize_lm(step: StepResult) -> str:
     if step.name == "lm-train":
         first = f"first champion v{o['first_champion']['version']}; " if "first_champion" in o else ""
         ppl = o["metrics"].get("val_perplexity", float("nan"))
-        return f"{first}candidate v{o['version']}, val perplexity {ppl:.2f}"
+        return f"{first}candidate v{o['version']} ({o['steps']} steps from {o['start']}), val perplexity {ppl:.2f}"
     if step.name == "lm-gates":
         passed = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in o["gates"].items())
         ref = f"champion v{o['champion']}" if o["champion"] else "base checkpoint"
