@@ -10,6 +10,7 @@ from typing import Any
 
 from mlops_config import PlatformConfig, load_config, require_data_pin
 from mlops_training.launcher import TrainResult, launch
+from mlops_training.pretrained import pin_checkpoint_alias
 
 
 def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = None, track: bool = True,
@@ -28,6 +29,7 @@ def train_model(config: PlatformConfig, root: Path, *, run_name: str | None = No
             from mlops_features import check_pinned_data
 
             check_pinned_data(config.data, root, pinned)
+    config = pin_checkpoint_alias(config, root)  # the run records the version an alias names now, not the alias
     return launch(config, root, run_name=run_name, track=track, timeout_s=timeout_s)
 
 

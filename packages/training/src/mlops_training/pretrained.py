@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PretrainedConfig
 
-    from mlops_config import TrackingConfig, TrainingConfig
+    from mlops_config import PlatformConfig, TrackingConfig, TrainingConfig
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,26 @@ def resolve_checkpoint(uri: str, root: Path, cache_dir: Path, tracking: Tracking
         raise TrainingError(f"could not fetch the pretrained checkpoint {uri!r}: {exc}") from exc
     (target / ".complete").write_text(uri, encoding="utf-8")
     return _checked(target, uri)
+
+
+def pin_checkpoint_alias(config: PlatformConfig, root: Path) -> PlatformConfig:
+    """``config`` with a ``training.causal_lm.checkpoint`` of ``models:/<name>@<alias>`` pinned to
+    ``models:/<name>/<version>``, the version the alias names now; any other config is returned as it is.
+
+    Called once before the workers start, so that every rank, the run's recorded config, the export's
+    ``model.json`` and a later reproducibility replay name the same weights: an alias moves (a new champion), and
+    a replay that resolved it again would start from other weights.
+
+    Raises:
+        TrainingError: the alias is not set or the registry cannot be reached.
+    """
+    lm = config.training.causal_lm
+    uri = lm.checkpoint
+    if uri is None or not uri.startswith("models:/") or "@" not in uri:
+        return config
+    pinned = _pin_alias(uri, root, config.tracking)
+    training = config.training.model_copy(update={"causal_lm": lm.model_copy(update={"checkpoint": pinned})})
+    return config.model_copy(update={"training": training})
 
 
 def _pin_alias(uri: str, root: Path, tracking: TrackingConfig | None) -> str:
