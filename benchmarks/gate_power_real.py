@@ -112,15 +112,19 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
                           batch=section.latency_batch_rows)
         verdicts: dict[str, dict[str, int]] = {}
         rounds: dict[str, list[int]] = {}
-        for arm, cand in (("slower", slow), ("itself", itself)):
+        missed: dict[str, list[str]] = {}
+        for arm, cand, expected in (("slower", slow, "fail"), ("itself", itself, "pass")):
             verdicts[arm] = {"pass": 0, "fail": 0, "inconclusive": 0}
-            rounds[arm] = []
+            rounds[arm], missed[arm] = [], []
             for run in range(runs):
                 gate = check_latency(cand, champion, holdout, section, seed=seed * 1000 + run)
                 verdicts[arm][gate.verdict] += 1
                 rounds[arm].append(len(gate.evidence.get("rounds", [])))
+                if gate.verdict != expected:  # the reviewer sees why: the gate's own reason, whole
+                    missed[arm].append(gate.reason)
     table = {arm: {**{k: round(v / runs, 4) for k, v in counts.items()}, "runs": runs,
-                   "rounds_median": float(np.median(rounds[arm]))} for arm, counts in verdicts.items()}
+                   "rounds_median": float(np.median(rounds[arm])), "unexpected_reasons": missed[arm]}
+             for arm, counts in verdicts.items()}
     precondition = ratio >= MIN_SLOWDOWN
     met = {"real_slower_passed_max": precondition and table["slower"]["pass"] <= TARGETS["real_slower_passed_max"],
            "real_self_passed_min": table["itself"]["pass"] >= TARGETS["real_self_passed_min"],
