@@ -282,7 +282,8 @@ def analyze_canary_prometheus(
         model: Model name (the ``model`` label and the log's model).
         stable_version: Registry version serving the rest of the traffic.
         canary_version: Registry version under test.
-        since: Only prediction-log rows at or after this time (UTC), e.g. when the canary step started.
+        since: Only prediction-log rows at or after this time (UTC), e.g. when the canary step started, and
+            Prometheus's increases over the same span instead of ``canary_rate_window``.
         decide_fn: The threshold rule (default :func:`decide`).
         skew_mismatch_rate: A skew replay's mismatch rate (see :func:`analyze_canary`).
         threshold_of: Each version's decision threshold (see :func:`analyze_canary`).
@@ -291,7 +292,7 @@ def analyze_canary_prometheus(
 
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
-    figures = version_figures(delivery, prometheus_url, model)
+    figures = version_figures(delivery, prometheus_url, model, since=since)
     log = _read_scores(log_uri, model, since, [stable_version, canary_version])
     stable_scores, canary_scores = _scores(log, stable_version), _scores(log, canary_version)
     stable = prometheus_evidence(delivery, figures, stable_scores, stable_version)

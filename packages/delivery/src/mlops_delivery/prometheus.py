@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -85,37 +86,49 @@ def by_version_buckets(result: list[dict[str, Any]]) -> dict[str, list[tuple[flo
     return {version: sorted(pairs) for version, pairs in out.items()}
 
 
-def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str) -> dict[str, dict[str, Any]]:
+def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str, *, since: datetime | None = None
+                    ) -> dict[str, dict[str, Any]]:
     """``{"answered"|"errors"|"p99_s": {version: value}, "buckets": {version: [(le, count), ...]}}`` over
-    ``delivery.canary_rate_window``.
+    ``delivery.canary_rate_window``, or, with ``since``, over the whole seconds since then: a canary step's
+    analysis counts that step's traffic only (a fixed 5-minute window reached back over the unanalysed 10 % step,
+    where the canary's first requests on a cold pod were its only slow ones).
 
     Raises:
         MetricsError: a query fails, or Prometheus holds no request series of ``model`` at all.
     """
-    w = delivery.canary_rate_window
+    at = time.time()
+    w = delivery.canary_rate_window if since is None else f"{max(1, math.ceil(at - since.timestamp()))}s"
     requests = delivery.requests_metric if delivery.requests_metric.endswith("_total") else \
         f"{delivery.requests_metric}_total"
     errors = delivery.errors_metric if delivery.errors_metric.endswith("_total") else f"{delivery.errors_metric}_total"
+    buckets = f"{delivery.latency_metric}_bucket{_selector(model)}"
     queries = {
-        "answered": f"sum by (version) (increase({requests}{_selector(model)}[{w}]))",
-        "errors": f"sum by (version) (increase({errors}{_selector(model, FIVE_XX)}[{w}]))",
-        "p99_s": f"histogram_quantile(0.99, sum by (version, le) "
-                 f"(rate({delivery.latency_metric}_bucket{_selector(model)}[{w}])))",
+        "answered": f"sum by (version) ({_counted(requests + _selector(model), w)})",
+        "errors": f"sum by (version) ({_counted(errors + _selector(model, FIVE_XX), w)})",
+        "p99_s": f"histogram_quantile(0.99, sum by (version, le) (rate({buckets}[{w}])))",
     }
-    # one evaluation time for all three: increase() extrapolates to the window's end, so queries evaluated
-    # a moment apart would scale answered requests and errors differently and skew their ratio
-    at = time.time()
+    # one evaluation time for all the queries: the counts are differences between the samples at `at` and at
+    # `at - w`, so queries evaluated a moment apart would count different requests and skew their ratio
     figures: dict[str, dict[str, Any]] = {
         name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
     figures["buckets"] = by_version_buckets(query(
-        prometheus_url, f"sum by (version, le) (increase({delivery.latency_metric}_bucket{_selector(model)}[{w}]))",
-        at=at))
+        prometheus_url, f"sum by (version, le) ({_counted(buckets, w)})", at=at))
     if not figures["answered"]:
         raise MetricsError(
             f"Prometheus at {prometheus_url!r} holds no {requests!r} series for model {model!r} in the last {w}: "
             "is it scraping the predictors? (delivery.requests_metric names the counter)")
     logger.debug("canary figures from %s: %s", prometheus_url, figures)
     return figures
+
+
+def _counted(series: str, window: str) -> str:
+    """PromQL for what each counter series counted in the last ``window``: its value now less its value then (0
+    for a series born inside the window, a pod started since). Not ``increase()``: that extrapolates each series
+    to the window's edges by its own samples, so the buckets of one histogram are scaled differently (a series at
+    0 when the window opens is not extrapolated back, one already counting is) and their differences count
+    phantom requests: a canary whose logged requests all took under 100 ms showed 29 of 774 "slower than 100 ms"
+    from the buckets of a pod that had started inside the window."""
+    return f"({series} - ({series} offset {window} or {series} * 0))"
 
 
 def counter_name(metric: str) -> str:
