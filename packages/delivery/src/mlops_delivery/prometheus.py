@@ -2,17 +2,21 @@
 
 The serving exporter (``mlops_serving.metrics``) labels every series with ``model`` and ``version``, so
 one query answers for both variants wherever they run (two InferenceService revisions, or one local
-process serving both). Queries go to the HTTP API's ``/api/v1/query`` (an instant vector at "now"):
+process serving both). Queries go to the HTTP API's ``/api/v1/query`` (instant vectors, all at one moment).
 
-- answered: ``sum by (version) (increase(<requests_total>{model=M}[w]))``
-- 5xx:      ``sum by (version) (increase(<errors_total>{model=M, status=~"5.."}[w]))``
-- p99:      ``histogram_quantile(0.99, sum by (version, le) (rate(<latency>_bucket{model=M}[w])))``
-- buckets:  ``sum by (version, le) (increase(<latency>_bucket{model=M}[w]))`` (the sequential verdict's slow share
+Each counter's count over the window is its value now less its value ``w`` ago (``x - (x offset w or x * 0)``: 0
+for a series born inside the window), exact, with no extrapolation:
+
+- answered: ``sum by (version) (<count of requests_total{model=M}>)``
+- 5xx:      ``sum by (version) (<count of errors_total{model=M, status=~"5.."}>)``
+- buckets:  ``sum by (version, le) (<count of latency_bucket{model=M}>)`` (the sequential verdict's slow share
   and answered count, read numerically by ``le``, since its text form is the exporter's)
+- p99:      PromQL's ``histogram_quantile`` interpolation over those bucket counts
+  (:func:`mlops_delivery.metrics.histogram_quantile`)
 
-``w`` is ``delivery.canary_rate_window``. ``increase`` extrapolates to the window's edges, so counts are
-estimates (a few percent off for short windows); ratios and quantiles of series scraped together are not
-affected, which is what the thresholds compare.
+``w`` is ``delivery.canary_rate_window``, or the whole seconds since a canary step's start when one is given.
+``increase()`` and ``rate()`` extrapolate each series to the window's edges by its own samples, so the buckets of
+one histogram were scaled unevenly and their differences counted requests that never happened.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import httpx
 
 from mlops_config import DeliveryConfig
 from mlops_delivery.errors import MetricsError
+from mlops_delivery.metrics import histogram_quantile
 
 logger = logging.getLogger(__name__)
 
@@ -98,21 +103,21 @@ def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str, *
     """
     at = time.time()
     w = delivery.canary_rate_window if since is None else f"{max(1, math.ceil(at - since.timestamp()))}s"
-    requests = delivery.requests_metric if delivery.requests_metric.endswith("_total") else \
-        f"{delivery.requests_metric}_total"
-    errors = delivery.errors_metric if delivery.errors_metric.endswith("_total") else f"{delivery.errors_metric}_total"
-    buckets = f"{delivery.latency_metric}_bucket{_selector(model)}"
+    requests, errors = counter_name(delivery.requests_metric), counter_name(delivery.errors_metric)
     queries = {
         "answered": f"sum by (version) ({_counted(requests + _selector(model), w)})",
         "errors": f"sum by (version) ({_counted(errors + _selector(model, FIVE_XX), w)})",
-        "p99_s": f"histogram_quantile(0.99, sum by (version, le) (rate({buckets}[{w}])))",
     }
     # one evaluation time for all the queries: the counts are differences between the samples at `at` and at
     # `at - w`, so queries evaluated a moment apart would count different requests and skew their ratio
     figures: dict[str, dict[str, Any]] = {
         name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
+    buckets = f"{delivery.latency_metric}_bucket{_selector(model)}"
     figures["buckets"] = by_version_buckets(query(
         prometheus_url, f"sum by (version, le) ({_counted(buckets, w)})", at=at))
+    # p99 from those exact counts (PromQL's interpolation), not from rate() of each bucket series, which
+    # extrapolates them unevenly, as increase() does
+    figures["p99_s"] = {version: histogram_quantile(0.99, counts) for version, counts in figures["buckets"].items()}
     if not figures["answered"]:
         raise MetricsError(
             f"Prometheus at {prometheus_url!r} holds no {requests!r} series for model {model!r} in the last {w}: "
