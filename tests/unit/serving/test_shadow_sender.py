@@ -98,3 +98,29 @@ def test_the_candidates_tensor_from_the_columns_is_byte_identical_to_the_merged_
     got = np.asarray(spec.encode_columns(mirrored_columns(spec.input_columns, items)), dtype=np.float32)
     assert got.shape == (3 * n, CANDIDATE["input_dim"])
     assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("scores", [None, [0.25, 0.5, 0.75]])
+def test_the_shadow_log_rows_are_built_by_column_with_every_rows_values(scores: list[float] | None) -> None:
+    """A mirrored request's shadow-log rows go to the writer as one block of columns (no dict per row) holding,
+    row by row, what the contract's row lists: the instance index, the request's fields, the live score beside the
+    candidate's (None when the call failed). Expected rows written out by hand."""
+    from datetime import UTC, datetime
+
+    from mlops_serving.log_store import LogColumns
+    from mlops_serving.shadow import _log_rows, _Mirrored
+
+    rows = [{"transaction_id": "t1", "amount": 1.0}, {"amount": 2.0}, {"transaction_id": "t3"}]
+    item = _Mirrored("req-9", 1_700_000_000.5, "4", "stable", rows, {}, 0, np.array([0.1, 0.2, 0.3]), 2.5)
+    status, error = ("ok", None) if scores else ("timeout", "no answer in 1 s")
+    block = _log_rows("fraud", "5", item, scores, status, error, 12.0)
+    assert isinstance(block, LogColumns)
+    when = datetime(2023, 11, 14, 22, 13, 20, 500000, tzinfo=UTC)
+    expected = [{"request_id": "req-9", "instance": k, "ts": when, "model_name": "fraud", "model_version": "5",
+                 "live_version": "4", "live_variant": "stable", "transaction_id": tid, "live_score": live,
+                 "score": None if scores is None else scores[k], "status": status, "error": error,
+                 "latency_ms": 12.0, "live_predict_ms": 2.5}
+                for k, (tid, live) in enumerate([("t1", 0.1), (None, 0.2), ("t3", 0.3)])]
+    assert block.n == 3
+    assert block.columns == LogColumns.of_rows(expected).columns
+    assert all(type(v) is float for v in block.columns["live_score"])

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mlops_serving.log_store import read_prediction_log
+from mlops_serving.log_store import LogColumns, read_prediction_log
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -254,7 +254,7 @@ class ShadowSender:
                 n = len(item.rows)
                 part = None if scores is None else scores[offset : offset + n]
                 offset += n
-                self._log.append(_log_rows(self.model, version, item, part, status, error, latency_s * 1000.0))
+                self._log.append_columns(_log_rows(self.model, version, item, part, status, error, latency_s * 1000.0))
 
     def _load_candidate(self) -> _Candidate:
         if self._candidate is not None:
@@ -327,16 +327,19 @@ def mirrored_columns(names: Sequence[str], batch: Sequence[_Mirrored]) -> dict[s
 
 
 def _log_rows(model: str, version: str, item: _Mirrored, scores: Sequence[float] | None, status: str,
-              error: str | None, latency_ms: float) -> list[dict[str, Any]]:
+              error: str | None, latency_ms: float) -> LogColumns:
+    """The shadow-log rows of one mirrored request, by column (one list per column, no dict per row)."""
+    n = len(item.rows)
     when = datetime.fromtimestamp(item.ts, UTC)
-    return [
-        {"request_id": item.request_id, "instance": k, "ts": when, "model_name": model, "model_version": version,
-         "live_version": item.live_version, "live_variant": item.live_variant,
-         "transaction_id": row.get("transaction_id"), "live_score": float(item.live_scores[k]),
-         "score": None if scores is None else scores[k], "status": status, "error": error,
-         "latency_ms": latency_ms, "live_predict_ms": item.live_predict_ms}
-        for k, row in enumerate(item.rows)
-    ]
+    return LogColumns({
+        "request_id": [item.request_id] * n, "instance": list(range(n)), "ts": [when] * n,
+        "model_name": [model] * n, "model_version": [version] * n, "live_version": [item.live_version] * n,
+        "live_variant": [item.live_variant] * n, "transaction_id": [row.get("transaction_id") for row in item.rows],
+        "live_score": [float(item.live_scores[k]) for k in range(n)],
+        "score": [None] * n if scores is None else [scores[k] for k in range(n)],
+        "status": [status] * n, "error": [error] * n,
+        "latency_ms": [latency_ms] * n, "live_predict_ms": [item.live_predict_ms] * n,
+    }, n)
 
 
 def shadow_sender(model: str, *, url: str, fraction: float, queue_size: int, timeout_s: float,
