@@ -23,7 +23,8 @@ schema has the key; without the flag the schema's default serves; the JSON says 
 
 Targets: ours p50 ≤ 1.15 × the floor's and CPU per request ≤ 1.15 × the floor's; ours split ≥ 1.5 × the glue's
 req/s at a p99 no worse than the glue's; 0 errors in every closed loop; open-loop p99 of ours ≤ 2 × the floor's at
-the same offered rate. Prints one JSON object on its last line.
+the same offered rate. ``ours_profile``: where ours' time went over the closed-loop rounds, from its own stage
+histograms (:func:`stage_profile`). Prints one JSON object on its last line.
 """
 
 from __future__ import annotations
@@ -148,13 +149,62 @@ def shed_counts(port: int) -> dict[str, float]:
     return counts
 
 
-def measure(servers: Servers, args: argparse.Namespace) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """Closed-loop rounds (arm order rotated each round), then one open loop per arm at the floor's load factor."""
+PROFILED = {"feature_lookup": "mlops_serving_feature_lookup_seconds", "predict": "mlops_serving_predict_seconds",
+            "in_model": "mlops_serving_request_seconds"}
+"""Our server's own stage histograms: the store call and encode + forward per micro-batch, the whole request
+inside the model (validate, lookup, predict) per request."""
+
+
+def stage_sums(port: int) -> dict[str, tuple[float, float]]:
+    """``(sum of seconds, count)`` of each :data:`PROFILED` histogram, over every label set, from ``/metrics``."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {name: key for key, name in PROFILED.items()}
+    out = {key: (0.0, 0.0) for key in PROFILED}
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        key = wanted.get(family.name)
+        if key is None:
+            continue
+        for sample in family.samples:
+            total, count = out[key]
+            if sample.name.endswith("_sum"):
+                out[key] = (total + sample.value, count)
+            elif sample.name.endswith("_count"):
+                out[key] = (total, count + sample.value)
+    return out
+
+
+def stage_profile(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Where a request's time went inside our one-process server over the closed-loop rounds: mean milliseconds
+    per micro-batch of the store call and of encode + forward, mean requests per batch, and the mean time a
+    request spent inside the model (what is left of the client's latency is HTTP, the event loop and queueing)."""
+    delta = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in PROFILED}
+    batches, requests = delta["predict"][1], delta["in_model"][1]
+
+    def mean_ms(key: str) -> float | None:
+        total, count = delta[key]
+        return round(1000.0 * total / count, 4) if count else None
+
+    return {"batches": int(batches), "requests": int(requests),
+            "requests_per_batch": round(requests / batches, 2) if batches else None,
+            "feature_lookup_ms_per_batch": mean_ms("feature_lookup"), "predict_ms_per_batch": mean_ms("predict"),
+            "in_model_ms_per_request": mean_ms("in_model")}
+
+
+def measure(servers: Servers, args: argparse.Namespace
+            ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], dict[str, Any]]:
+    """Closed-loop rounds (arm order rotated each round), then one open loop per arm at the floor's load factor;
+    also ours' :func:`stage_profile` over the closed-loop rounds."""
     closed = ["--concurrency", str(args.concurrency), "--max-requests", str(args.max_requests)]
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    before = stage_sums(servers.port("ours"))
     for r in range(args.repeats):
         for arm in ARMS[r % len(ARMS):] + ARMS[: r % len(ARMS)]:
             runs[arm].append(run_load(servers, arm, args, closed))
+    # over the closed-loop rounds, warm-ups included (the server cannot tell them apart)
+    profile = stage_profile(before, stage_sums(servers.port("ours")))
     capacity = statistics.median(run["rps"] for run in runs["floor"])
     rate = args.rate or round(args.load_factor * capacity, 1)
     open_loop: dict[str, Any] = {"rate": rate, "floor_capacity_rps": capacity, "load_factor": args.load_factor}
@@ -168,7 +218,7 @@ def measure(servers: Servers, args: argparse.Namespace) -> tuple[dict[str, list[
         open_loop[arm] = {k: result[k] for k in ("rps", "p50_ms", "p99_ms", "errors", "error_kinds",
                                                  "cpu_ms_per_request", "connections", "send_lag_p99_ms",
                                                  "shed_by_server") if k in result}
-    return runs, open_loop
+    return runs, open_loop, profile
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -305,7 +355,7 @@ def main() -> None:
         setup_s = time.perf_counter() - t0
         servers.start("floor", "ours", "predictor")
         servers.start("transformer", "glue")  # both read the predictor's model at load
-        runs, open_loop = measure(servers, args)
+        runs, open_loop, profile = measure(servers, args)
     finally:
         servers.stop()
         redis.terminate()
@@ -316,7 +366,8 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     reader = args.online_reader or ("schema default" if serving_arms.reader_key_exists()
                                     else "feast (no features.online_reader key)")
-    print(json.dumps({**report(runs, open_loop), "online_reader": reader, "repeats": args.repeats,
+    print(json.dumps({**report(runs, open_loop), "ours_profile": profile, "online_reader": reader,
+                      "repeats": args.repeats,
                       "predictor_deadline_ms": args.predictor_deadline_ms,
                       "concurrency": args.concurrency, "duration_s": args.duration, "logging": args.logging,
                       "setup_s": round(setup_s, 1), "cpus": os.cpu_count(),

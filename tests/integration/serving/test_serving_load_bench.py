@@ -50,3 +50,11 @@ def test_four_arms_answer_without_errors_and_report_in_shape(repo_root: Path) ->
                                   "ours_split_p99_vs_glue", "closed_loop_errors", "open_loop_ours_p99_vs_floor"}
     assert all(isinstance(v, bool) for v in report["met"].values())
     assert not any(isinstance(v, float) and math.isnan(v) for v in arms["glue"].values() if not isinstance(v, dict))
+    # ours' own stage histograms over the closed-loop rounds: every measured answer went through the model (the
+    # server also counted the warm-ups), in batches of at least one request, each stage taking some time
+    profile = report["ours_profile"]
+    assert profile["requests"] >= arms["ours"]["requests"], profile
+    assert 1 <= profile["batches"] <= profile["requests"], profile
+    assert profile["requests_per_batch"] == pytest.approx(profile["requests"] / profile["batches"], abs=0.01)
+    assert profile["feature_lookup_ms_per_batch"] > 0 and profile["predict_ms_per_batch"] > 0, profile
+    assert profile["in_model_ms_per_request"] > 0, profile
