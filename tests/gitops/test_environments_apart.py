@@ -24,6 +24,7 @@ USES: dict[str, set[tuple[str, int]]] = {
     "fraud-spark-worker": {("redis", 6379)},
     "fraud-train": {("postgres", 5432), ("mlflow", 5000)},
     "fraud-drift": {("mlflow", 5000)},
+    "mlflow-roles": {("mlflow", 5000)},
     "llm-sft-finetune": {("mlflow", 5000)},
     "llm-sft-drift": {("mlflow", 5000)},
     "fraud-ingest": set(),

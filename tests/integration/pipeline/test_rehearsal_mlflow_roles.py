@@ -1,14 +1,13 @@
 """The rehearsal's MLflow users per workload and environment (``mlops_pipeline.rehearsal.mlflow_roles``) on a real
-``mlflow server --app-name basic-auth`` on PostgreSQL, started as the rehearsal starts it (``topology.launch_mlflow``:
-default_permission NO_PERMISSIONS, one admin): each role does what its workload does and is refused the rest;
-the probe the tracking step runs passes, and fails on a reader granted EDIT. What MLflow cannot separate (the
-monitor may register a version of its own model, anyone may create a registered model) is asserted as allowed,
-with the defence that holds: a version without training's run and tags is never published."""
+``mlflow server --app-name basic-auth`` on PostgreSQL, started as the rehearsal starts it (``server`` in conftest.py:
+``topology.launch_mlflow``, default_permission NO_PERMISSIONS, one admin): each role does what its workload does and
+is refused the rest; the probe the tracking step runs passes, and fails on a reader granted EDIT. What MLflow cannot
+separate (the monitor may register a version of its own model, anyone may create a registered model) is asserted as
+allowed, with the defence that holds: a version without training's run and tags is never published."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 
 from mlops_config import TrackingConfig
 from mlops_pipeline import PipelineError
-from mlops_pipeline.rehearsal import topology
 from mlops_pipeline.rehearsal.mlflow_roles import (
     GRANTS,
     Environment,
@@ -26,30 +24,10 @@ from mlops_pipeline.rehearsal.mlflow_roles import (
     prefix,
     provision,
 )
-from mlops_pipeline.servers import ProcessHarness
-from tests.conftest import POSTGRES_URL
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GATES = ("quality", "reproducibility", "latency", "contract")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, tuple[str, str]]]:
-    """``(url, admin)`` of the rehearsal's tracking server, its two databases dropped afterwards."""
-    run = tmp_path_factory.mktemp("mlflow-roles")
-    platform = topology.Platform(run, postgres_url=POSTGRES_URL)
-    names = [f"roles_{secrets.token_hex(4)}_{p}" for p in ("mlflow", "auth")]
-    urls = [topology.create_database(POSTGRES_URL, n) for n in names]
-    try:
-        with ProcessHarness(run / "logs") as harness:
-            topology.launch_mlflow(harness, platform, *urls)
-            harness.wait_ready("mlflow")
-            assert "MLFLOW_TRACKING_PASSWORD" not in platform.secrets  # the admin is no workload's secret
-            yield platform.mlflow_url, platform.mlflow_admin
-    finally:
-        for name in names:
-            topology.drop_database(POSTGRES_URL, name)
 
 
 def _envs(server: tuple[str, tuple[str, str]], grants: Any = GRANTS) -> tuple[dict[str, Environment], str]:

@@ -214,3 +214,50 @@ def signing_keys(
     console.print(f"private key {private} (trainer only), public key {public} (serving, gates); create the Secrets:")
     for command in secrets.values():
         console.print(f"  {command}")
+
+
+roles_app = typer.Typer(help="MLflow users per role and environment (the admin applies them).", no_args_is_help=True)
+app.add_typer(roles_app, name="roles")
+
+
+@roles_app.command("apply")
+def roles_apply(
+    namespace: Annotated[str, typer.Option(
+        "--environment", "-e",
+        help="The environment's namespace (mlops-staging); its users are <namespace>.<model>-<role>.")],
+    admin_username_env: Annotated[str, typer.Option(
+        "--admin-username-env", help="Env var holding the tracking server admin's name.",
+    )] = "MLFLOW_AUTH_ADMIN_USERNAME",
+    admin_password_env: Annotated[str, typer.Option(
+        "--admin-password-env", help="Env var holding the admin's password.")] = "MLFLOW_AUTH_ADMIN_PASSWORD",
+    profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Create the environment's experiment, registered model and one MLflow user per role with exactly its grants.
+
+    Passwords come from the environment, never from argv: MLFLOW_ROLE_<ROLE>_PASSWORD for each of trainer,
+    delivery, monitor and reader (MLFLOW_ROLE_<ROLE>_USERNAME, when set, must name that role's user). Re-running
+    changes nothing; a password that no longer authenticates is set again.
+    """
+    import os
+
+    from mlops_core import TrackingError, registered_model_name
+    from mlops_core.tracking_roles import apply_roles, role_passwords
+
+    loaded = load(profile, model, sets, check_secrets=False)
+    cfg = loaded.config
+    admin = (os.environ.get(admin_username_env, ""), os.environ.get(admin_password_env, ""))
+    if not all(admin):
+        raise TrackingError(f"set {admin_username_env} and {admin_password_env} to the tracking server admin's "
+                            "name and password")
+    name = cfg.project.model
+    applied = apply_roles(cfg.tracking.uri, admin, namespace=namespace, experiment=cfg.tracking.experiment,
+                          registered_model=registered_model_name(cfg.tracking, name), model=name,
+                          passwords=role_passwords(os.environ, namespace=namespace, model=name),
+                          artifact_location=cfg.tracking.artifact_location if "://" in cfg.tracking.artifact_location
+                          else None)
+    if as_json:
+        print_json(applied.as_dict())
+        return
+    for user, grant in applied.grants.items():
+        console.print(f"{user}: experiment {grant['experiment']}, registered model {grant['registered_model']}")
+    console.print("\n".join(applied.changes) or "nothing to change")

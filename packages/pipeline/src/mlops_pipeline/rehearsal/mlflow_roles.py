@@ -1,19 +1,12 @@
 """MLflow users per workload and environment: the admin creates them, each workload runs with its own.
 
 The tracking server (``--app-name basic-auth``, ``default_permission = NO_PERMISSIONS``) starts with one admin.
-Once it is ready, :func:`provision` (as that admin, through MLflow's own ``AuthServiceClient``) creates, for each
-environment's namespace ``ns``, the experiment ``<ns>.<experiment>`` and the registered model ``<ns>.<model>`` (the
+Once it is ready, :func:`provision` (as that admin) applies, for each environment's namespace ``ns``, the
+platform's one role table (:data:`mlops_core.tracking_roles.GRANTS`, through
+:func:`mlops_core.tracking_roles.apply_roles`: the function ``mlops registry roles apply`` runs in the cluster's
+``mlflow-roles`` Job): the experiment ``<ns>.<experiment>`` and the registered model ``<ns>.<model>`` (the
 rehearsal's ``tracking.experiment`` and ``tracking.registered_model_prefix`` name them so), and one user
-``<ns>.<model>-<role>`` per role with these grants only (:data:`GRANTS`):
-
-=========  ===================  ==============================  ==========================================
-role       experiment           registered model (+ its lock)   who runs with it
-=========  ===================  ==============================  ==========================================
-trainer    EDIT                 MANAGE                          training, registration, the gates
-delivery   READ                 MANAGE                          publish, staging / canary / production
-monitor    READ                 MANAGE                          the drift job (rollback: alias moves)
-reader     READ                 READ                            checks and the report; nothing writes
-=========  ===================  ==============================  ==========================================
+``<ns>.<model>-<role>`` per role (trainer, delivery, monitor, reader) with its grants only.
 
 Nothing is granted on another environment's experiment or model, nor on any other model: with
 ``NO_PERMISSIONS`` as the default, those answer 403. The admin's password stays in :class:`~.topology.Platform`
@@ -55,13 +48,10 @@ from typing import Any
 
 import httpx
 
+from mlops_core.tracking_roles import GRANTS, apply_roles, user_name
 from mlops_pipeline.errors import PipelineError
 
 USER_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
-LOCK_SUFFIX = ".lifecycle-lock"  # mlops_core.registry_lock.LOCK_SUFFIX
-GRANTS: dict[str, tuple[str, str]] = {"trainer": ("EDIT", "MANAGE"), "delivery": ("READ", "MANAGE"),
-                                      "monitor": ("READ", "MANAGE"), "reader": ("READ", "READ")}
-"""role → (permission on its environment's experiment, on its environment's registered model)."""
 API = "/api/2.0/mlflow"
 
 
@@ -91,62 +81,31 @@ def naming_env(namespace: str, experiment: str) -> dict[str, str]:
             "MLOPS__TRACKING__REGISTERED_MODEL_PREFIX": prefix(namespace)}
 
 
-def _admin_client(url: str, admin: tuple[str, str]) -> Any:
-    """MLflow's ``AuthServiceClient`` sending the admin's credentials given here (its own reads the env vars,
-    which must never hold the admin's password)."""
-    from mlflow.server.auth.client import AuthServiceClient
-    from mlflow.utils.rest_utils import MlflowHostCreds, http_request, verify_rest_response
-
-    class AdminClient(AuthServiceClient):
-        def _request(self, endpoint: str, method: str, *, expected_status: int = 200, **kwargs: Any) -> Any:
-            creds = MlflowHostCreds(self.tracking_uri, username=admin[0], password=admin[1])
-            resp = verify_rest_response(http_request(creds, endpoint, method, **kwargs), endpoint,
-                                        expected_status=expected_status)
-            return {} if resp.status_code == 204 or not resp.content else resp.json()
-
-    return AdminClient(url)
-
-
-def _create(url: str, admin: tuple[str, str], path: str, body: dict[str, Any]) -> dict[str, Any]:
-    resp = httpx.post(f"{url}{API}/{path}", json=body, auth=admin, timeout=30)
-    if resp.status_code != 200:
-        raise PipelineError(f"mlflow server refused the admin's {path} {body}: {resp.status_code} {resp.text[:300]}")
-    return dict(resp.json())
-
-
 def passwords(namespaces: list[str], model: str, roles: Mapping[str, Any] = GRANTS) -> dict[str, str]:
     """``<ns>.<model>-<role>`` → a generated password, for each environment and role (before the server is up:
     the config the rehearsal loads checks that its secrets are set)."""
-    return {f"{ns}.{model}-{role}": secrets.token_urlsafe(16) for ns in namespaces for role in roles}
+    return {user_name(ns, model, role): secrets.token_urlsafe(16) for ns in namespaces for role in roles}
 
 
 def provision(url: str, admin: tuple[str, str], users: Mapping[str, str], namespaces: list[str], experiment: str,
               model: str, grants: Mapping[str, tuple[str, str]] = GRANTS) -> dict[str, Environment]:
-    """Create each environment's experiment, registered model and role users (``users``: their passwords, from
-    :func:`passwords`) with ``grants`` (:data:`GRANTS`), as the admin.
+    """Apply the role table to each environment (``users``: the passwords from :func:`passwords`), as the admin.
 
     The experiment gets the server's default artifact location (``mlflow-artifacts:/<experiment id>``): the
     artifact proxy authorizes a path by the experiment id it starts with, and a path that names none falls back
     to ``default_permission`` (nothing), which would refuse the trainer's uploads.
     """
-    client = _admin_client(url, admin)
     out = {}
     for ns in namespaces:
-        name, registered = f"{prefix(ns)}{experiment}", f"{prefix(ns)}{model}"
-        exp_id = str(_create(url, admin, "experiments/create", {"name": name})["experiment_id"])
-        _create(url, admin, "registered-models/create", {"name": registered})
-        created = {}
-        for role, (on_experiment, on_model) in grants.items():
-            user = f"{ns}.{model}-{role}"
-            if user not in users:
-                raise PipelineError(f"no password generated for the MLflow user {user!r}; have {sorted(users)}")
-            client.create_user(user, users[user])
-            client.grant_user_permission(user, "experiment", exp_id, on_experiment)
-            client.grant_user_permission(user, "registered_model", registered, on_model)
-            if on_model == "MANAGE":  # the lifecycle lock (a registered model the writers create and delete)
-                client.grant_user_permission(user, "registered_model", registered + LOCK_SUFFIX, "MANAGE")
-            created[user] = users[user]
-        out[ns] = Environment(ns, name, exp_id, registered, created)
+        names = {role: user_name(ns, model, role) for role in grants}
+        missing = sorted(u for u in names.values() if u not in users)
+        if missing:
+            raise PipelineError(f"no password generated for the MLflow user(s) {missing}; have {sorted(users)}")
+        applied = apply_roles(url, admin, namespace=ns, experiment=f"{prefix(ns)}{experiment}",
+                              registered_model=f"{prefix(ns)}{model}", model=model,
+                              passwords={role: users[u] for role, u in names.items()}, grants=grants)
+        out[ns] = Environment(ns, applied.experiment, applied.experiment_id, applied.registered_model,
+                              {u: users[u] for u in applied.users.values()})
     return out
 
 
