@@ -68,7 +68,7 @@ def agent_command(torchrun_cmd: list[str]) -> list[str]:
         raise ValueError(f"expected 'python -m torch.distributed.run ...', got {torchrun_cmd[:3]!r}")
     # -c, not -m: the package's __init__ imports this module, and running it again as __main__ makes runpy warn
     # (RuntimeWarning: 'mlops_training.lifeline' found in sys.modules) in every training's output. This file
-    # alone, not through the package: its __init__ (pandas, the model package: ~1.3 s of CPU) bought the agent
+    # alone, not through the package: its __init__ (pandas, the model package: ~0.8 s of CPU) bought the agent
     # nothing and delayed every worker's start, since torchrun starts them only once the agent has imported.
     return [torchrun_cmd[0], "-c", _AGENT_CODE.format(path=__file__), *torchrun_cmd[3:]]
 
