@@ -1,7 +1,9 @@
-"""Helpers for the training integration tests: a tiny LLaMA config in a temp repo root per module."""
+"""Helpers for the training integration tests: a tiny LLaMA config in a temp repo root per module, and the
+uninterrupted run that the resume and launch-fault tests compare theirs with, trained once per test run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from mlops_config import PlatformConfig, load_config
+from mlops_training import TrainResult
+from tests.support.session_world import build_once
 
 TINY = (
     "training.batch_size=16",
@@ -17,6 +21,8 @@ TINY = (
     "training.causal_lm.corpus_max_bytes=300000",
     "training.causal_lm.seq_len=64",
 )
+STRAIGHT_STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
+"""The steps of the straight run (:func:`straight_tiny_lm`): 40, a checkpoint every 8."""
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +50,39 @@ def history(run_dir: Path, name: str) -> list[float]:
 
     newest = sorted(run_dir.glob("step_*"))[-1]
     return [v for _, v in json.loads((newest / "trainer_state.json").read_text())["history"][name]]
+
+
+@pytest.fixture(scope="session")
+def straight_tiny_lm(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> TrainResult:
+    """The llm-tiny run of ``TINY + STRAIGHT_STEPS`` on two ranks, uninterrupted: what test_resume and
+    test_launch_faults each trained for themselves, with the same config, as the bit-identical reference of their
+    killed and resumed runs (a run's weights depend on its config and code, not on its name or folder). Built once
+    per test run (tests/support/session_world) in a repo root of its own; read-only: a module that resumes from its
+    checkpoints copies them (:func:`copy_straight`)."""
+    from mlops_training import launch
+
+    def build(folder: Path) -> None:
+        shutil.copytree(repo_root / "configs", folder / "configs")
+        config = load_config(model="llm-tiny", config_dir=folder / "configs", overrides=[*TINY, *STRAIGHT_STEPS],
+                             environ={}).config
+        result = launch(config, folder, run_name="straight", track=False)
+        assert result is not None and result.resumed_from_step is None and result.steps == 40
+
+    run_dir = build_once(tmp_path_factory, "llm-tiny-straight", build) / ".mlops/checkpoints/straight"
+    return TrainResult.from_json(json.loads((run_dir / "result.json").read_text()), run_dir)
+
+
+def copy_straight(straight: TrainResult, config: PlatformConfig, root: Path) -> TrainResult:
+    """The straight run's checkpoints copied to ``root/.mlops/checkpoints/straight``, with the local key pair that
+    sealed them (``config.provenance.local_key_dir``: a run resumes only from checkpoints its own key sealed), into
+    a ``root`` that has no key yet; the result pointing there."""
+    import dataclasses
+
+    keys = config.provenance.local_key_dir
+    assert keys is not None, "the straight run's checkpoints are sealed by the local demo key"
+    world = straight.run_dir.parents[2]  # <world>/.mlops/checkpoints/straight
+    assert not (root / keys).exists(), f"{root / keys} exists already: the key copy goes into a fresh root"
+    shutil.copytree(world / keys, root / keys)
+    run_dir = root / ".mlops/checkpoints/straight"
+    shutil.copytree(straight.run_dir, run_dir)
+    return dataclasses.replace(straight, run_dir=run_dir)

@@ -22,12 +22,12 @@ import pytest
 from mlops_training import TrainResult, launch
 from tests.support import python_module
 
-from .conftest import TINY
+from .conftest import STRAIGHT_STEPS, TINY
 
 # Four real launches per test: on a loaded 2-core machine they outlast pytest's default 600 s.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
+STEPS = STRAIGHT_STEPS
 MLOPS = str(Path(sys.executable).with_name("mlops"))
 
 
@@ -89,10 +89,9 @@ def assert_all_gone(tag: str, within_s: float = 5.0) -> float:
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_lm: Callable[..., object], root: Path) -> TrainResult:
-    result = launch(tiny_lm(*STEPS), root, run_name="faults-straight", track=False)  # type: ignore[arg-type]
-    assert result is not None
-    return result
+def straight(straight_tiny_lm: TrainResult) -> TrainResult:
+    """The uninterrupted run, trained once per test run (conftest): the finished runs here end bit-identical to it."""
+    return straight_tiny_lm
 
 
 def test_second_launch_of_a_live_run_is_refused_naming_the_holder(root: Path, straight: TrainResult) -> None:

@@ -21,18 +21,17 @@ from mlops_config import PlatformConfig
 from mlops_training import ShardPlan, TrainResult, launch
 from mlops_training.planner import estimate, shape_for
 
-from .conftest import history
+from .conftest import STRAIGHT_STEPS, copy_straight, history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
+STEPS = STRAIGHT_STEPS
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_lm: Callable[..., PlatformConfig], root: Path) -> TrainResult:
-    result = launch(tiny_lm(*STEPS), root, run_name="straight", track=False)
-    assert result is not None and result.resumed_from_step is None
-    return result
+def straight(straight_tiny_lm: TrainResult, tiny_lm: Callable[..., PlatformConfig], root: Path) -> TrainResult:
+    """The uninterrupted run (trained once per test run, conftest), its checkpoints in this module's root."""
+    return copy_straight(straight_tiny_lm, tiny_lm(*STEPS), root)
 
 
 @pytest.fixture(scope="module")

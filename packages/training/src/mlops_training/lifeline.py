@@ -57,14 +57,21 @@ def die_with_agent() -> None:
         die_with_parent(_pid_from_env(AGENT_PID_ENV))
 
 
+# The agent's -c program: this file run as a module of its own (see agent_command).
+_AGENT_CODE = ("import sys, importlib.util as u; s = u.spec_from_file_location('mlops_training_lifeline', {path!r}); "
+               "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
+
+
 def agent_command(torchrun_cmd: list[str]) -> list[str]:
     """``torchrun_cmd`` (``python -m torch.distributed.run ...``) run through this module's agent entrypoint."""
     if torchrun_cmd[1:3] != ["-m", "torch.distributed.run"]:
         raise ValueError(f"expected 'python -m torch.distributed.run ...', got {torchrun_cmd[:3]!r}")
     # -c, not -m: the package's __init__ imports this module, and running it again as __main__ makes runpy warn
-    # (RuntimeWarning: 'mlops_training.lifeline' found in sys.modules) in every training's output.
-    return [torchrun_cmd[0], "-c", "import sys; from mlops_training.lifeline import main; main(sys.argv[1:])",
-            *torchrun_cmd[3:]]
+    # (RuntimeWarning: 'mlops_training.lifeline' found in sys.modules) in every training's output. This file
+    # alone, not through the package: its __init__ (pandas, the model package: ~0.8 s of CPU) bought the agent
+    # nothing and delayed every worker's start, since torchrun starts them only once the agent has imported.
+    return [torchrun_cmd[0], "-c", _AGENT_CODE.format(path=__file__), *torchrun_cmd[3:]]
+
 
 
 def exit_without_teardown(code: int) -> None:

@@ -10,9 +10,6 @@ from typing import Annotated
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery import CanaryLook, analyze_until_decided
-from mlops_model import kind_of
-from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
 app = typer.Typer(help="Canary analysis: sequential tests (error rate, slow share, score bands) + threshold guard.",
                   no_args_is_help=True)
@@ -71,6 +68,10 @@ def analyze(
     token, decode rate, errors), and from its log rows (response lengths, answers cut at max_tokens): the evidence
     is its family's.
     """
+    from mlops_delivery import CanaryLook, analyze_until_decided
+    from mlops_model import kind_of
+    from mlops_serving import resolve_prediction_log_uri, version_thresholds
+
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     skew_rate = read_skew_rate(skew_report) if skew_report is not None else None

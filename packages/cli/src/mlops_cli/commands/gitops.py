@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_config import LoadedConfig
-from mlops_delivery import (
-    ManifestChange,
-    ShadowChange,
-    gitops_status,
-    promote_version,
-    push_head,
-    resolve_version,
-    revert_promotion,
-    set_images,
-    start_shadow,
-    stop_shadow,
-    write_job_summary,
-    write_step_output,
-)
+
+# mlops_delivery (with mlops_model's numpy/pandas/scipy chain) is imported inside the commands that use it: every
+# `mlops` process imports this module, most never run a gitops command.
+if TYPE_CHECKING:
+    from mlops_config import LoadedConfig
+    from mlops_delivery import ManifestChange, ShadowChange
 
 app = typer.Typer(help="GitOps: promote and roll back by editing infra/ overlays (each change a commit).",
                   no_args_is_help=True)
@@ -40,6 +31,8 @@ def _load_for_change(push: bool, commit: bool, profile: str | None, model: str |
 
 
 def _print_change(change: ManifestChange | ShadowChange, as_json: bool) -> None:
+    from mlops_delivery import ManifestChange
+
     if as_json:
         print_json(change.to_dict())
         return
@@ -71,6 +64,8 @@ def promote(
     as_json: JsonOpt = False,
 ) -> None:
     """Pin VERSION in the target overlay (gates must have passed; no stage may be skipped) and print the diff."""
+    from mlops_delivery import promote_version
+
     loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
     change = promote_version(cfg.delivery, cfg.tracking, loaded.root, cfg.project.model, version, to,
@@ -90,6 +85,8 @@ def rollback(
 ) -> None:
     """Write the revert of ENV's last promotion: revert a running canary, else go back to the previous version
     (per delivery.commit_mode with --commit)."""
+    from mlops_delivery import revert_promotion
+
     loaded = _load_for_change(push, commit, profile, model, sets)
     cfg = loaded.config
     change = revert_promotion(cfg.delivery, loaded.root, cfg.project.model, env, commit=commit, push=push)
@@ -111,6 +108,8 @@ def shadow(
     as_json: JsonOpt = False,
 ) -> None:
     """Start (or --stop) a shadow of the candidate in production: its own predictor gets a copy of live traffic."""
+    from mlops_delivery import start_shadow, stop_shadow
+
     if stop and version is not None:
         raise typer.BadParameter("--stop ends the running shadow; it takes no --version", param_hint="--stop")
     loaded = _load_for_change(push, commit, profile, model, sets)
@@ -126,6 +125,8 @@ def shadow(
 @app.command("status")
 def status(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Which version runs in each environment, with which traffic split (as git says)."""
+    from mlops_delivery import gitops_status
+
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     placements = gitops_status(cfg.delivery, loaded.root, cfg.project.model)
@@ -150,6 +151,8 @@ def summary(
     sets: SetOpt = None,
 ) -> None:
     """Append Markdown reports to the CI job summary ($GITHUB_STEP_SUMMARY), or print them without one."""
+    from mlops_delivery import write_job_summary
+
     loaded = load(profile, model, sets, check_secrets=False)
     target = write_job_summary(loaded.root, reports)
     console.print(f"appended {target['files']} report(s) to {target['to']}")
@@ -164,6 +167,8 @@ def resolve(
     sets: SetOpt = None,
 ) -> None:
     """Print the registry version holding ALIAS (or the newest) and set it as a CI step output."""
+    from mlops_delivery import resolve_version, write_step_output
+
     loaded = load(profile, model, sets, check_secrets=False)
     version = resolve_version(loaded.config.tracking, loaded.root, loaded.config.project.model, alias)
     write_step_output(output, str(version))
@@ -184,6 +189,8 @@ def set_images_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Pin images by digest in the kustomizations' ``images:`` (what the release workflow commits)."""
+    from mlops_delivery import push_head, set_images
+
     loaded = _load_for_change(push, commit, profile, model, sets)
     delivery = loaded.config.delivery
     infra = loaded.root / delivery.infra_dir

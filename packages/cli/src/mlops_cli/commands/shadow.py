@@ -9,9 +9,6 @@ from typing import Annotated, Any
 import typer
 
 from mlops_cli.common import JsonOpt, ModelOpt, ProfileOpt, SetOpt, console, load, print_json
-from mlops_delivery import ShadowLimits, analyze_shadow_until_enough
-from mlops_model import LEGACY_THRESHOLD
-from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
 app = typer.Typer(help="Shadow analysis: score agreement, flipped decisions, latency and errors of a candidate.",
                   no_args_is_help=True)
@@ -24,6 +21,8 @@ def _rate(name: str, value: float | None) -> float | None:
 
 
 def _version_threshold(loaded: Any) -> Callable[[str], float]:
+    from mlops_serving import version_thresholds
+
     cfg = loaded.config
     of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, cfg.evaluation.decision_threshold,
                             override_key="evaluation.decision_threshold")
@@ -57,6 +56,10 @@ def analyze(
     as_json: JsonOpt = False,
 ) -> None:
     """Compare the candidate's shadow answers with the live ones, from the shadow log beside the prediction log."""
+    from mlops_delivery import ShadowLimits, analyze_shadow_until_enough
+    from mlops_model import LEGACY_THRESHOLD
+    from mlops_serving import resolve_prediction_log_uri
+
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     limits = ShadowLimits(max_flip_rate=_rate("--max-flip-rate", max_flip_rate),
