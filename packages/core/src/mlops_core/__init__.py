@@ -59,10 +59,14 @@ if TYPE_CHECKING:
         quantile_positions,
         sorted_finite,
     )
+    from mlops_core.tracking_roles import GRANTS, AppliedRoles, apply_roles, role_passwords, user_name
 
+# pandas (the profile) and httpx (the tracking server's admin API) only where they are used
 _LAZY = {name: "mlops_core.profile" for name in (
     "ProfileError", "bin_counts", "build_reference_profile", "check_profile", "edge_probs", "lerp_quantiles",
     "quantile_edges", "quantile_positions", "sorted_finite")}
+_LAZY.update({name: "mlops_core.tracking_roles" for name in (
+    "GRANTS", "AppliedRoles", "apply_roles", "role_passwords", "user_name")})
 
 
 def __getattr__(name: str) -> Any:
@@ -77,8 +81,10 @@ __all__ = [
     "CODE_PATHS",
     "FALLBACK",
     "GATE_REPORT_ARTIFACT",
+    "GRANTS",
     "KNOWN_WARNINGS",
     "MODEL_DIGEST_TAG",
+    "AppliedRoles",
     "ChainVerdict",
     "ConfigError",
     "GateNotPassedError",
@@ -91,6 +97,7 @@ __all__ = [
     "RedactingFormatter",
     "TrackingError",
     "aliases",
+    "apply_roles",
     "atomic_dir",
     "atomic_path",
     "atomic_write_bytes",
@@ -123,6 +130,7 @@ __all__ = [
     "resolve_uri",
     "restore_champion",
     "restore_credentials",
+    "role_passwords",
     "seed_everything",
     "setup_logging",
     "sorted_finite",
@@ -132,6 +140,7 @@ __all__ = [
     "start_run",
     "tracking_scope",
     "tracking_uris",
+    "user_name",
     "verify_ledger",
     "versions",
     "write_auth_config",

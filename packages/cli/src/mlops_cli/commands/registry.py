@@ -240,8 +240,7 @@ def roles_apply(
     """
     import os
 
-    from mlops_core import TrackingError, registered_model_name
-    from mlops_core.tracking_roles import apply_roles, role_passwords
+    from mlops_core import TrackingError, apply_roles, registered_model_name, role_passwords
 
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config

@@ -48,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from mlops_core.tracking_roles import GRANTS, apply_roles, user_name
+from mlops_core import GRANTS, apply_roles, user_name
 from mlops_pipeline.errors import PipelineError
 
 USER_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
