@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from mlops_core.errors import PlatformError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROFILE_VERSION = 1
 ECDF_POINTS = 1001
@@ -43,6 +45,8 @@ def sorted_finite(values: Any, *, name: str) -> tuple[np.ndarray, int]:
     Raises:
         ProfileError: the column is not numeric or holds an infinite value.
     """
+    import pandas as pd  # here, not at the top: the LM workers reach this module (binning) but never a DataFrame
+
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     if not (pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)):
         raise ProfileError(f"column {name!r} has dtype {series.dtype!s}; expected a numeric column (int or float)")
@@ -101,6 +105,8 @@ def bin_counts(sorted_values: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 def category_counts(values: Any, *, name: str) -> tuple[dict[str, int], int]:
     """Counts per category (keys as strings) and the number of missing values."""
+    import pandas as pd
+
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     missing = series.isna()
     n_missing = int(missing.sum())
@@ -179,6 +185,8 @@ def build_reference_profile(
     Raises:
         ProfileError: a column is missing, listed twice, of the wrong type, or empty.
     """
+    import pandas as pd
+
     if not isinstance(df, pd.DataFrame):
         raise ProfileError(f"df is a {type(df).__name__}; expected a pandas DataFrame")
     if len(df) == 0:

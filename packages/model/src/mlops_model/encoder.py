@@ -20,14 +20,16 @@ built per request) and :meth:`EncoderSpec.encode_records` (a list of row dicts).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from mlops_model.contract import CATEGORICAL_FIELDS, ENTITY_KEYS, LABEL, NUMERIC_FIELDS
 from mlops_model.errors import EncoderSpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ENCODER_VERSION: Literal[1] = 1
 DEFAULT_DERIVED = (("amount_vs_user_mean_7d", "log_ratio", ("amount", "user_amount_mean_7d")),)
@@ -68,6 +70,8 @@ class CategoricalColumn(_Column):
 
 def default_numeric(df: pd.DataFrame) -> list[str]:
     """``amount`` (the request's numeric fields), then the frame's other numeric, non-key, non-label columns."""
+    import pandas as pd  # here, not at the top: the LM workers import this package but never handle a DataFrame
+
     skip = {*NUMERIC_FIELDS, *ENTITY_KEYS, LABEL}
     rest = [c for c in df.columns if c not in skip and pd.api.types.is_numeric_dtype(df[c])
             and not pd.api.types.is_bool_dtype(df[c])]
@@ -273,6 +277,8 @@ _OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {"log_ratio": 
 
 
 def _frame_numeric(df: pd.DataFrame, name: str) -> np.ndarray:
+    import pandas as pd
+
     try:
         return pd.to_numeric(df[name], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
     except (ValueError, TypeError) as exc:
