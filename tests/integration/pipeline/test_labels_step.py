@@ -15,7 +15,10 @@ from mlops_config import MonitoringConfig
 from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures
 
 pytestmark = pytest.mark.integration
-NOW = datetime.now(UTC).replace(microsecond=0)
+# Yesterday at noon: the served rows span NOW - 30 min to NOW - 17 min and performance_of scores whole days
+# (monitoring's performance_window "1D"); with NOW read from the clock, a run importing this module between 00:17
+# and 00:30 UTC put the rows in two windows and the report gave the later window's F1 (CI failed so).
+NOW = (datetime.now(UTC) - timedelta(days=1)).replace(hour=12, minute=0, second=0, microsecond=0)
 
 
 def _served(uri: str) -> pd.DataFrame:
