@@ -95,9 +95,22 @@ def test_a_role_without_a_password_or_a_wrong_admin_is_refused(server: tuple[str
     ns = f"t{secrets.token_hex(3)}-staging"
     with pytest.raises(TrackingError, match=r"no password for the MLflow role\(s\) \['reader'\]"):
         _apply(server, ns, {r: "x" * 12 for r in ROLES if r != "reader"})
-    with pytest.raises(TrackingError, match="401"):
+    with pytest.raises(TrackingError, match=rf"refused to read experiment 'e' \(asked as '{server[1][0]}'\): 401"):
         apply_roles(server[0], (server[1][0], "wrong"), namespace=ns, experiment="e", registered_model="m",
                     model="fraud", passwords={r: "x" * 12 for r in ROLES})
+
+
+def test_the_admin_is_the_one_given_not_the_pods_mlflow_user(server: tuple[str, tuple[str, str]],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Job's pod, like every workload's, has ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` of a role's user (here
+    one the server does not know): MLflow's clients read those by default; apply_roles must ask as the admin given."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "mlops-staging.fraud-reader")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-admins")
+    ns = f"t{secrets.token_hex(3)}-staging"
+    passwords = {r: secrets.token_urlsafe(12) for r in ROLES}
+    applied = _apply(server, ns, passwords)
+    assert f"created user {ns}.fraud-monitor" in applied.changes
+    assert _permission(server, f"{ns}.fraud-monitor", "registered_model", f"{ns}.fraud") == "MANAGE"
 
 
 def _rendered_job() -> tuple[dict[str, Any], dict[str, str]]:

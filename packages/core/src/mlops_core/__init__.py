@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     )
     from mlops_core.tracking_roles import GRANTS, AppliedRoles, apply_roles, role_passwords, user_name
 
-# pandas (the profile) and httpx (the tracking server's admin API) only where they are used
+# pandas (the profile) and mlflow's REST clients (the tracking server's admin API) only where they are used
 _LAZY = {name: "mlops_core.profile" for name in (
     "ProfileError", "bin_counts", "build_reference_profile", "check_profile", "edge_probs", "lerp_quantiles",
     "quantile_edges", "quantile_positions", "sorted_finite")}

@@ -21,11 +21,15 @@ authenticates gets the given one. What MLflow's grants cannot separate is in ``d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
+from mlflow.exceptions import MlflowException
+from mlflow.server.auth.client import AuthServiceClient
+from mlflow.store.model_registry.rest_store import RestStore as RegistryRestStore
+from mlflow.store.tracking.rest_store import RestStore as TrackingRestStore
+from mlflow.utils.rest_utils import MlflowHostCreds, http_request, verify_rest_response
 
 from mlops_core.errors import TrackingError
 from mlops_core.registry_lock import LOCK_SUFFIX
@@ -33,7 +37,7 @@ from mlops_core.registry_lock import LOCK_SUFFIX
 GRANTS: dict[str, tuple[str, str]] = {"trainer": ("EDIT", "MANAGE"), "delivery": ("READ", "MANAGE"),
                                       "monitor": ("READ", "MANAGE"), "reader": ("READ", "READ")}
 """role → (permission on its environment's experiment, on its environment's registered model)."""
-API, API3 = "/api/2.0/mlflow", "/api/3.0/mlflow"
+T = TypeVar("T")
 
 
 def user_name(namespace: str, model: str, role: str) -> str:
@@ -61,56 +65,91 @@ class AppliedRoles:
                 "changes": self.changes}
 
 
+class _AuthClient(AuthServiceClient):
+    """MLflow's client of the basic-auth admin API with the credentials given: ``AuthServiceClient`` reads
+    ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` from the environment, where the cluster's Job and every workload hold
+    a role's user, never the admin's. Requests, retries of transient answers and errors are MLflow's."""
+
+    def __init__(self, creds: MlflowHostCreds) -> None:
+        super().__init__(creds.host)
+        self.creds = creds
+
+    def _request(self, endpoint: str, method: str, *, expected_status: int = 200, **kwargs: Any) -> Any:
+        resp = verify_rest_response(http_request(self.creds, endpoint, method, **kwargs), endpoint,
+                                    expected_status=expected_status)
+        return {} if resp.status_code == 204 or not resp.content else resp.json()
+
+
 class _Admin:
-    """REST calls as the admin (credentials given, never read from the environment)."""
+    """The tracking server as its admin, through MLflow's own clients: the auth API (:class:`_AuthClient`) and the
+    tracking and registry REST stores, each with the given credentials (never the environment's)."""
 
     def __init__(self, url: str, admin: tuple[str, str]) -> None:
-        self.url, self.admin = url.rstrip("/"), admin
+        self.url, self.name = url.rstrip("/"), admin[0]
+        creds = MlflowHostCreds(self.url, username=admin[0], password=admin[1])
+        self.auth = _AuthClient(creds)
+        self.tracking = TrackingRestStore(lambda: creds)
+        self.registry = RegistryRestStore(lambda: creds)
 
-    def call(self, method: str, path: str, body: Mapping[str, Any], *, ok: tuple[int, ...] = (200,),
-             auth: tuple[str, str] | None = None) -> httpx.Response:
-        kwargs: dict[str, Any] = {"params": dict(body)} if method == "GET" else {"json": dict(body)}
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()``; a refusal, or no answer after MLflow's retries, a :class:`TrackingError` naming ``what`` and
+        the user it was asked as."""
         try:
-            resp = httpx.request(method, f"{self.url}{path}", auth=auth or self.admin, timeout=30, **kwargs)
-        except httpx.HTTPError as exc:
-            raise TrackingError(f"cannot reach the tracking server {self.url!r} ({path}): {exc}") from exc
-        if resp.status_code not in ok:
-            raise TrackingError(f"the tracking server refused {method} {path} {sorted(body)} as "
-                                f"{(auth or self.admin)[0]!r}: {resp.status_code} {resp.text[:300]}")
-        return resp
+            return fn()
+        except MlflowException as exc:
+            raise TrackingError(f"the tracking server {self.url!r} refused to {what} (asked as {self.name!r}): "
+                                f"{exc.get_http_status_code()} {exc.error_code}: {str(exc)[:300]}") from exc
+        except OSError as exc:  # requests' ConnectionError after MLflow's retries
+            raise TrackingError(f"cannot reach the tracking server {self.url!r} to {what}: {exc}") from exc
 
-    def exists(self, path: str, body: Mapping[str, Any]) -> httpx.Response | None:
-        resp = self.call("GET", path, body, ok=(200, 404))
-        return resp if resp.status_code == 200 else None
+    def answered(self, code: str, what: str, fn: Callable[[], object]) -> bool:
+        """Whether :meth:`call` of ``fn`` was refused with the error code ``code`` (``RESOURCE_DOES_NOT_EXIST``,
+        say); any other refusal raises."""
+        try:
+            self.call(what, fn)
+        except TrackingError as exc:
+            if isinstance(exc.__cause__, MlflowException) and exc.__cause__.error_code == code:
+                return True
+            raise
+        return False
+
+    def authenticates(self, user: str, password: str) -> bool:
+        """Whether ``user`` logs in with ``password`` (a search of one experiment as that user: 401 or not)."""
+        store = TrackingRestStore(lambda: MlflowHostCreds(self.url, username=user, password=password))
+        try:
+            self.call(f"search experiments as {user!r}", lambda: store.search_experiments(max_results=1))
+        except TrackingError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, MlflowException) and cause.get_http_status_code() == 401:
+                return False
+            raise
+        return True
 
 
 def _ensure_user(admin: _Admin, user: str, password: str, changes: list[str]) -> None:
-    if admin.exists(f"{API}/users/get", {"username": user}) is None:
-        admin.call("POST", f"{API}/users/create", {"username": user, "password": password})
+    if admin.answered("RESOURCE_DOES_NOT_EXIST", f"get user {user!r}", lambda: admin.auth.get_user(user)):
+        admin.call(f"create user {user!r}", lambda: admin.auth.create_user(user, password))
         changes.append(f"created user {user}")
         return
     # a password cannot be read back: it is set again only when it no longer authenticates
-    probe = admin.call("GET", f"{API}/experiments/search", {"max_results": 1}, ok=(200, 401), auth=(user, password))
-    if probe.status_code == 401:
-        admin.call("PATCH", f"{API}/users/update-password", {"username": user, "password": password})
+    if not admin.authenticates(user, password):
+        admin.call(f"set the password of {user!r}", lambda: admin.auth.update_user_password(user, password))
         changes.append(f"set the password of {user}")
 
 
 def _ensure_grant(admin: _Admin, user: str, kind: str, resource: str, permission: str, changes: list[str]) -> None:
-    body = {"username": user, "resource_type": kind, "resource_id": resource}
-    created = admin.call("POST", f"{API3}/users/permissions/grant", {**body, "permission": permission},
-                         ok=(200, 400))
-    if created.status_code == 200:
+    what = f"grant {user!r} {permission} on {kind} {resource!r}"
+    grant = admin.auth.grant_user_permission
+    if not admin.answered("RESOURCE_ALREADY_EXISTS", what, lambda: grant(user, kind, resource, permission)):
         changes.append(f"granted {user} {permission} on {kind} {resource}")
         return
-    if "RESOURCE_ALREADY_EXISTS" not in created.text:
-        raise TrackingError(f"the tracking server refused to grant {user!r} {permission} on {kind} {resource!r}: "
-                            f"{created.text[:300]}")
-    held = admin.call("GET", f"{API3}/users/permissions/get", body).json()["permission"]
-    if held != permission:  # a grant exists with another permission: replace it
-        admin.call("POST", f"{API3}/users/permissions/revoke", body)
-        admin.call("POST", f"{API3}/users/permissions/grant", {**body, "permission": permission})
-        changes.append(f"changed {user} on {kind} {resource}: {held} -> {permission}")
+    held = admin.call(f"read {user!r}'s permission on {kind} {resource!r}",
+                      lambda: admin.auth.get_user_permission(user, kind, resource))
+    if held.permission != permission:  # a grant exists with another permission: replace it
+        admin.call(f"revoke {user!r} on {kind} {resource!r}",
+                   lambda: admin.auth.revoke_user_permission(user, kind, resource))
+        admin.call(what, lambda: grant(user, kind, resource, permission))
+        changes.append(f"changed {user} on {kind} {resource}: {held.permission} -> {permission}")
 
 
 def apply_roles(url: str, admin: tuple[str, str], *, namespace: str, experiment: str, registered_model: str,
@@ -139,15 +178,17 @@ def apply_roles(url: str, admin: tuple[str, str], *, namespace: str, experiment:
         raise TrackingError(f"no password for the MLflow role(s) {missing} of {namespace!r}; each of "
                             f"{sorted(grants)} needs one")
     api, changes = _Admin(url, admin), []
-    found = api.exists(f"{API}/experiments/get-by-name", {"experiment_name": experiment})
+    found = api.call(f"read experiment {experiment!r}", lambda: api.tracking.get_experiment_by_name(experiment))
     if found is not None:
-        exp_id = str(found.json()["experiment"]["experiment_id"])
+        exp_id = str(found.experiment_id)
     else:
-        body = {"name": experiment, **({"artifact_location": artifact_location} if artifact_location else {})}
-        exp_id = str(api.call("POST", f"{API}/experiments/create", body).json()["experiment_id"])
+        exp_id = str(api.call(f"create experiment {experiment!r}",
+                              lambda: api.tracking.create_experiment(experiment, artifact_location)))
         changes.append(f"created experiment {experiment}")
-    if api.exists(f"{API}/registered-models/get", {"name": registered_model}) is None:
-        api.call("POST", f"{API}/registered-models/create", {"name": registered_model})
+    if api.answered("RESOURCE_DOES_NOT_EXIST", f"read registered model {registered_model!r}",
+                    lambda: api.registry.get_registered_model(registered_model)):
+        api.call(f"create registered model {registered_model!r}",
+                 lambda: api.registry.create_registered_model(registered_model))
         changes.append(f"created registered model {registered_model}")
     users, granted = {}, {}
     for role, (on_experiment, on_model) in grants.items():
