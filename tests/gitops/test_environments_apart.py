@@ -25,6 +25,7 @@ USES: dict[str, set[tuple[str, int]]] = {
     "fraud-train": {("postgres", 5432), ("mlflow", 5000)},
     "fraud-drift": {("mlflow", 5000)},
     "mlflow-roles": {("mlflow", 5000)},
+    "llm-sft-mlflow-roles": {("mlflow", 5000)},
     "llm-sft-finetune": {("mlflow", 5000)},
     "llm-sft-drift": {("mlflow", 5000)},
     "fraud-ingest": set(),

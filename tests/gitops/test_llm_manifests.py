@@ -58,8 +58,13 @@ def test_the_lm_is_served_by_the_predictor_image_in_the_hugging_face_layout(kit:
 TRAIN_TARGET = "infra/base/training-llm"
 
 
-def train_docs(kit: Any) -> dict[str, dict[str, Any]]:
-    return {d["kind"]: d for d in yaml.safe_load_all(kit.render(TRAIN_TARGET)) if d}
+ROLES_JOB = "llm-sft-mlflow-roles"  # the language model's MLflow users (roles-job.yaml), with its account and policy
+
+
+def train_docs(kit: Any, *, roles: bool = False) -> dict[str, dict[str, Any]]:
+    """The fine-tune's documents by kind; ``roles``: the roles Job's instead (each named ``ROLES_JOB``)."""
+    docs = [d for d in yaml.safe_load_all(kit.render(TRAIN_TARGET)) if d]
+    return {d["kind"]: d for d in docs if (d["metadata"]["name"] == ROLES_JOB) == roles}
 
 
 def test_llm_finetune_manifests_validate_against_kubernetes_and_kubeflow(kit: Any, model_validator: Any) -> None:
@@ -71,6 +76,14 @@ def test_llm_finetune_manifests_validate_against_kubernetes_and_kubeflow(kit: An
     job = rendered["PyTorchJob"]
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replica"] = 1  # misspelt: the validator must see it
     assert any("replica" in e for e in model_validator.errors(job, "KubeflowOrgV1PyTorchJob", "PyTorchJob"))
+    roles = train_docs(kit, roles=True)
+    assert set(roles) == {"ServiceAccount", "NetworkPolicy", "Job"}
+    for doc in roles.values():
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    pod = roles["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == ROLES_JOB
+    assert roles["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"] == roles["Job"]["spec"]["template"][
+        "metadata"]["labels"]
 
 
 def test_everything_the_finetune_job_names_is_produced_by_the_platform(kit: Any) -> None:

@@ -84,7 +84,13 @@ EXPECTED = {
                 keys("fraud-train-secrets", {*MLFLOW, "FEAST_REGISTRY_PASSWORD", *AWS})
                 | {"mlops-signing-key/signing-key.pem"}},
     "training-llm": {"PyTorchJob/llm-sft-finetune/Master:pytorch":
-                     keys("llm-train-secrets", {*MLFLOW, *AWS}) | {"mlops-signing-key/signing-key.pem"}},
+                     keys("llm-train-secrets", {*MLFLOW, *AWS}) | {"mlops-signing-key/signing-key.pem"},
+                     # fraud's roles Job's, for the language model: its own delivery and reader passwords, the
+                     # fine-tune's and the LM drift job's logins, and the admin
+                     "Job/llm-sft-mlflow-roles:roles":
+                     keys("mlflow-roles-secrets", {"admin-username", "admin-password", "llm-sft-delivery-password",
+                                                   "llm-sft-reader-password"})
+                     | keys("llm-train-secrets", MLFLOW_LOGIN) | keys("llm-sft-monitor-secrets", MLFLOW_LOGIN)},
     "monitoring-llm": {"CronJob/llm-sft-drift:monitor":
                        keys("llm-sft-monitor-secrets", {*MLFLOW, *AWS, "GITHUB_TOKEN"})},
 }
@@ -190,12 +196,13 @@ def test_no_pod_takes_a_whole_secret_and_no_two_workloads_share_one(tables: dict
                                                              if "PyTorchJob" in workload else workload)
         # the roles Job sets the MLflow users' passwords, so it reads their logins (and nothing else) where the
         # workloads keep them: a second copy in its own Secret could drift from the one the workload sends
-        roles_job = "Job/mlflow-roles:roles"
-        if roles_job in table:
-            assert {k for k in table[roles_job] if not k.startswith("mlflow-roles-secrets/")} <= (
-                keys("fraud-train-secrets", MLFLOW_LOGIN) | keys("fraud-monitor-secrets", MLFLOW_LOGIN))
-            for secret in ("fraud-train-secrets", "fraud-monitor-secrets"):
-                owners.get(secret, set()).discard(roles_job)
+        for roles_job, logins in (("Job/mlflow-roles:roles", ("fraud-train-secrets", "fraud-monitor-secrets")),
+                                  ("Job/llm-sft-mlflow-roles:roles", ("llm-train-secrets", "llm-sft-monitor-secrets"))):
+            if roles_job in table:
+                assert {k for k in table[roles_job] if not k.startswith("mlflow-roles-secrets/")} <= (
+                    keys(logins[0], MLFLOW_LOGIN) | keys(logins[1], MLFLOW_LOGIN))
+                for secret in logins:
+                    owners.get(secret, set()).discard(roles_job)
         multi = {s: sorted(w) for s, w in owners.items() if len(w) > 1 and s not in shared}
         assert not multi, f"{target}: Secrets shared between workloads: {multi}"
 

@@ -113,12 +113,13 @@ def test_the_admin_is_the_one_given_not_the_pods_mlflow_user(server: tuple[str, 
     assert _permission(server, f"{ns}.fraud-monitor", "registered_model", f"{ns}.fraud") == "MANAGE"
 
 
-def _rendered_job() -> tuple[dict[str, Any], dict[str, str]]:
-    """The staging overlay's ``mlflow-roles`` container, and the data of the ConfigMap it takes env from."""
-    out = subprocess.run(["kubectl", "kustomize", "infra/overlays/staging"], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+def _rendered_job(target: str = "infra/overlays/staging", name: str = "mlflow-roles"
+                  ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The rendered ``name`` Job's container, and the data of the ConfigMap it takes env from."""
+    out = subprocess.run(["kubectl", "kustomize", target], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
-    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "mlflow-roles")
+    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == name)
     container = job["spec"]["template"]["spec"]["containers"][0]
     (ref,) = [e["configMapRef"]["name"] for e in container.get("envFrom", [])]
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref)
@@ -194,3 +195,48 @@ def test_the_clusters_job_creates_the_users_its_workloads_secrets_log_in_as(
     assert refused.returncode != 0
     assert f"MLFLOW_ROLE_MONITOR_USERNAME={user['trainer']!r} (expected {user['monitor']!r})" in refused.stdout + \
         refused.stderr
+
+
+def test_the_language_models_job_creates_its_users_on_its_own_experiment_and_model_only(
+        server: tuple[str, tuple[str, str]]) -> None:
+    """With the ``llm`` switch on, staging's ``llm-sft-mlflow-roles`` Job (rendered from infra/overlays/staging/llm)
+    creates ``mlops-staging.llm-sft-<role>`` with the table's grants on llm-sft's own experiment and registered
+    model; the language model's trainer writes runs there and is refused fraud's experiment and model."""
+    container, configmap = _rendered_job("infra/overlays/staging/llm", "llm-sft-mlflow-roles")
+    assert configmap["MLOPS_PROFILE"] == "staging"
+    ns = "mlops-staging"
+    user = {r: f"{ns}.llm-sft-{r}" for r in ROLES}
+    pw = {r: secrets.token_urlsafe(12) for r in ROLES}
+    stand_in = {("mlflow-roles-secrets", "admin-username"): server[1][0],
+                ("mlflow-roles-secrets", "admin-password"): server[1][1],
+                ("mlflow-roles-secrets", "llm-sft-delivery-password"): pw["delivery"],
+                ("mlflow-roles-secrets", "llm-sft-reader-password"): pw["reader"],
+                ("llm-train-secrets", "MLFLOW_TRACKING_USERNAME"): user["trainer"],
+                ("llm-train-secrets", "MLFLOW_TRACKING_PASSWORD"): pw["trainer"],
+                ("llm-sft-monitor-secrets", "MLFLOW_TRACKING_USERNAME"): user["monitor"],
+                ("llm-sft-monitor-secrets", "MLFLOW_TRACKING_PASSWORD"): pw["monitor"]}
+    env = _job_env(container, configmap, ns, stand_in)
+    assert not set(pw.values()) & set(container["command"])  # no password in argv
+    proc = _run_job(container, env, server[0])
+    assert proc.returncode == 0, proc.stderr
+    applied = json.loads(proc.stdout)
+    assert (applied["experiment"], applied["registered_model"]) == ("llm-sft", "llm-sft")
+    assert applied["users"] == user
+    for role, (on_exp, on_model) in WANT.items():
+        assert _permission(server, user[role], "experiment", applied["experiment_id"]) == on_exp
+        assert _permission(server, user[role], "registered_model", "llm-sft") == on_model
+    # fraud's experiment and model (made here by the admin, whichever test ran first): nothing for the LM's users
+    admin = server[1]
+    made = httpx.post(f"{server[0]}{API}/experiments/create", json={"name": "fraud-detection"}, auth=admin,
+                      timeout=30)
+    assert made.status_code in (200, 400), made.text  # 400: RESOURCE_ALREADY_EXISTS
+    fraud_exp = httpx.get(f"{server[0]}{API}/experiments/get-by-name", params={"experiment_name": "fraud-detection"},
+                          auth=admin, timeout=30).json()["experiment"]["experiment_id"]
+    runs = f"{server[0]}{API}/runs/create"
+    trainer = (user["trainer"], pw["trainer"])
+    assert httpx.post(runs, json={"experiment_id": applied["experiment_id"]}, auth=trainer, timeout=30
+                      ).status_code == 200
+    assert httpx.post(runs, json={"experiment_id": fraud_exp}, auth=trainer, timeout=30).status_code == 403
+    for role in ROLES:
+        assert _permission(server, user[role], "experiment", fraud_exp) == "NO_PERMISSIONS"
+        assert _permission(server, user[role], "registered_model", "fraud") == "NO_PERMISSIONS"
