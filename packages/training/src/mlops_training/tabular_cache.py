@@ -80,7 +80,7 @@ def cache_key(features: FeaturesConfig, data: DataConfig, root: Path, **kwargs: 
         return None
     root = Path(root)
     sections = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json"),
-                "kwargs": kwargs}
+                "kwargs": {k: v.model_dump(mode="json") if hasattr(v, "model_dump") else v for k, v in kwargs.items()}}
     digest = hashlib.sha256(json.dumps(sections, sort_keys=True, default=str).encode())
     lineage = data_lineage(root, [data.validated_dir, features.source_dir])  # MD5 per file + the lock entries
     digest.update(json.dumps([data_version(data, root), lineage], sort_keys=True).encode())
