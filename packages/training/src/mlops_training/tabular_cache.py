@@ -102,10 +102,14 @@ def prepare_cached(prepare: Callable[..., None], features: FeaturesConfig, data:
         return False
     entry = store / key
     if (entry / "meta.json").is_file():
-        shutil.copytree(entry, cache, dirs_exist_ok=True)
-        os.utime(entry)  # most recently used
-        log.info("training set: the prepared copy %s… (same data, feature store, sections and code)", key[:12])
-        return True
+        try:
+            shutil.copytree(entry, cache, dirs_exist_ok=True)
+            os.utime(entry)  # most recently used
+        except OSError as exc:  # removed meanwhile by another run keeping its own (least recently used first)
+            log.warning("training set: the prepared copy %s… went away (%s); preparing it", key[:12], exc)
+        else:
+            log.info("training set: the prepared copy %s… (same data, feature store, sections and code)", key[:12])
+            return True
     prepare(features, data, root, cache, **kwargs)
     _keep(cache, store, key)
     return False
