@@ -1,5 +1,6 @@
-"""Helpers for the training integration tests: a tiny LLaMA config in a temp repo root per module, and the
-uninterrupted run that the resume and launch-fault tests compare theirs with, trained once per test run."""
+"""Helpers for the training integration tests: a tiny LLaMA config in a temp repo root per module, the
+uninterrupted run that the resume and launch-fault tests compare theirs with, and the fraud run that test_lineage
+and test_calibration each check, both trained once per test run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +25,8 @@ TINY = (
 )
 STRAIGHT_STEPS = ("training.max_steps=40", "training.checkpoint.every_steps=8")
 """The steps of the straight run (:func:`straight_tiny_lm`): 40, a checkpoint every 8."""
+FRAUD = ("data.rows=20000", "training.max_steps=60", "training.eval_every=20", "training.checkpoint.every_steps=30")
+"""The fraud run of :func:`trained_fraud`: the prepared 20,000 rows, 60 steps, the default calibration (platt)."""
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +90,24 @@ def copy_straight(straight: TrainResult, config: PlatformConfig, root: Path) -> 
     run_dir = root / ".mlops/checkpoints/straight"
     shutil.copytree(straight.run_dir, run_dir)
     return dataclasses.replace(straight, run_dir=run_dir)
+
+
+@pytest.fixture(scope="session")
+def trained_fraud(tmp_path_factory: pytest.TempPathFactory, repo_root: Path,
+                  prepared_fraud_data: Any) -> TrainResult:
+    """``train_fraud`` with :data:`FRAUD` (tracked: MLflow run, registered as version 1) in a repo root of its own
+    holding the prepared data: what test_lineage and test_calibration each trained for themselves with the same
+    config. Built once per test run (tests/support/session_world); read-only: the result's ``run_dir.parents[2]``
+    is that root (its MLflow store, read by test_lineage); a re-run goes into the test's own root."""
+    from mlops_training import train_fraud
+
+    def build(folder: Path) -> None:
+        shutil.copytree(repo_root / "configs", folder / "configs")
+        shutil.copytree(repo_root / "feature_repo", folder / "feature_repo")
+        config = load_config(model="fraud", config_dir=folder / "configs", overrides=FRAUD, environ={}).config
+        prepared_fraud_data(config, folder)  # prepare_local_data's output, prepared once per run
+        result = train_fraud(config_dir=folder / "configs", overrides=FRAUD, run_name="fraud-60")
+        assert result.model_version == "1" and result.steps == 60
+
+    run_dir = build_once(tmp_path_factory, "fraud-60-steps", build) / ".mlops/checkpoints/fraud-60"
+    return TrainResult.from_json(json.loads((run_dir / "result.json").read_text()), run_dir)

@@ -14,7 +14,9 @@ import pytest
 
 from mlops_config import load_config
 from mlops_model import Calibration, ExportedModel, build_tabular_mlp, load_exported
-from mlops_training import train_fraud
+from mlops_training import TrainResult, train_fraud
+
+from . import conftest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,9 +53,10 @@ def test_isotonic_calibration_is_recorded_and_applied(root: Path, repo_root: Pat
 
 
 def test_by_default_platt_scores_are_decided_at_a_recorded_threshold_that_beats_half(
-        root: Path, repo_root: Path, prepared_fraud_data: Any) -> None:
+        root: Path, repo_root: Path, prepared_fraud_data: Any, trained_fraud: TrainResult) -> None:
     """No calibration override: the default (platt) is recorded, and the threshold chosen on validation beats the
-    old fixed 0.5 on the evaluation holdout (rows training never saw), by scikit-learn's F1."""
+    old fixed 0.5 on the evaluation holdout (rows training never saw), by scikit-learn's F1. That run is conftest's
+    ``trained_fraud`` (the same overrides, trained once per test run; test_lineage checks it too)."""
     from sklearn.metrics import f1_score
 
     from mlops_evaluation.holdout import load_holdout
@@ -64,8 +67,8 @@ def test_by_default_platt_scores_are_decided_at_a_recorded_threshold_that_beats_
     if not (root / "feature_repo").exists():
         shutil.copytree(repo_root / "feature_repo", root / "feature_repo")
         prepared_fraud_data(cfg, root)
-    result = train_fraud(config_dir=root / "configs", overrides=overrides)
-    model = ExportedModel.load(result.export_dir)
+    assert tuple(overrides) == conftest.FRAUD, "trained_fraud is this config's run only with the same overrides"
+    model = ExportedModel.load(trained_fraud.export_dir)
     assert model.meta["calibration"]["method"] == "platt"
     chosen = model.meta["decision_threshold"]
     assert chosen["criterion"] == "f1" and model.decision_threshold == chosen["value"]

@@ -18,11 +18,11 @@ from scipy.stats import mannwhitneyu
 
 from mlops_config import load_config
 from mlops_model import build_tabular_mlp, load_exported
-from mlops_training import reproduce_weights_hash, train_fraud
+from mlops_training import TrainResult, reproduce_weights_hash
+
+from .conftest import FRAUD
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-FRAUD = ("data.rows=20000", "training.max_steps=60", "training.eval_every=20", "training.checkpoint.every_steps=30")
 
 
 def _client(root: Path):  # type: ignore[no-untyped-def]
@@ -42,11 +42,15 @@ def fraud_root(root: Path, repo_root: Path, prepared_fraud_data: Any) -> Path:
     return root
 
 
-def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: Path) -> None:
+def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: Path,
+                                                                    trained_fraud: TrainResult) -> None:
+    """``train_fraud`` with ``FRAUD``: the run trained once per test run in a root of its own (conftest's
+    ``trained_fraud``, which test_calibration checks too); read there, re-run here, in this module's root."""
     from mlops_features import training_set
     from mlops_model import EncoderSpec
 
-    result = train_fraud(config_dir=fraud_root / "configs", overrides=FRAUD)
+    result = trained_fraud
+    trained_root = result.run_dir.parents[2]  # <root>/.mlops/checkpoints/<run>: its MLflow store is there
     assert result.run_id and result.model_version == "1" and result.steps == 60
 
     tensors, meta = load_exported(result.export_dir)  # verifies weights_sha256
@@ -65,7 +69,7 @@ def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: P
     auc = mannwhitneyu(scores[y], scores[~y]).statistic / (y.sum() * (~y).sum())
     assert auc > 0.75
 
-    client = _client(fraud_root)
+    client = _client(trained_root)
     run = client.get_run(result.run_id)
     tags = run.data.tags
     assert tags["mlops.weights_sha256"] == result.weights_sha256

@@ -52,6 +52,7 @@ def _resolve(root: Path, path: str) -> Path:
 def _tabular_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: Any) -> Task:
     import torch.distributed as dist
 
+    from mlops_training.tabular_cache import prepare_cached
     from mlops_training.tabular_data import load_tabular, prepare_tabular
     from mlops_training.tasks import TabularTask
 
@@ -59,7 +60,9 @@ def _tabular_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: 
     failure: list[Any] = [None]
     if dist_info.is_main and not (cache / "meta.json").is_file():
         try:
-            prepare_tabular(config.features, config.data, root, cache)
+            # a copy when the same inputs were prepared before (a replay of the recipe): tabular_cache
+            prepare_cached(prepare_tabular, config.features, config.data, root, cache,
+                           _resolve(root, config.training.checkpoint.dir) / "_tabular")
         except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
             failure[0] = f"{type(exc).__name__}: {exc}"
     dist.broadcast_object_list(failure, src=0)
