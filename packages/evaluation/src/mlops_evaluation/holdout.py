@@ -43,16 +43,16 @@ def fingerprint(df: pd.DataFrame) -> str:
 
 
 def split_holdout(df: pd.DataFrame, fraction: float) -> Holdout:
-    """The newest ``fraction`` of rows by event time (ties by transaction id): never trained on, since
-    training validates on the same newest slice and fits on what came before."""
+    """The newest ``fraction`` of rows by event time (ties by transaction id), cut by
+    :func:`mlops_features.split_off_holdout`. Not fitted on, but not unseen either (issue #30): tabular training
+    validates on its own newest slice of the same set, which with the default fractions is these rows."""
+    from mlops_features import split_off_holdout
+
     if LABEL not in df.columns:
         raise EvaluationError(f"the training set has no {LABEL!r} column; columns: {sorted(df.columns)!r}")
     if not 0 < fraction < 1:
         raise EvaluationError(f"holdout fraction {fraction!r} must be between 0 and 1 (exclusive)")
-    keys = [c for c in (TIME, "transaction_id") if c in df.columns]
-    ordered = df.sort_values(keys, kind="mergesort").reset_index(drop=True) if keys else df.reset_index(drop=True)
-    cut = int(len(ordered) * (1 - fraction))
-    frame = ordered.iloc[cut:].reset_index(drop=True)
+    _, frame = split_off_holdout(df, fraction)
     if frame.empty or frame[LABEL].nunique() < 2:
         raise EvaluationError(
             f"the holdout has {len(frame)} rows and labels {sorted(frame[LABEL].unique().tolist())!r}; "

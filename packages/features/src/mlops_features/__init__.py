@@ -8,6 +8,7 @@ from mlops_features.backfill import backfill, offline_views
 from mlops_features.dataset import historical_features, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
+from mlops_features.holdout_cut import row_key, split_off_holdout
 from mlops_features.instructions import (
     IGNORE_INDEX,
     InstructionGateResult,
@@ -80,7 +81,9 @@ __all__ = [
     "read_validated",
     "refresh_online",
     "render_feature_store_yaml",
+    "row_key",
     "service_features",
+    "split_off_holdout",
     "training_set",
     "validate_batches",
     "validate_instructions",
