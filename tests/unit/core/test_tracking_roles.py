@@ -25,3 +25,15 @@ def test_passwords_come_from_the_role_env_vars_and_a_secret_naming_another_user_
                                             r"\(expected 'mlops-staging.fraud-trainer'\)"):
         role_passwords({**env, "MLFLOW_ROLE_TRAINER_USERNAME": "mlops-production.fraud-trainer"},
                        namespace="mlops-staging", model="fraud")
+
+
+def test_reading_the_role_table_does_not_import_mlflows_server() -> None:
+    """The demo's process imports the rehearsal's modules, which read GRANTS and user_name: importing
+    ``mlflow.server`` there printed Starlette's deprecation warning on the demo's console (the e2e console test)."""
+    import subprocess
+    import sys
+
+    code = "import sys, mlops_pipeline; from mlops_core import GRANTS, user_name; print('mlflow.server' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    assert "Warning" not in done.stderr, done.stderr[-2000:]

@@ -21,18 +21,16 @@ authenticates gets the given one. What MLflow's grants cannot separate is in ``d
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-from mlflow.exceptions import MlflowException
-from mlflow.server.auth.client import AuthServiceClient
-from mlflow.store.model_registry.rest_store import RestStore as RegistryRestStore
-from mlflow.store.tracking.rest_store import RestStore as TrackingRestStore
-from mlflow.utils.rest_utils import MlflowHostCreds, http_request, verify_rest_response
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlops_core.errors import TrackingError
 from mlops_core.registry_lock import LOCK_SUFFIX
+
+if TYPE_CHECKING:
+    from mlflow.utils.rest_utils import MlflowHostCreds
 
 GRANTS: dict[str, tuple[str, str]] = {"trainer": ("EDIT", "MANAGE"), "delivery": ("READ", "MANAGE"),
                                       "monitor": ("READ", "MANAGE"), "reader": ("READ", "READ")}
@@ -65,35 +63,49 @@ class AppliedRoles:
                 "changes": self.changes}
 
 
-class _AuthClient(AuthServiceClient):
+def _auth_client(creds: MlflowHostCreds) -> Any:
     """MLflow's client of the basic-auth admin API with the credentials given: ``AuthServiceClient`` reads
     ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` from the environment, where the cluster's Job and every workload hold
-    a role's user, never the admin's. Requests, retries of transient answers and errors are MLflow's."""
+    a role's user, never the admin's. Requests, retries of transient answers and errors are MLflow's.
 
-    def __init__(self, creds: MlflowHostCreds) -> None:
-        super().__init__(creds.host)
-        self.creds = creds
+    MLflow is imported here, not with the module: ``GRANTS`` and ``user_name`` are read by processes (the demo's,
+    through the rehearsal's modules) that never call the server, and importing ``mlflow.server`` warns that
+    Starlette's WSGI middleware, which MLflow's server uses, is deprecated: MLflow's to change, not a user's, and
+    not for their console."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")
+        from mlflow.server.auth.client import AuthServiceClient
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
 
-    def _request(self, endpoint: str, method: str, *, expected_status: int = 200, **kwargs: Any) -> Any:
-        resp = verify_rest_response(http_request(self.creds, endpoint, method, **kwargs), endpoint,
-                                    expected_status=expected_status)
-        return {} if resp.status_code == 204 or not resp.content else resp.json()
+    class AuthClient(AuthServiceClient):
+        def _request(self, endpoint: str, method: str, *, expected_status: int = 200, **kwargs: Any) -> Any:
+            resp = verify_rest_response(http_request(creds, endpoint, method, **kwargs), endpoint,
+                                        expected_status=expected_status)
+            return {} if resp.status_code == 204 or not resp.content else resp.json()
+
+    return AuthClient(creds.host)
 
 
 class _Admin:
-    """The tracking server as its admin, through MLflow's own clients: the auth API (:class:`_AuthClient`) and the
+    """The tracking server as its admin, through MLflow's own clients: the auth API (:func:`_auth_client`) and the
     tracking and registry REST stores, each with the given credentials (never the environment's)."""
 
     def __init__(self, url: str, admin: tuple[str, str]) -> None:
+        from mlflow.store.model_registry.rest_store import RestStore as RegistryRestStore
+        from mlflow.store.tracking.rest_store import RestStore as TrackingRestStore
+        from mlflow.utils.rest_utils import MlflowHostCreds
+
         self.url, self.name = url.rstrip("/"), admin[0]
         creds = MlflowHostCreds(self.url, username=admin[0], password=admin[1])
-        self.auth = _AuthClient(creds)
+        self.auth = _auth_client(creds)
         self.tracking = TrackingRestStore(lambda: creds)
         self.registry = RegistryRestStore(lambda: creds)
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()``; a refusal, or no answer after MLflow's retries, a :class:`TrackingError` naming ``what`` and
         the user it was asked as."""
+        from mlflow.exceptions import MlflowException
+
         try:
             return fn()
         except MlflowException as exc:
@@ -105,6 +117,8 @@ class _Admin:
     def answered(self, code: str, what: str, fn: Callable[[], object]) -> bool:
         """Whether :meth:`call` of ``fn`` was refused with the error code ``code`` (``RESOURCE_DOES_NOT_EXIST``,
         say); any other refusal raises."""
+        from mlflow.exceptions import MlflowException
+
         try:
             self.call(what, fn)
         except TrackingError as exc:
@@ -115,6 +129,10 @@ class _Admin:
 
     def authenticates(self, user: str, password: str) -> bool:
         """Whether ``user`` logs in with ``password`` (a search of one experiment as that user: 401 or not)."""
+        from mlflow.exceptions import MlflowException
+        from mlflow.store.tracking.rest_store import RestStore as TrackingRestStore
+        from mlflow.utils.rest_utils import MlflowHostCreds
+
         store = TrackingRestStore(lambda: MlflowHostCreds(self.url, username=user, password=password))
         try:
             self.call(f"search experiments as {user!r}", lambda: store.search_experiments(max_results=1))
