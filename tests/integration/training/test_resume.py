@@ -149,3 +149,20 @@ def test_planner_model_state_within_15_percent_of_what_ranks_hold(
         assert abs(est - measured) <= 0.15 * measured, (parallelism, est, measured)
     # Sharding really halves what each rank holds.
     assert straight.system["model_state_bytes_max_rank"] <= 0.55 * ddp.system["model_state_bytes_max_rank"]
+
+
+def test_a_checkpoint_past_the_runs_steps_is_refused_naming_both(tiny_lm, root: Path, straight: TrainResult,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """The straight run's 40-step checkpoints under a run name launched again with max_steps 20 (the demo's first
+    champion after its step count changed): refused, naming the checkpoint's step and the run's steps, instead of a
+    crash in the progress line (or the 40-step weights exported as a 20-step run's)."""
+    from mlops_training import TrainingError
+
+    shutil.copytree(straight.run_dir, root / ".mlops/checkpoints/past")
+    with pytest.raises(TrainingError, match="torchrun exited"):
+        launch(tiny_lm("training.max_steps=20", "training.checkpoint.every_steps=8"), root, run_name="past",
+               track=False)
+    err = capfd.readouterr().err
+    assert "holds a checkpoint at step 40, past this run's 20 steps" in err, err[-3000:]
+    assert not (root / ".mlops/checkpoints/past/result.json").exists() or json.loads(
+        (root / ".mlops/checkpoints/past/result.json").read_text())["steps"] == 40  # nothing of this launch

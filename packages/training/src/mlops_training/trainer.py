@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from mlops_config import TrainingConfig
 from mlops_core import Progress
 from mlops_training.checkpoint import Checkpointer, latest_checkpoint
+from mlops_training.errors import TrainingError
 from mlops_training.parallelize import Dist, apply_parallelism, clip_grad_norm
 
 if TYPE_CHECKING:
@@ -153,6 +154,11 @@ def run_training(training: TrainingConfig, plan: ShardPlan, task: Task, dist_inf
         state = ckpt.load(latest, model, optimizer)
         scheduler.load_state_dict(state["scheduler"])
         step = resumed_from = int(state["step"])
+        if step > steps:  # a checkpoint of another, longer run: resuming it would export its weights as this run's
+            raise TrainingError(
+                f"run folder {str(run_dir)!r} holds a checkpoint at step {step}, past this run's {steps} steps "
+                f"(training.max_steps or the data changed since it was saved): train under a run name of its own "
+                f"(--run-name, MLOPS_RUN_NAME) or remove that folder")
         history = state["history"]
         trajectory = dict(state.get("trajectory") or {})
         sketches = dict(state.get("trajectory_sketch") or {})
