@@ -26,12 +26,23 @@ setup: $(STAMP)
 # Re-installs only when the lock or a package's metadata changed. Third-party packages come from the hashed lock
 # (--require-hashes: exactly the bytes locked, or nothing); our own packages after it, --no-deps (pip takes no
 # hashes for local folders). torch is the CPU build: from the machine's wheel folder (pip's find-links) when it
-# has one, else from PyTorch's CPU index (TORCH_INDEX); either way its hash is the lock's.
+# has one, else from PyTorch's CPU index (TORCH_INDEX); either way its hash is the lock's, and pip installs it.
+# The rest goes through uv (itself from the lock, by pip): the same hashes, installed in parallel and without
+# compiling every module up front (about 30 s against pip's 3 min on a 2-core machine). Where uv cannot be
+# installed or cannot reach the index, pip installs the rest, as before.
 TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),,https://download.pytorch.org/whl/cpu)
+PIP_QUIET := 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock --hashes-only
-	$(BIN)/pip install -q --require-hashes --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r requirements.lock 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@$(BIN)/python tools/lock_subset.py requirements.lock torch > $(VENV)/lock-torch.txt
+	@$(BIN)/python tools/lock_subset.py requirements.lock uv > $(VENV)/lock-uv.txt
+	@$(BIN)/python tools/lock_subset.py requirements.lock --except torch uv > $(VENV)/lock-rest.txt
+	$(BIN)/pip install -q --require-hashes --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r $(VENV)/lock-torch.txt $(PIP_QUIET)
+	@{ $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-uv.txt $(PIP_QUIET) && \
+	  $(BIN)/uv pip install -q --python $(BIN)/python --require-hashes --no-deps -r $(VENV)/lock-rest.txt; } || \
+	  { echo "uv could not install the lock; pip installs it"; \
+	  $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-rest.txt $(PIP_QUIET); }
 	$(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock
 	@touch $@
@@ -95,9 +106,11 @@ rehearse-test: setup prometheus
 CHECKOV_VENV := $(VENV)/tools/checkov
 checkov-setup: $(CHECKOV_VENV)/.setup-stamp
 
-$(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt
+$(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt | $(STAMP)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install -q --no-deps -r tools/checkov/constraints.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(CHECKOV_VENV)/bin/python --no-deps \
+	  -r tools/checkov/constraints.txt; } || \
+	  $(CHECKOV_VENV)/bin/pip install -q --no-deps -r tools/checkov/constraints.txt $(PIP_QUIET)
 	@touch $@
 
 # The offline GitOps checks alone: actionlint, kustomize + schemas, checkov, workflow run steps, promtool.

@@ -1,7 +1,9 @@
 """Print the entries of the hashed lock that an image needs, for ``pip install --require-hashes --no-deps``.
 
-Usage: ``lock_subset.py requirements.lock NAME...`` or ``lock_subset.py requirements.lock --report REPORT.json``
-(pip's ``install --dry-run --report``: every third-party package it resolved; our local folders are skipped).
+Usage: ``lock_subset.py requirements.lock NAME...``, ``lock_subset.py requirements.lock --report REPORT.json``
+(pip's ``install --dry-run --report``: every third-party package it resolved; our local folders are skipped), or
+``lock_subset.py requirements.lock --except NAME...`` (every entry but those: ``make setup`` installs torch and uv
+with pip and the rest with uv).
 A resolved package the lock does not hold fails the build: nothing unlocked gets into an image.
 Standard library only: it runs in the image's bare build venv.
 """
@@ -41,8 +43,16 @@ def resolved(report: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     lock, rest = argv[0], argv[1:]
-    names = resolved(rest[1]) if rest[:1] == ["--report"] else rest
     locked = entries(lock)
+    if rest[:1] == ["--except"]:
+        left_out = {canonical(n) for n in rest[1:]}
+        unknown = sorted(left_out - set(locked))
+        if unknown:
+            sys.stderr.write(f"lock_subset: --except names {unknown}, which {lock} does not hold\n")
+            return 1
+        names = [n for n in locked if n not in left_out]
+    else:
+        names = resolved(rest[1]) if rest[:1] == ["--report"] else rest
     missing = sorted({n for n in names if canonical(n) not in locked})
     if missing:
         sys.stderr.write(f"lock_subset: {missing} resolved but not in {lock}: add them to constraints.txt and run "

@@ -93,6 +93,33 @@ def test_lock_subset_takes_what_pip_resolved_and_refuses_the_unlocked(tmp_path: 
     assert "unlocked-thing" in capsys.readouterr().err
 
 
+def test_lock_subset_except_leaves_out_the_named_and_refuses_an_unknown_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``make setup`` installs torch and uv with pip and everything else with uv: the three parts are the lock."""
+    subset = _tool("lock_subset")
+    lock = tmp_path / "r.lock"
+    lock.write_text(f"# x\nFoo.Bar==1.0 \\\n    --hash=sha256:{'a' * 64}\n"
+                    f"torch==2.13.0 \\\n    --hash=sha256:{'b' * 64}\n"
+                    f"uv==0.1 \\\n    --hash=sha256:{'c' * 64}\n")
+    assert subset.main([str(lock), "--except", "torch", "UV"]) == 0
+    assert capsys.readouterr().out.strip() == f"Foo.Bar==1.0 \\\n    --hash=sha256:{'a' * 64}"
+    assert subset.main([str(lock), "--except", "torch", "uvx"]) == 1
+    assert "['uvx']" in capsys.readouterr().err
+
+
+def test_setup_installs_every_entry_of_the_lock_once() -> None:
+    """The three parts ``make setup`` installs (torch, uv, the rest) are disjoint and together the whole lock."""
+    subset = _tool("lock_subset")
+    setup = (REPO / "Makefile").read_text().split("$(STAMP):", 1)[1].split("\n\n", 1)[0]
+    parts = re.findall(r"lock_subset\.py requirements\.lock ([^>]+)>", setup)
+    locked = set(subset.entries(str(REPO / "requirements.lock")))
+    named = [set(subset.canonical(n) for n in p.split()) for p in parts if not p.startswith("--")]
+    excepted = [set(subset.canonical(n) for n in p.split()[1:]) for p in parts if p.startswith("--except")]
+    assert len(named) == 2 and len(excepted) == 1, parts
+    assert named[0] | named[1] == excepted[0] and not named[0] & named[1]
+    assert excepted[0] <= locked
+
+
 def _pip_installs(script: str) -> list[str]:
     return [c for c in re.split(r"&&|\n(?!\s)", script.replace("\\\n", " ")) if "pip install" in c]
 
