@@ -84,8 +84,8 @@ def rollback(
     as_json: JsonOpt = False,
 ) -> None:
     """Revert ENV's last promotion, in its overlay only: drop a running canary, else serve the overlay's previous
-    version again (per delivery.commit_mode with --commit). The registry's aliases do not move (that is `mlops
-    registry rollback`); the drift rollback to the fallback is `mlops monitor run`'s."""
+    version again (per delivery.commit_mode with --commit). The registry's aliases do not move (moving the champion back
+    is `mlops registry rollback`); the drift rollback to the fallback is `mlops monitor run`'s."""
     from mlops_delivery import revert_promotion
 
     loaded = _load_for_change(push, commit, profile, model, sets)
