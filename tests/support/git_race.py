@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 HOOK = """#!/bin/sh
-# another writer pushes to {ref} while our push is in flight, the first {times} time(s) only
+# another writer pushes to {ref} while our push to it is in flight, the first {times} time(s) only
+grep -q " {ref} " || exit 0  # stdin: "<local ref> <local sha> <remote ref> <remote sha>" per pushed ref
 unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0
 count=$(cat {count} 2>/dev/null || echo 0)
 [ "$count" -ge {times} ] && exit 0
@@ -31,8 +32,9 @@ git push -q --no-verify --force origin HEAD:{ref} || exit 1
 
 def racing_writer(monkeypatch: pytest.MonkeyPatch, tmp: Path, remote: str | Path, ref: str, *,
                   times: int = 1) -> Path:
-    """Make each of this process's next ``times`` git pushes lose the race on ``remote``'s ``ref`` (a full ref):
-    just before it, another writer commits ``race.txt`` in its own clone and pushes that to ``ref``.
+    """Make each of this process's next ``times`` git pushes to ``remote``'s ``ref`` (a full ref) lose the race:
+    just before it, another writer commits ``race.txt`` in its own clone and pushes that to ``ref``. Pushes to
+    other refs go through untouched.
 
     Returns the other writer's clone (``git -C it rev-parse HEAD`` is what it pushed last).
     """

@@ -130,3 +130,22 @@ def test_a_retraining_branch_that_loses_the_race_is_refused_by_the_same_error(
     assert "another trigger rebuilt the retraining branch meanwhile" in str(lost.value)
     assert remote_tip(remote, "refs/heads/retrain/fraud") == theirs
     assert remote_tip(remote, "refs/retrain-prs/fraud") is None
+
+
+def test_a_retraining_record_that_loses_the_race_is_refused_by_the_same_error(
+        repo: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bare remote's pull-request record (``refs/retrain-prs/<model>``) is written under a lease on its last
+    commit too: another trigger writing it meanwhile wins, and ours is refused by name."""
+    _, remote = repo
+    other = racing_writer(monkeypatch, tmp_path, remote, "refs/retrain-prs/fraud")
+    cfg = DeliveryConfig(retrain=RetrainConfig(repo=str(remote), backend="git"))
+    trigger = RetrainTrigger(model="fraud", reason="drift", evidence={"level": "CRITICAL"},
+                             data_version="1" * 31 + "b.dir")
+    with pytest.raises(PushRejectedError) as lost:
+        request_retrain(cfg, DataConfig(), tmp_path, trigger)
+    theirs = git(other, "rev-parse", "HEAD")
+    assert (lost.value.ref, lost.value.expected, lost.value.actual) == ("refs/retrain-prs/fraud",
+                                                                        "absent (a new ref)", theirs)
+    assert "another trigger wrote the retraining record meanwhile" in str(lost.value)
+    assert remote_tip(remote, "refs/retrain-prs/fraud") == theirs
+    assert remote_tip(remote, "refs/heads/retrain/fraud") is not None  # the branch went first, unraced
