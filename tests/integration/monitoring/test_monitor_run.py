@@ -152,7 +152,7 @@ def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections:
     monkeypatch.setenv("MLOPS_TEST_WEBHOOK_TOKEN", "s3cret")
     monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlops_config import DeliveryConfig
-    from mlops_pipeline import rollback_executor
+    from mlops_pipeline import fallback_executor
 
     _, profile = reference
     # without an executor the monitor only decides (it never deploys by itself)
@@ -163,7 +163,7 @@ def test_critical_rolls_back_to_fallback_in_the_ledger(tmp_path: Path, sections:
     assert next(a for a in decided.actions if a.action == "rollback").detail.startswith("decided, not carried out")
     assert lifecycle.aliases(sections["tracking"], tmp_path, "fraud")["champion"] == "2"
     # no --reference: the profile comes from the run of the served champion (v2); no gitops_repo: registry only
-    execute = rollback_executor(DeliveryConfig(), sections["tracking"], tmp_path)
+    execute = fallback_executor(DeliveryConfig(), sections["tracking"], tmp_path)
     result = run_monitor(MonitorRun(**sections, root=tmp_path, model="fraud", window="1h", html=False, now=NOW,
                                     execute=execute))
     assert result.level == "CRITICAL" and any("amount PSI" in r for r in result.reasons)

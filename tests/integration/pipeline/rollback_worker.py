@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_monitoring import RollbackDecision
-from mlops_pipeline import execute_rollback
+from mlops_pipeline import roll_back_to_fallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root: tests.support
 from tests.support.barrier import wait_for_go
@@ -26,7 +26,7 @@ def main() -> None:
     decision = RollbackDecision("fraud", "2", "1", "drift monitor CRITICAL: amount PSI 0.9", "CRITICAL")
     wait_for_go(barrier, out.stem)
     try:
-        done = execute_rollback(decision, delivery, tracking, root)
+        done = roll_back_to_fallback(decision, delivery, tracking, root)
         out.write_text(json.dumps({"ok": True, **done.to_dict()}))
     except Exception as exc:  # reported to the test, which fails on it
         out.write_text(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))

@@ -215,7 +215,7 @@ def test_a_failed_request_leaves_the_rollback_done_and_fails_the_run(world: dict
     """The registry is real (MLflow on SQLite, champion v2, fallback v1); the repository does not exist."""
     from mlops_core import lifecycle, mlflow_client
     from mlops_core.tracking import ensure_experiment
-    from mlops_pipeline import rollback_executor
+    from mlops_pipeline import fallback_executor
 
     cfg = loaded(world, "monitoring.auto_rollback=true", f"delivery.retrain.repo={tmp_path / 'missing.git'}")
     tracking, root = cfg.config.tracking, cfg.root
@@ -227,7 +227,7 @@ def test_a_failed_request_leaves_the_rollback_done_and_fails_the_run(world: dict
         mv = client.create_model_version("fraud", f"{run.info.artifact_uri}/model", run.info.run_id)
         for to in ("candidate", "staging", "canary", "champion"):
             lifecycle.promote(tracking, root, "fraud", mv.version, to, reason="setup", actor="test", required_gates={})
-    result = monitor(world, windows, cfg, T0, execute=rollback_executor(cfg.config.delivery, tracking, root))
+    result = monitor(world, windows, cfg, T0, execute=fallback_executor(cfg.config.delivery, tracking, root))
     rollback, action = next(a for a in result.actions if a.action == "rollback"), retrain_action(result)
     assert rollback.ok, rollback.detail
     assert lifecycle.aliases(tracking, root, "fraud")["champion"] == "1"  # the rollback stands

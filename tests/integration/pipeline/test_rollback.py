@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from mlops_config import DeliveryConfig, TrackingConfig
 from mlops_delivery import ModelManifest, serve_fallback
 from mlops_monitoring import RollbackDecision
-from mlops_pipeline import execute_rollback
+from mlops_pipeline import roll_back_to_fallback
 from tests.support.barrier import release_when_ready
 
 pytestmark = pytest.mark.integration
@@ -153,10 +153,10 @@ def test_a_rerun_completes_what_a_crash_left_and_never_commits_twice(tmp_path: P
     first = serve_fallback(delivery, "fraud", from_version=2, to_version=1, reason="crash test")
     assert first.created and _served_at_head(remote)["stable"] == "1"
     assert [e.version for e in _ledger_rollbacks(root)] == []
-    done = execute_rollback(DECISION, delivery, TRACKING, root)
+    done = roll_back_to_fallback(DECISION, delivery, TRACKING, root)
     assert done.commit == first.commit and not done.commit_created
     _three_agree(root, remote)
-    again = execute_rollback(DECISION, delivery, TRACKING, root)  # a plain re-run: nothing new anywhere
+    again = roll_back_to_fallback(DECISION, delivery, TRACKING, root)  # a plain re-run: nothing new anywhere
     assert (again.commit, again.ledger_seq) == (done.commit, done.ledger_seq)
     _three_agree(root, remote)
 
@@ -173,7 +173,7 @@ def test_an_overlay_moved_by_someone_else_is_not_overwritten(tmp_path: Path, rem
     git(work, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "v3 promoted")
     git(work, "push", "-q", "origin", "main")
     with pytest.raises(PromotionRefusedError, match="serves fraud v3, neither the drifted v2 nor the fallback v1"):
-        execute_rollback(DECISION, DeliveryConfig(gitops_repo=str(remote)), TRACKING, root)
+        roll_back_to_fallback(DECISION, DeliveryConfig(gitops_repo=str(remote)), TRACKING, root)
     assert _served_at_head(remote)["stable"] == "3"
     assert _ledger_rollbacks(root) == []
 

@@ -14,11 +14,12 @@ from mlops_delivery.errors import (
     ManifestError,
     MetricsError,
     PromotionRefusedError,
+    PushRejectedError,
     ShadowError,
 )
 from mlops_delivery.fallback import FallbackCommit, plan_fallback, serve_fallback
-from mlops_delivery.git import push_head
-from mlops_delivery.images import set_images
+from mlops_delivery.git import push_compare_and_swap
+from mlops_delivery.images import ImagesChange, set_images
 from mlops_delivery.ledger import resolve_version
 from mlops_delivery.manifest import ModelManifest, Placement
 from mlops_delivery.overlay import Checkout, OverlayWrite, cloned_checkout, local_checkout, write_overlay
@@ -78,6 +79,7 @@ __all__ = [
     "DeliveryError",
     "FallbackCommit",
     "GitError",
+    "ImagesChange",
     "LMCanaryAnalysis",
     "ManifestChange",
     "ManifestError",
@@ -88,6 +90,7 @@ __all__ = [
     "PromotionRefusedError",
     "PublishError",
     "Published",
+    "PushRejectedError",
     "RetrainOutcome",
     "RetrainTrigger",
     "ShadowAnalysis",
@@ -113,7 +116,7 @@ __all__ = [
     "promote_version",
     "publish_folder",
     "publish_model",
-    "push_head",
+    "push_compare_and_swap",
     "query_prometheus",
     "request_retrain",
     "resolve_version",

@@ -1,4 +1,5 @@
-"""Recording a manifest edit in git: one file, one commit, an author of the platform's own."""
+"""Recording a change in git: its files as one commit by the platform's author, pushed by the one compare-and-swap
+push (:func:`push_compare_and_swap`) every GitOps and repository write goes through."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 import subprocess
 from pathlib import Path
 
-from mlops_delivery.errors import GitError
+from mlops_delivery.errors import GitError, PushRejectedError
 
 logger = logging.getLogger(__name__)
 
@@ -27,19 +28,13 @@ def current_branch(root: Path) -> str:
     return branch
 
 
-def push_head(root: Path, remote: str = "origin") -> bool:
-    """Push the current branch to ``remote`` (a rejected push, e.g. a concurrent promotion, is an error)."""
-    branch = current_branch(root)
-    _git(root, "push", "--quiet", remote, f"HEAD:refs/heads/{branch}")
-    return True
-
-
 def switch_branch(root: Path, branch: str, *, create: bool = False) -> None:
     """Check out ``branch`` (``create``: a new branch at HEAD)."""
     _git(root, "switch", "--quiet", *(["-c"] if create else []), branch)
 
 
 REJECTED = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "failed to update ref", "cannot lock ref")
+"""What git prints when the remote's ref was not where the push expected it (the compare failed)."""
 
 
 def run_git(root: Path | None, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -48,30 +43,47 @@ def run_git(root: Path | None, *args: str, env: dict[str, str] | None = None) ->
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
 
 
-def push_outcome(root: Path, remote: str, branch: str, env: dict[str, str] | None = None, *,
-                 source: str = "HEAD") -> str:
-    """Push ``source`` (HEAD) to ``remote``'s ``branch`` only if that branch has not moved since we fetched it,
-    saying what happened: ``"pushed"`` (the branch moved to ``source``), ``"up_to_date"`` (the remote held it
-    already: another writer pushed the very same commit, e.g. two processes making an identical commit in the
-    same second) or ``"rejected"`` (the branch moved on).
+def push_compare_and_swap(root: Path, remote: str, ref: str, *, source: str = "HEAD", lease: str | None = None,
+                          env: dict[str, str] | None = None) -> str:
+    """Push ``source`` to ``remote``'s ``ref`` only if the ref is where this writer last saw it: the one push of
+    every GitOps or repository change (overlays, image pins, retraining branches and records).
 
-    A plain (non-force) push is git's compare-and-swap on the branch ref: the remote accepts it only as a
-    fast-forward of what it holds.
+    Args:
+        root: The clone to push from.
+        remote: Remote name or URL.
+        ref: A branch name or a full ref (``refs/retrain-prs/<model>``).
+        source: What to push (a commit or a local ref).
+        lease: ``None``: a plain (non-force) push, git's compare-and-swap on the ref: the remote takes it only as
+            a fast-forward of what it holds. A SHA: the ref is rewritten (``--force-with-lease=<ref>:<sha>``) only
+            if it is still at that SHA; ``""``: only if the ref does not exist yet.
+        env: git's environment (a token header, fixed commit dates).
+
+    Returns:
+        ``"pushed"`` (the ref moved to ``source``) or ``"up_to_date"`` (the remote held it already: another writer
+        pushed the very same commit, e.g. two processes making an identical commit in the same second).
 
     Raises:
-        GitError: the push failed for any other reason (no access, no such remote, ...).
+        PushRejectedError: the ref moved since it was read (a concurrent writer): nothing was pushed, the remote
+            keeps that writer's commit; the caller decides whether to re-plan or report it.
+        GitError: the push failed for any other reason (no access, no such remote, a hook declined it, ...).
     """
-    proc = run_git(root, "push", "--porcelain", remote, f"{source}:refs/heads/{branch}", env=env)
+    full = ref if ref.startswith("refs/") else f"refs/heads/{ref}"
+    force = [] if lease is None else [f"--force-with-lease={full}:{lease}"]
+    proc = run_git(root, "push", "--porcelain", *force, remote, f"{source}:{full}", env=env)
     if proc.returncode == 0:
         flags = [line.split("\t", 1)[0] for line in proc.stdout.splitlines() if "\t" in line]
         return "up_to_date" if flags and all(f.strip() == "=" for f in flags) else "pushed"
     text = proc.stdout + proc.stderr
     if any(marker in text for marker in REJECTED):
-        logger.info("push to %s/%s rejected: the branch moved on", remote, branch)
-        return "rejected"
+        sha = run_git(root, "rev-parse", "--verify", "--quiet", f"{source}^{{commit}}", env=env).stdout.strip()
+        expected = (f"an ancestor of {sha[:12]} (a fast-forward)" if lease is None
+                    else lease if lease else "absent (a new ref)")
+        listed = run_git(root, "ls-remote", remote, full, env=env).stdout.split()
+        logger.info("push to %s %s rejected: the ref moved on", remote, full)
+        raise PushRejectedError(remote, full, expected, listed[0] if listed else None, commit=sha)
     detail = text.strip().splitlines()
     last = detail[-1] if detail else proc.returncode
-    raise GitError(f"`git push {remote} {source}:{branch}` failed in {str(root)!r}: {last}")
+    raise GitError(f"`git push {remote} {source}:{full}` failed in {str(root)!r}: {last}")
 
 
 def commit_files(root: Path, paths: list[Path], message: str, author: str) -> str:

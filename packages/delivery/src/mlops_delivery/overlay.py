@@ -1,4 +1,5 @@
-"""The one way an overlay changes in git: promote, revert, shadow and the drift rollback all write through here.
+"""The one way an overlay changes in git: promote, revert, shadow, the drift rollback and the release's image pins
+(``mlops gitops set-images``) all write through here.
 
 A change is an *edit function*: given a checkout's root, it reads the overlay files there and plans the change
 (the files' new text, the message, the diff), or raises :class:`PromotionRefusedError` when the overlay is no
@@ -6,10 +7,11 @@ longer in a state it applies to. :func:`write_overlay` runs it at the checkout's
 atomically (Argo CD may sync them at any moment) and, with ``commit``, records them as one commit:
 
 - ``delivery.commit_mode == "commit"``: on the checked-out branch. ``push`` is a plain (non-force) push, git's
-  compare-and-swap on the branch: the remote takes it only as a fast-forward of the HEAD the edit read. A
-  rejected push means another writer moved the branch: the commit is dropped, the checkout fast-forwarded to
-  the remote's tip, and the edit run again there (so it refuses, or finds its change already made, instead of
-  overwriting what it did not read), up to :data:`MAX_ATTEMPTS` times.
+  compare-and-swap on the branch (:func:`mlops_delivery.git.push_compare_and_swap`): the remote takes it only
+  as a fast-forward of the HEAD the edit read. A rejected push means another writer moved the branch: the
+  commit is dropped, the checkout fast-forwarded to the remote's tip, and the edit run again there (so it
+  refuses, or finds its change already made, instead of overwriting what it did not read), up to
+  :data:`MAX_ATTEMPTS` times; then :class:`~mlops_delivery.errors.PushRejectedError` names the race.
 - ``"pull_request"``: on a branch of its own (the change's ``branch_name``) made at HEAD; the checked-out branch
   is left as it was. ``push`` pushes that branch without force and opens a pull request; a branch already at
   the remote that holds the very same files (a re-run) is reported, not pushed or opened again.
@@ -33,8 +35,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 from mlops_config import DeliveryConfig
 from mlops_core import atomic_write_text
-from mlops_delivery.errors import GitError, PromotionRefusedError
-from mlops_delivery.git import commit_files, current_branch, push_outcome, run_git, switch_branch
+from mlops_delivery.errors import GitError, PromotionRefusedError, PushRejectedError
+from mlops_delivery.git import commit_files, current_branch, push_compare_and_swap, run_git, switch_branch
 from mlops_delivery.pull_request import open_pull_request, pull_request_endpoint
 
 logger = logging.getLogger(__name__)
@@ -142,7 +144,9 @@ def write_overlay(delivery: DeliveryConfig, checkout: Checkout, edit: Callable[[
 
     Raises:
         PromotionRefusedError: the edit refused (also after the remote moved under it).
-        GitError: git failed, the branch diverged from the remote, or the push kept losing the race.
+        PushRejectedError: the push kept losing the race (:data:`MAX_ATTEMPTS` times), the local branch has
+            commits the moved remote lacks, or a pull request's branch exists with other content.
+        GitError: git failed.
     """
     if commit and push and delivery.commit_mode == "pull_request":
         pull_request_endpoint(delivery.github_token_var)  # a missing token fails before any git change
@@ -156,22 +160,27 @@ def write_overlay(delivery: DeliveryConfig, checkout: Checkout, edit: Callable[[
     branch = current_branch(checkout.root)
     if delivery.commit_mode == "pull_request":
         return change, _commit_on_branch(delivery, checkout, change, branch, push)
-    start = _run(checkout, "rev-parse", "HEAD")
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    start, attempt = _run(checkout, "rev-parse", "HEAD"), 1
+    while True:
         _write(change)
         sha = commit_files(checkout.root, list(change.texts), change.message, delivery.git_author)
         if not push:
             return change, OverlayWrite(commit=sha, attempts=attempt)
-        outcome = push_outcome(checkout.root, checkout.remote, branch, env=checkout.env)
-        if outcome != "rejected":  # up_to_date: a concurrent writer pushed this very commit first
-            return change, OverlayWrite(commit=sha, pushed=outcome == "pushed", attempts=attempt)
-        start = _catch_up(checkout, start, branch)
-        change = edit(checkout.root)
-        if not change.changed:  # another writer made this very change
-            logger.info("%s: made by another writer meanwhile", change.message)
-            return change, OverlayWrite(attempts=attempt + 1)
-    raise GitError(f"the push of {change.message.splitlines()[0]!r} to {checkout.remote!r}/{branch} was rejected "
-                   f"{MAX_ATTEMPTS} times in a row: the branch keeps moving; retry")
+        try:
+            outcome = push_compare_and_swap(checkout.root, checkout.remote, branch, env=checkout.env)
+        except PushRejectedError as lost:
+            if attempt == MAX_ATTEMPTS:  # the commit stays on the local branch, named in the error
+                raise lost.with_hint(f"rejected {MAX_ATTEMPTS} times in a row: the branch keeps moving; retry "
+                                     f"{change.message.splitlines()[0]!r}") from None
+            start = _catch_up(checkout, start, branch, lost)
+            change = edit(checkout.root)
+            attempt += 1
+            if not change.changed:  # another writer made this very change
+                logger.info("%s: made by another writer meanwhile", change.message)
+                return change, OverlayWrite(attempts=attempt)
+            continue
+        # up_to_date: a concurrent writer pushed this very commit first
+        return change, OverlayWrite(commit=sha, pushed=outcome == "pushed", attempts=attempt)
 
 
 def write_local(delivery: DeliveryConfig, root: Path, edit: Callable[[Path], C], planned: C, *, commit: bool = False,
@@ -208,18 +217,18 @@ def _run(checkout: Checkout, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def _catch_up(checkout: Checkout, start: str, branch: str) -> str:
+def _catch_up(checkout: Checkout, start: str, branch: str, lost: PushRejectedError) -> str:
     """Drop our rejected commit and fast-forward to the remote's tip; return the new HEAD.
 
     ``reset --keep`` keeps unrelated uncommitted edits of a working copy; a branch with commits of its own that
-    the remote lacks cannot fast-forward and is refused rather than reset.
+    the remote lacks cannot fast-forward and is refused (``lost``, with what to do) rather than reset.
     """
     _run(checkout, "reset", "--quiet", "--keep", start)
     _run(checkout, "fetch", "--quiet", checkout.remote, branch)
     proc = run_git(checkout.root, "merge", "--quiet", "--ff-only", "FETCH_HEAD", env=checkout.env)
     if proc.returncode != 0:
-        raise GitError(f"{branch!r} in {str(checkout.root)!r} has commits that {checkout.remote}/{branch} lacks and "
-                       f"the remote moved on: pull (or rebase) first, then run the change again")
+        raise lost.with_hint(f"{branch!r} in {str(checkout.root)!r} has commits that {checkout.remote}/{branch} "
+                             "lacks and the remote moved on: pull (or rebase) first, then run the change again")
     return _run(checkout, "rev-parse", "HEAD")
 
 
@@ -235,16 +244,17 @@ def _commit_on_branch(delivery: DeliveryConfig, checkout: Checkout, change: Over
         switch_branch(root, base)
     if not push:
         return OverlayWrite(commit=sha, branch=branch)
-    outcome = push_outcome(root, checkout.remote, branch, env=checkout.env, source=f"refs/heads/{branch}")
-    if outcome == "up_to_date":  # a concurrent writer pushed this very commit and opened its pull request
-        return OverlayWrite(commit=sha, branch=branch)
-    if outcome == "rejected":
+    try:
+        outcome = push_compare_and_swap(root, checkout.remote, branch, source=f"refs/heads/{branch}", env=checkout.env)
+    except PushRejectedError as lost:
         existing = _same_change_at_remote(checkout, change, branch)
         if existing is None:
-            raise GitError(f"branch {branch!r} exists at {checkout.remote!r} with other content; merge or delete "
-                           "its pull request, then run the change again")
+            raise lost.with_hint(f"branch {branch!r} exists at {checkout.remote!r} with other content; merge or "
+                                 "delete its pull request, then run the change again") from None
         logger.info("%s: branch %s already holds it at %s", change.message, branch, existing[:12])
         return OverlayWrite(commit=existing, branch=branch)
+    if outcome == "up_to_date":  # a concurrent writer pushed this very commit and opened its pull request
+        return OverlayWrite(commit=sha, branch=branch)
     title, _, rest = change.message.partition("\n")
     link = open_pull_request(head=branch, base=base, title=title, body=f"{rest.strip()}\n\n```diff\n{change.diff}```"
                              if rest.strip() else f"```diff\n{change.diff}```", token_env=delivery.github_token_var)

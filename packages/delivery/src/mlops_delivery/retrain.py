@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from mlops_config import DATA_VERSION, DataConfig, DeliveryConfig, data_pin_path, parse_data_pin
-from mlops_delivery.errors import DeliveryError, GitError
-from mlops_delivery.git import run_git
+from mlops_delivery.errors import DeliveryError, GitError, PushRejectedError
+from mlops_delivery.git import push_compare_and_swap, run_git
 from mlops_delivery.overlay import git_env
 from mlops_delivery.retrain_pr import GitHubPulls, GitRecordPulls, PullRequests
 
@@ -214,7 +214,8 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
         ledger: A JSON-lines file every outcome is appended to, rate-limited ones included.
 
     Raises:
-        DeliveryError: bad input, no repository, an unpublished version; GitError: git or GitHub failed.
+        DeliveryError: bad input, no repository, an unpublished version; PushRejectedError: another trigger
+            moved the branch since it was read (nothing was published); GitError: git or GitHub failed.
     """
     retrain = delivery.retrain
     moment = (now or datetime.now(UTC)).astimezone(UTC)
@@ -260,11 +261,10 @@ def request_retrain(delivery: DeliveryConfig, data: DataConfig, root: Path, trig
         _git(clone, "-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}", "commit",
              "--quiet", "-m", title, "-m", f"Trigger: {trigger.reason} at {stamp}", "--", rel_pin, env=env)
         head = _git(clone, "rev-parse", "HEAD")
-        lease = f"--force-with-lease=refs/heads/{branch}:{seen or ''}"
-        pushed = run_git(clone, "push", "--quiet", lease, "origin", f"HEAD:refs/heads/{branch}", env=env)
-        if pushed.returncode != 0:
-            raise GitError(f"cannot push {branch!r} (another trigger moved it since {str(seen)[:12]}? run again): "
-                           f"{(pushed.stderr or pushed.stdout).strip().splitlines()[-1:]}")
+        try:  # the branch is rebuilt from the base: rewritten only if still where this trigger saw it
+            push_compare_and_swap(clone, "origin", branch, lease=seen or "", env=env)
+        except PushRejectedError as lost:
+            raise lost.with_hint("another trigger rebuilt the retraining branch meanwhile; run again") from None
         outcome.pushed, outcome.head_sha = True, head
         body = render_body(trigger, version, previous, stamp)
         ref = backend.publish(model=trigger.model, branch=branch, base=base, title=title, body=body,

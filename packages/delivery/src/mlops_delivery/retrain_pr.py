@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mlops_delivery.errors import GitError
-from mlops_delivery.git import push_outcome, run_git
+from mlops_delivery.errors import GitError, PushRejectedError
+from mlops_delivery.git import push_compare_and_swap, run_git
 from mlops_delivery.pull_request import open_pull_request, pull_request_endpoint
 
 logger = logging.getLogger(__name__)
@@ -150,11 +150,10 @@ class GitRecordPulls:
         commit = self._git("-c", f"user.name={name.strip()}", "-c", f"user.email={email.rstrip('>').strip()}",
                            "commit-tree", tree, *(["-p", parent] if parent else []), "-m", message)
         ref = RECORD_REF.format(model=model)
-        lease = f"--force-with-lease={ref}:{parent or ''}"
-        proc = run_git(self.clone, "push", "--quiet", lease, self.remote, f"{commit}:{ref}", env=self.env)
-        if proc.returncode != 0:
-            raise GitError(f"cannot write the retraining record {ref!r} to {self.remote!r} (another trigger moved "
-                           f"it? run again): {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        try:
+            push_compare_and_swap(self.clone, self.remote, ref, source=commit, lease=parent or "", env=self.env)
+        except PushRejectedError as lost:
+            raise lost.with_hint("another trigger wrote the retraining record meanwhile; run again") from None
         return commit
 
     def publish(self, *, model: str, branch: str, base: str, title: str, body: str,
@@ -186,8 +185,11 @@ class GitRecordPulls:
             raise GitError(f"{base!r} moved on since {branch!r} was built, so it cannot fast-forward; trigger again "
                            "to rebuild the pull request on the new base")
         self._git("checkout", "--quiet", "--detach", head)
-        if push_outcome(self.clone, self.remote, base, env=self.env) == "rejected":
-            raise GitError(f"{base!r} moved on while merging {branch!r}; trigger again to rebuild the pull request")
+        try:
+            push_compare_and_swap(self.clone, self.remote, base, env=self.env)
+        except PushRejectedError as lost:
+            raise lost.with_hint(f"{base!r} moved on while merging {branch!r}; trigger again to rebuild the pull "
+                                 "request") from None
         self._write(model, {**record, "state": "merged", "merged_sha": head}, parent, f"merge {branch} into {base}")
         logger.info("fast-forwarded %s to %s (%s)", base, branch, head[:12])
         return head

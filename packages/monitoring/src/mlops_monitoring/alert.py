@@ -74,7 +74,7 @@ class RollbackDecision:
     """What a CRITICAL run asks of the layer above: serve ``to_version`` instead of ``from_version``.
 
     Monitoring decides; it does not deploy. The layer that composes monitoring with delivery
-    (``mlops_pipeline.execute_rollback``) carries the decision out: the GitOps commit first, then the
+    (``mlops_pipeline.roll_back_to_fallback``) carries the decision out: the GitOps commit first, then the
     registry alias and the ledger entry.
     """
 
@@ -144,9 +144,10 @@ def dispatch(
     return results
 
 
-def decide_rollback(tracking: TrackingConfig, root: Path, model: str, served_alias: str,
+def choose_fallback(tracking: TrackingConfig, root: Path, model: str, served_alias: str,
                     alert: Alert) -> RollbackDecision:
-    """The rollback a CRITICAL ``alert`` calls for: from the version ``served_alias`` names to the ``fallback``."""
+    """Which versions the drift rollback a CRITICAL ``alert`` calls for moves between: from the version
+    ``served_alias`` names to the ``fallback`` (whether to roll back at all is ``should_roll_back``'s answer)."""
     from mlops_core import FALLBACK, aliases
 
     reason = (f"drift monitor {alert.level}: " + "; ".join(alert.reasons))[:1000]

@@ -102,9 +102,10 @@ def estimated_drop(window: Any, reference: Any, monitoring: MonitoringConfig, *,
                          **base)  # type: ignore[arg-type]
 
 
-def rollback_called(monitoring: MonitoringConfig, *, drift_critical: bool, quality_critical: bool,
+def should_roll_back(monitoring: MonitoringConfig, *, drift_critical: bool, quality_critical: bool,
                     estimate: EstimatedDrop | None) -> tuple[bool, str]:
-    """Whether the run's verdict calls for the rollback under ``monitoring.rollback_signal``, and why."""
+    """Whether the run's verdict calls for the drift rollback under ``monitoring.rollback_signal``, and why (to which
+    version is ``choose_fallback``'s answer)."""
     if quality_critical:
         return True, "realized quality (labels) is CRITICAL"
     if monitoring.rollback_signal == "drift" or estimate is None or estimate.verdict == "inconclusive":

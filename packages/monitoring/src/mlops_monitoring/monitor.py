@@ -32,12 +32,12 @@ from mlops_monitoring.alert import (
     RollbackDecision,
     RollbackExecutor,
     build_alert,
-    decide_rollback,
+    choose_fallback,
     dispatch,
 )
 from mlops_monitoring.drift import SCORE, DriftReport, compare
 from mlops_monitoring.errors import AlertDeliveryError, MonitoringError, RetrainFailedError, RollbackFailedError
-from mlops_monitoring.estimated_drop import EstimatedDrop, estimated_drop, reference_scores, rollback_called
+from mlops_monitoring.estimated_drop import EstimatedDrop, estimated_drop, reference_scores, should_roll_back
 from mlops_monitoring.exporter import build_registry, push_metrics, write_metrics
 from mlops_monitoring.lm_drift import lm_drift, lm_reference, read_prompts, tokenizer_encoder
 from mlops_monitoring.notify import state_path
@@ -466,7 +466,7 @@ def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str,
     estimate = estimated_drop(assessed.scores, assessed.reference_scores, monitoring, threshold=threshold.value)
     if threshold.disagrees or threshold.source == "legacy":  # the verdict names a threshold that is not the model's
         reasons = [*reasons, f"decision threshold: {threshold.note}"]
-    called, why = rollback_called(monitoring, drift_critical=report.level == Level.CRITICAL.value,
+    called, why = should_roll_back(monitoring, drift_critical=report.level == Level.CRITICAL.value,
                                   quality_critical=assessed.quality_level is Level.CRITICAL, estimate=estimate)
     if called and level is not Level.CRITICAL:  # only the estimate calls below CRITICAL (rollback_signal estimate)
         level, reasons = Level.CRITICAL, [f"CRITICAL: {estimate.reason}", *reasons]
@@ -475,7 +475,7 @@ def _act(run: MonitorRun, assessed: _Assessed, out_dir: Path, outputs: dict[str,
     alert = build_alert(model, level, reasons, report, quality, out_dir / "drift.json")
     decision = None
     if called and monitoring.auto_rollback and not run.dry_run:
-        decision = decide_rollback(run.tracking, root, model, run.serving.alias, alert)
+        decision = choose_fallback(run.tracking, root, model, run.serving.alias, alert)
     actions = dispatch(alert, monitoring, state_file=state_path(root / project.state_dir, monitoring, model),
                        decision=decision, execute=run.execute, dry_run=run.dry_run, now=now)
     if level is Level.CRITICAL:  # after the rollback: a retraining is the slow fix, the rollback the fast one

@@ -6,7 +6,7 @@ from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.pipeline import STEPS, PipelineResult, run_pipeline
 from mlops_pipeline.provenance import VersionAudit, attach_sbom, verify_version
 from mlops_pipeline.rehearsal import RehearsalResult, run_rehearsal
-from mlops_pipeline.rollback import RollbackOutcome, execute_rollback, rollback_executor, run_monitoring
+from mlops_pipeline.rollback import RollbackOutcome, fallback_executor, roll_back_to_fallback, run_monitoring
 from mlops_pipeline.steps import stdout_to_stderr
 from mlops_pipeline.triggers import (
     IngestRun,
@@ -31,10 +31,10 @@ __all__ = [
     "StepConsole",
     "VersionAudit",
     "attach_sbom",
-    "execute_rollback",
+    "fallback_executor",
     "new_run_dir",
     "retrain_requester",
-    "rollback_executor",
+    "roll_back_to_fallback",
     "run_data_trigger",
     "run_ingest",
     "run_monitoring",

@@ -287,7 +287,7 @@ def step_lm_drift(ctx: PipelineContext) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from mlops_monitoring import Level, RollbackDecision, lm_drift, lm_reference
-    from mlops_pipeline.rollback import rollback_executor
+    from mlops_pipeline.rollback import fallback_executor
 
     cfg = ctx.cfg
     before = _aliases(ctx)
@@ -316,7 +316,7 @@ def step_lm_drift(ctx: PipelineContext) -> dict[str, Any]:
                                     actor=ctx.actor, problem=None if fallback else "no fallback version")
         if fallback is None:
             raise PipelineError(f"CRITICAL drift on v{champion} but no fallback to roll back to")
-        actions.append(rollback_executor(cfg.delivery, cfg.tracking, ctx.root)(decision).__dict__)
+        actions.append(fallback_executor(cfg.delivery, cfg.tracking, ctx.root)(decision).__dict__)
     after = _aliases(ctx)
     ctx.facts["drift"] = {**report.to_dict(), "actions": actions}
     return {"level": report.level, "champion_before": champion, "champion_after": after.get("champion"),

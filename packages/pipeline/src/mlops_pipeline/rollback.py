@@ -61,7 +61,7 @@ class RollbackOutcome:
         return dict(self.__dict__)
 
 
-def execute_rollback(
+def roll_back_to_fallback(
     decision: RollbackDecision, delivery: DeliveryConfig, tracking: TrackingConfig, root: Path, *,
     env: str | None = None, lock_timeout_s: float = 60.0,
 ) -> RollbackOutcome:
@@ -108,12 +108,12 @@ def execute_rollback(
     )
 
 
-def rollback_executor(delivery: DeliveryConfig, tracking: TrackingConfig, root: Path, *,
+def fallback_executor(delivery: DeliveryConfig, tracking: TrackingConfig, root: Path, *,
                       env: str | None = None) -> RollbackExecutor:
     """The executor :func:`mlops_monitoring.run_monitor` hands its decision to."""
 
     def execute(decision: RollbackDecision) -> ActionResult:
-        done = execute_rollback(decision, delivery, tracking, root, env=env)
+        done = roll_back_to_fallback(decision, delivery, tracking, root, env=env)
         where = f"{done.env} overlay at {done.commit[:12]}" if done.commit else "registry only (no gitops_repo)"
         return ActionResult("rollback", True, f"champion -> v{done.to_version} ({where}; ledger #{done.ledger_seq})",
                             {"version": done.to_version, "seq": done.ledger_seq, "replaced": done.from_version,
@@ -140,7 +140,7 @@ def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: 
     result = run_monitor(MonitorRun(
         cfg.monitoring, cfg.serving, cfg.tracking, cfg.project, loaded.root, cfg.project.model, window=window,
         current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
-        execute=rollback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features,
+        execute=fallback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features,
         retrain=retrain_requester(loaded), kind=kind_of(cfg.training),
         prompts=None if dataset is None else loaded.root / dataset))
     data = None if dry_run or current is not None else run_data_trigger(loaded)

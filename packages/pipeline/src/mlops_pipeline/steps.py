@@ -328,7 +328,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     """A drifted day goes through the champion; `monitor run` says CRITICAL and rolls back to the fallback."""
     from mlops_features import generate_transactions
     from mlops_monitoring import MonitorRun, run_monitor
-    from mlops_pipeline.rollback import rollback_executor
+    from mlops_pipeline.rollback import fallback_executor
 
     cfg = ctx.cfg
     last_seen = pd.to_datetime(ctx.validated()["event_timestamp"]).max()
@@ -348,7 +348,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(MonitorRun(
         cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h", html=not ctx.fast,
-        execute=rollback_executor(cfg.delivery, cfg.tracking, ctx.root), features=cfg.features))
+        execute=fallback_executor(cfg.delivery, cfg.tracking, ctx.root), features=cfg.features))
     after = _aliases(ctx)
     ctx.facts["drift"] = result.to_dict()
     rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)

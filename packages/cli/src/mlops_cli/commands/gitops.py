@@ -75,7 +75,7 @@ def promote(
 
 @app.command("rollback")
 def rollback(
-    env: Annotated[str, typer.Option("--env", "-e", help="Environment (overlay) to roll back.")] = "production",
+    env: Annotated[str, typer.Option("--env", "-e", help="Environment (overlay) to revert.")] = "production",
     commit: CommitOpt = False,
     push: PushOpt = False,
     profile: ProfileOpt = None,
@@ -83,8 +83,9 @@ def rollback(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write the revert of ENV's last promotion: revert a running canary, else go back to the previous version
-    (per delivery.commit_mode with --commit)."""
+    """Revert ENV's last promotion, in its overlay only: drop a running canary, else serve the overlay's previous
+    version again (per delivery.commit_mode with --commit). The registry's aliases do not move (moving the champion back
+    is `mlops registry rollback`); the drift rollback to the fallback is `mlops monitor run`'s."""
     from mlops_delivery import revert_promotion
 
     loaded = _load_for_change(push, commit, profile, model, sets)
@@ -188,8 +189,9 @@ def set_images_cmd(
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Pin images by digest in the kustomizations' ``images:`` (what the release workflow commits)."""
-    from mlops_delivery import push_head, set_images
+    """Pin images by digest in the kustomizations' ``images:`` (what the release workflow commits), recorded per
+    delivery.commit_mode: a commit on the branch, or a branch of its own and a pull request."""
+    from mlops_delivery import set_images
 
     loaded = _load_for_change(push, commit, profile, model, sets)
     delivery = loaded.config.delivery
@@ -197,14 +199,15 @@ def set_images_cmd(
     paths = [loaded.root / k for k in kustomizations] if kustomizations else [
         *(infra / "overlays" / env / "kustomization.yaml" for env in delivery.environments),
         infra / "platform" / "kustomization.yaml"]
-    change = set_images(paths, images, root=loaded.root, commit=commit, author=delivery.git_author)
-    pushed = push_head(loaded.root, delivery.git_remote) if (push and change.commit) else False
+    change = set_images(paths, images, root=loaded.root, delivery=delivery, commit=commit, push=push)
     if as_json:
-        print_json({**change.to_dict(), "pushed": pushed})
+        print_json(change.to_dict())
         return
     if not change.changed:
         console.print("images already pinned at these digests, nothing changed")
         return
     typer.echo(change.diff, nl=False)
     console.print(f"pinned {len(change.images)} image(s)" + (f"; committed {change.commit[:12]}" if change.commit
-                                                               else "") + ("; pushed" if pushed else ""))
+                                                               else "")
+                  + (f" on branch {change.branch}" if change.branch else "") + ("; pushed" if change.pushed else "")
+                  + (f"; pull request {change.pull_request}" if change.pull_request else ""))

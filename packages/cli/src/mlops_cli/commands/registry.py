@@ -82,7 +82,9 @@ def promote(
 @app.command("rollback")
 def rollback(reason: ReasonOpt, actor: ActorOpt = None, profile: ProfileOpt = None, model: ModelOpt = None,
              sets: SetOpt = None, as_json: JsonOpt = False) -> None:
-    """Make the fallback version champion again (recorded in the ledger)."""
+    """Restore the champion, in the registry only: the fallback version becomes champion again (recorded in the
+    ledger). No overlay is edited, so the cluster serves what it served (reverting an overlay is `mlops gitops
+    rollback`)."""
     from mlops_core import default_actor, restore_champion
 
     loaded = load(profile, model, sets)

@@ -485,7 +485,7 @@ def _retrain_counters(ctx: RehearsalContext, deadline: float) -> dict[str, float
         time.sleep(1)
 
 
-def step_rollback(ctx: RehearsalContext) -> dict[str, Any]:
+def step_check_fallback(ctx: RehearsalContext) -> dict[str, Any]:
     """What the cluster sees of the drift job's rollback: the commit is in the GitOps remote, the overlay at HEAD
     names the fallback, the fallback serves, and the registry's champion alias and ledger agree."""
     assert ctx.gitops is not None and ctx.plane is not None

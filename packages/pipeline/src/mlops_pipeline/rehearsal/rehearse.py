@@ -52,7 +52,7 @@ STEPS = [
     Step("ingest-drifted", "The drifted day ingested: a newer data version", retrain.step_ingest_drifted),
     Step("monitor", "Drift job: CRITICAL", loop.as_role("monitor", loop.step_monitor)),
     Step("alert", "Alert in Alertmanager (GET /api/v2/alerts)", loop.step_alert),
-    Step("rollback", "Rollback: revert commit + alias + ledger; fallback serves", loop.step_rollback),
+    Step("rollback", "Rollback: revert commit + alias + ledger; fallback serves", loop.step_check_fallback),
     Step("labels", "Labels a week later → realized vs estimated F1", retrain.step_labels),
     Step("retrain", "Merge the retraining PR → train → gates → staging on the pin", retrain.step_retrain),
 ]
