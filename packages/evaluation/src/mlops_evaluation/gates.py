@@ -262,7 +262,8 @@ def latency_rounds(measure: Callable[[], LatencyRun], tolerance: float, max_nois
                       {**gate.evidence, "rounds": history, "max_rounds": max_rounds}, inconclusive=True)
 
 
-def contract_gate(meta: Mapping[str, Any], *, feature_service: str, available: Sequence[str]) -> GateResult:
+def tabular_contract_gate(meta: Mapping[str, Any], *, feature_service: str,
+                          available: Sequence[str]) -> GateResult:
     """The candidate's FeatureService is the one serving reads, and its input schema is what serving sends.
 
     Args:

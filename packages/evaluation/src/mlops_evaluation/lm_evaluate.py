@@ -25,8 +25,8 @@ from mlops_evaluation.gates import GateResult
 from mlops_evaluation.latency import ORDERS
 from mlops_evaluation.lm_gates import (
     contract_facts,
-    contract_gate,
     decode_determinism_gate,
+    hf_contract_gate,
     ids_digest,
     perplexity_gate,
 )
@@ -284,7 +284,7 @@ def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFMo
         elif gate == "latency":
             results.append(generation_latency(ref, cand, prompts, evaluation, ref_name, seed))
         else:
-            results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
+            results.append(hf_contract_gate(contract_facts(cand.tokenizer, cand.model.config),
                                          contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,
                                          seq_len=described["seq_len"]))
         log.info("gate %s: %s", gate, results[-1].label)

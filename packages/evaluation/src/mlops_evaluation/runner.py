@@ -29,10 +29,10 @@ from mlops_evaluation.gates import (
     GATES,
     TABULAR_ONLY,
     GateResult,
-    contract_gate,
     latency_rounds,
     quality_gate,
     reproducibility_gate,
+    tabular_contract_gate,
 )
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved
@@ -314,7 +314,7 @@ def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], eva
         elif gate == "calibration":
             results.append(calibration_gate(y, cand.score(holdout.frame), cand.meta, evaluation, seed=seed))
         else:
-            results.append(contract_gate(cand.meta, feature_service=features.feature_service,
+            results.append(tabular_contract_gate(cand.meta, feature_service=features.feature_service,
                                          available=serving_inputs(features, root)))
         log.info("gate %s: %s", gate, results[-1].label)
     return results, holdout.describe()
