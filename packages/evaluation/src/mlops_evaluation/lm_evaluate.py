@@ -22,7 +22,7 @@ import numpy as np
 from mlops_config import EvaluationConfig, TrainingConfig
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import GateResult
-from mlops_evaluation.latency import ORDERS
+from mlops_evaluation.latency import ORDERS, one_torch_thread
 from mlops_evaluation.lm_gates import (
     contract_facts,
     decode_determinism_gate,
@@ -218,20 +218,14 @@ def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], 
                 new_tokens: int) -> tuple[list[GenerationTiming], list[GenerationTiming], list[GenerationTiming]]:
     """Reference (A), candidate (B), reference again (A′) per round, in the latency gate's rotating orders, on
     one torch thread (so the process's CPU time is the generation's own, with no idle worker threads spinning)."""
-    import torch
-
     models = (reference, candidate, reference)
     series: tuple[list[GenerationTiming], ...] = ([], [], [])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         for i in range(warmup + timed):
             for k in ORDERS[i % len(ORDERS)]:
                 t = timed_generation(models[k], prompts[i % len(prompts)], new_tokens)
                 if i >= warmup:
                     series[k].append(t)
-    finally:
-        torch.set_num_threads(threads)
     return series[0], series[1], series[2]
 
 

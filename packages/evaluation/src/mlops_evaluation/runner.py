@@ -7,13 +7,12 @@ both to the candidate's run. A gate that fails is a verdict (exit 1); anything t
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from mlops_evaluation.gates import (
     tabular_contract_gate,
 )
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
-from mlops_evaluation.latency import measure_interleaved
+from mlops_evaluation.latency import measure_interleaved, one_torch_thread
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
 from mlops_evaluation.trajectory import NAME, check_trajectory, export_transform, recorded_differences
@@ -231,25 +230,6 @@ def _max_rel_diff(a: Path, b: Path) -> float:
     return worst
 
 
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """The calling thread scores on one torch intra-op thread meanwhile, as serving's transformer does
-    (``mlops_serving.transformer.single_threaded_torch``), so the gate times what serving runs.
-
-    With torch's default (one thread per core) the helper threads spin on cores other processes want: on a
-    loaded 2-core machine a 3×1536 MLP took 57 ms of CPU (499 ms wall) per 32-row batch on 2 threads against
-    5.7 ms (74 ms wall) on one; the 64-32 MLP the same 0.03 ms either way.
-    """
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig, *,
                   seed: int = 0) -> GateResult:
     """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
@@ -272,7 +252,7 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
         return measure_interleaved(ref_p, cand_p, batches, timed=section.latency_requests,
                                    warmup=section.latency_warmup, repeats=section.latency_repeats)
 
-    with _one_torch_thread():
+    with one_torch_thread():
         gate = latency_rounds(one_round, section.latency_tolerance, section.latency_max_noise,
                               max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed)
     gate.evidence["timed"] = ("ExportedModel.score_records per batch (encode + forward) on one torch thread, as "
@@ -352,7 +332,7 @@ def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluati
             one_round = functools.partial(measure_interleaved, forward(ref.module), forward(cand.module), requests,
                                           timed=min(evaluation.latency_requests, 100),
                                           warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
-            with _one_torch_thread():  # as the tabular gate and the HF generation gate time theirs
+            with one_torch_thread():  # as the tabular gate and the HF generation gate time theirs
                 result = latency_rounds(
                     one_round,
                     evaluation.latency_tolerance, evaluation.latency_max_noise,
