@@ -22,6 +22,8 @@ from mlops_model import EncoderSpec, EncoderSpecError, ModelKind, ThresholdChoic
 GATES = ("quality", "reproducibility", "latency", "contract", "calibration")
 TABULAR_ONLY = ("calibration",)
 """Gates of the tabular suite only (a language model's scores are no probability of a class)."""
+LM_GATES = tuple(g for g in GATES if g not in TABULAR_ONLY)
+"""The gates of the language-model suites: all but :data:`TABULAR_ONLY`."""
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
