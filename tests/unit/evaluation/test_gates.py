@@ -11,12 +11,12 @@ from scipy import stats
 from mlops_config import EvaluationConfig
 from mlops_evaluation import (
     LatencyRun,
-    contract_gate,
     latency_gate,
     measure_interleaved,
     percentiles,
     quality_gate,
     reproducibility_gate,
+    tabular_contract_gate,
 )
 
 
@@ -233,16 +233,17 @@ def test_contract_gate() -> None:
                                      "derived": [{"name": "ratio", "op": "log_ratio", "args": ["amount", "u7"],
                                                   "mean": 0.0, "std": 1.0}],
                                      "categorical": [{"name": "channel", "vocab": ["web"]}]}}}
-    ok = contract_gate(meta, feature_service="fraud_v1", available=["amount", "u7", "channel", "extra"])
+    ok = tabular_contract_gate(meta, feature_service="fraud_v1", available=["amount", "u7", "channel", "extra"])
     assert ok.passed and ok.evidence["inputs"] == ["amount", "channel", "u7"]
-    bad = contract_gate(meta, feature_service="fraud_v2", available=["amount", "channel"])
+    bad = tabular_contract_gate(meta, feature_service="fraud_v2", available=["amount", "channel"])
     assert not bad.passed
     assert "FeatureService 'fraud_v1' != serving's 'fraud_v2'" in bad.reason and "['u7']" in bad.reason
     meta["architecture"] = {"input_dim": 7}
-    assert "input_dim 7 != encoder input_dim 5" in contract_gate(meta, feature_service="fraud_v1",
-                                                                 available=["amount", "u7", "channel"]).reason
+    assert "input_dim 7 != encoder input_dim 5" in tabular_contract_gate(meta, feature_service="fraud_v1",
+                                                                         available=["amount", "u7", "channel"]).reason
     meta["features"]["encoder"]["input_dim"] = 6  # a spec that does not add up is refused, naming why
-    assert "input_dim 6 != 5" in contract_gate(meta, feature_service="fraud_v1", available=["amount"]).reason
+    assert "input_dim 6 != 5" in tabular_contract_gate(meta, feature_service="fraud_v1",
+                                                       available=["amount"]).reason
 
 
 def test_latency_gate_refuses_to_judge_a_noisy_run() -> None:

@@ -114,7 +114,7 @@ def test_byte_lm_latency_gate_times_on_one_torch_thread_and_restores_the_setting
 
     import torch
 
-    from mlops_evaluation.runner import _lm_gates
+    from mlops_evaluation.runner import ByteLMSuite, SuiteRun, run_suite
 
     seen: list[int] = []
 
@@ -130,7 +130,8 @@ def test_byte_lm_latency_gate_times_on_one_torch_thread_and_restores_the_setting
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        (gate,), _ = _lm_gates(cand, champ, ["latency"], cfg, Path("."), 0, None, None)  # type: ignore[arg-type]
+        run = SuiteRun(cfg, None, None, None, Path("."), 0, None, None)  # type: ignore[arg-type]
+        (gate,) = run_suite(ByteLMSuite(cand, champ, run), ["latency"])  # type: ignore[arg-type]
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -6,11 +6,11 @@ from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import (
     GATES,
     GateResult,
-    contract_gate,
     latency_gate,
     latency_rounds,
     quality_gate,
     reproducibility_gate,
+    tabular_contract_gate,
 )
 from mlops_evaluation.latency import LatencyRun, measure_interleaved, paired_regression, percentiles
 from mlops_evaluation.metrics import binary_metrics, perplexity, slice_metrics
@@ -28,7 +28,6 @@ __all__ = [
     "binary_metrics",
     "calibration_gate",
     "check_trajectory",
-    "contract_gate",
     "evaluate",
     "export_transform",
     "latency_gate",
@@ -41,5 +40,6 @@ __all__ = [
     "quality_gate",
     "reproducibility_gate",
     "slice_metrics",
+    "tabular_contract_gate",
     "to_markdown",
 ]

@@ -22,6 +22,8 @@ from mlops_model import EncoderSpec, EncoderSpecError, ModelKind, ThresholdChoic
 GATES = ("quality", "reproducibility", "latency", "contract", "calibration")
 TABULAR_ONLY = ("calibration",)
 """Gates of the tabular suite only (a language model's scores are no probability of a class)."""
+LM_GATES = tuple(g for g in GATES if g not in TABULAR_ONLY)
+"""The gates of the language-model suites: all but :data:`TABULAR_ONLY`."""
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
@@ -262,7 +264,8 @@ def latency_rounds(measure: Callable[[], LatencyRun], tolerance: float, max_nois
                       {**gate.evidence, "rounds": history, "max_rounds": max_rounds}, inconclusive=True)
 
 
-def contract_gate(meta: Mapping[str, Any], *, feature_service: str, available: Sequence[str]) -> GateResult:
+def tabular_contract_gate(meta: Mapping[str, Any], *, feature_service: str,
+                          available: Sequence[str]) -> GateResult:
     """The candidate's FeatureService is the one serving reads, and its input schema is what serving sends.
 
     Args:

@@ -26,8 +26,9 @@ tolerance alone (adding the A/A difference on top would count the noise twice).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,26 @@ def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
     out = {k: float(np.quantile(x, q)) for k, q in QUANTILES.items()}
     out["mean"] = float(x.mean())
     return out
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """The calling thread runs on one torch intra-op thread meanwhile, as serving's transformer does
+    (``mlops_serving.transformer.single_threaded_torch``), so a latency gate times what serving runs; every
+    family's latency gate times under it.
+
+    With torch's default (one thread per core) the helper threads spin on cores other processes want: on a
+    loaded 2-core machine a 3×1536 MLP took 57 ms of CPU (499 ms wall) per 32-row batch on 2 threads against
+    5.7 ms (74 ms wall) on one; the 64-32 MLP the same 0.03 ms either way.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Gather the inputs of the Hugging Face causal-LM gates (:mod:`mlops_evaluation.lm_gates`) and run them.
+"""The Hugging Face causal LM's gate suite (:class:`HFSuite`): gathers the inputs of its gates
+(:mod:`mlops_evaluation.lm_gates`); the runner's loop (:func:`mlops_evaluation.suite.run_suite`) runs them.
 
 The reference is the champion when there is one, else the pretrained checkpoint the candidate was fine-tuned
 from (``features.checkpoint`` in its ``model.json``): a fine-tune must at least beat what it started from.
@@ -9,7 +10,6 @@ perplexity, and the same examples' prompts are answered greedily for the task (:
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -21,22 +21,21 @@ import numpy as np
 
 from mlops_config import EvaluationConfig, TrainingConfig
 from mlops_evaluation.errors import EvaluationError
-from mlops_evaluation.gates import GateResult
-from mlops_evaluation.latency import ORDERS
+from mlops_evaluation.gates import LM_GATES, GateResult
+from mlops_evaluation.latency import ORDERS, one_torch_thread
 from mlops_evaluation.lm_gates import (
     contract_facts,
-    contract_gate,
     decode_determinism_gate,
+    hf_contract_gate,
     ids_digest,
     perplexity_gate,
 )
 from mlops_evaluation.lm_latency import GenerationTiming, lm_latency_rounds
 from mlops_evaluation.lm_task import TaskScores, score_answers, task_verdict
+from mlops_evaluation.suite import run_suite
 
 if TYPE_CHECKING:
     import torch
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -218,20 +217,14 @@ def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], 
                 new_tokens: int) -> tuple[list[GenerationTiming], list[GenerationTiming], list[GenerationTiming]]:
     """Reference (A), candidate (B), reference again (A′) per round, in the latency gate's rotating orders, on
     one torch thread (so the process's CPU time is the generation's own, with no idle worker threads spinning)."""
-    import torch
-
     models = (reference, candidate, reference)
     series: tuple[list[GenerationTiming], ...] = ([], [], [])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         for i in range(warmup + timed):
             for k in ORDERS[i % len(ORDERS)]:
                 t = timed_generation(models[k], prompts[i % len(prompts)], new_tokens)
                 if i >= warmup:
                     series[k].append(t)
-    finally:
-        torch.set_num_threads(threads)
     return series[0], series[1], series[2]
 
 
@@ -253,39 +246,54 @@ def generation_latency(ref: HFModel, cand: HFModel, prompts: Sequence[str], eval
                              seed=seed)
 
 
+class HFSuite:
+    """The HF causal LM's gates against the champion ``(label, model)`` or else the base checkpoint, on training's
+    validation split: the task and perplexity, the replay of recorded training with the greedy-decoding check
+    beside it, generation latency, and the tokenizer and context contract."""
+
+    gates: tuple[str, ...] = LM_GATES
+
+    def __init__(self, cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFModel] | None,
+                 evaluation: EvaluationConfig, training: TrainingConfig | None, root: Path, seed: int,
+                 replay: Callable[[], GateResult] | None = None) -> None:
+        self.cand, self.evaluation, self.seed, self.replay = cand, evaluation, seed, replay
+        self.ref_name, self.ref = champion if champion else ("base checkpoint",
+                                                             load_hf(reference_folder(cand_meta, root)))
+        self.ids, self.labels, self.holdout = held_out_set(cand_meta, training, root, cand.tokenizer)
+        self.examples = self.holdout.pop("examples")
+        self.holdout["reference"] = self.ref_name
+        self.prompts = list(evaluation.hf_prompts)
+
+    def quality(self) -> GateResult:
+        return quality_on_task(self.cand, self.ref, self.ids, self.labels, self.examples, self.evaluation,
+                               ref_name=self.ref_name, seed=self.seed)
+
+    def reproducibility(self) -> list[GateResult]:
+        """``replay`` (the runner's ``check_reproducibility``, the replay every family gets); without it, a folder
+        with no recorded run, the gate is "not verifiable" and fails. The greedy-decoding check runs beside it under
+        its own name."""
+        replayed = self.replay() if self.replay is not None else GateResult(
+            "reproducibility", False, "not verifiable: no recorded training run to replay (a folder gated "
+            "without its registry version); the greedy-decoding check below shows determinism only",
+            {"verifiable": False})
+        new_tokens = self.evaluation.hf_max_new_tokens
+        first = greedy(self.cand, self.prompts, new_tokens)
+        second = greedy(load_hf(self.cand.folder), self.prompts, new_tokens)
+        return [replayed, decode_determinism_gate(self.prompts, first, second, max_new_tokens=new_tokens)]
+
+    def latency(self) -> GateResult:
+        return generation_latency(self.ref, self.cand, self.prompts, self.evaluation, self.ref_name, self.seed)
+
+    def contract(self) -> GateResult:
+        return hf_contract_gate(contract_facts(self.cand.tokenizer, self.cand.model.config),
+                                contract_facts(self.ref.tokenizer, self.ref.model.config),
+                                reference_name=self.ref_name, seq_len=self.holdout["seq_len"])
+
+
 def hf_gates(cand: HFModel, cand_meta: dict[str, Any], champion: tuple[str, HFModel] | None, gates: Sequence[str],
              evaluation: EvaluationConfig, training: TrainingConfig | None, root: Path, seed: int,
              replay: Callable[[], GateResult] | None = None) -> tuple[list[GateResult], dict[str, Any]]:
-    """Run ``gates`` on the candidate against the champion ``(label, model)`` or else the base checkpoint.
-
-    ``replay`` is the reproducibility gate over the candidate's recorded training (the runner's
-    ``check_reproducibility``, the replay every family gets); without it, a folder with no recorded run, the gate
-    is "not verifiable" and fails. The greedy-decoding check runs beside it under its own name."""
-    ref_name, ref = champion if champion else ("base checkpoint", load_hf(reference_folder(cand_meta, root)))
-    ids, labels, described = held_out_set(cand_meta, training, root, cand.tokenizer)
-    examples = described.pop("examples")
-    described["reference"] = ref_name
-    prompts = list(evaluation.hf_prompts)
-    results: list[GateResult] = []
-    for gate in gates:
-        log.info("gate %s: running", gate)
-        if gate == "quality":
-            results.append(quality_on_task(cand, ref, ids, labels, examples, evaluation, ref_name=ref_name,
-                                           seed=seed))
-        elif gate == "reproducibility":
-            results.append(replay() if replay is not None else GateResult(
-                "reproducibility", False, "not verifiable: no recorded training run to replay (a folder gated "
-                "without its registry version); the greedy-decoding check below shows determinism only",
-                {"verifiable": False}))
-            first = greedy(cand, prompts, evaluation.hf_max_new_tokens)
-            second = greedy(load_hf(cand.folder), prompts, evaluation.hf_max_new_tokens)
-            results.append(decode_determinism_gate(prompts, first, second,
-                                                   max_new_tokens=evaluation.hf_max_new_tokens))
-        elif gate == "latency":
-            results.append(generation_latency(ref, cand, prompts, evaluation, ref_name, seed))
-        else:
-            results.append(contract_gate(contract_facts(cand.tokenizer, cand.model.config),
-                                         contract_facts(ref.tokenizer, ref.model.config), reference_name=ref_name,
-                                         seq_len=described["seq_len"]))
-        log.info("gate %s: %s", gate, results[-1].label)
-    return results, described
+    """Run ``gates`` of :class:`HFSuite` on a loaded folder through the runner's loop (:func:`.suite.run_suite`);
+    their results and the held-out set described."""
+    suite = HFSuite(cand, cand_meta, champion, evaluation, training, root, seed, replay)
+    return run_suite(suite, gates), suite.holdout

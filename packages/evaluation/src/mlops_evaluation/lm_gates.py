@@ -27,7 +27,7 @@ from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
 from mlops_evaluation.gates import GateResult
 from mlops_evaluation.lm_latency import GenerationTiming
 
-__all__ = ["GenerationTiming", "contract_facts", "contract_gate", "decode_determinism_gate", "ids_digest",
+__all__ = ["GenerationTiming", "contract_facts", "decode_determinism_gate", "hf_contract_gate", "ids_digest",
            "perplexity_gate"]
 
 
@@ -102,7 +102,7 @@ def contract_facts(tokenizer: Any, config: Any) -> dict[str, Any]:
     }
 
 
-def contract_gate(candidate: Mapping[str, Any], reference: Mapping[str, Any], *, reference_name: str,
+def hf_contract_gate(candidate: Mapping[str, Any], reference: Mapping[str, Any], *, reference_name: str,
                   seq_len: int | None = None) -> GateResult:
     """The candidate's tokenizer and context equal the reference's; it can chat, stop and pad; it fits training's
     sequence length and its embedding covers the vocabulary."""

@@ -10,7 +10,7 @@ Per held-out example (training's validation split: never trained on, see :func:`
 The gate (:func:`task_gate`) passes when the candidate's exact-match rate is at least the absolute floor
 (``evaluation.hf_min_exact_match``, in the model's config) and not below the reference's by more than
 ``evaluation.hf_max_exact_match_drop``. The floor is strictly positive by schema, so a model that answers nothing
-(0 %) fails whatever the reference does. :func:`mlops_evaluation.lm_evaluate.hf_gates` joins it with the
+(0 %) fails whatever the reference does. :func:`mlops_evaluation.lm_evaluate.quality_on_task` joins it with the
 perplexity comparison into the LM's ``quality`` gate.
 """
 

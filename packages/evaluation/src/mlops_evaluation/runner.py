@@ -1,20 +1,19 @@
 """``evaluate``: the one function behind ``mlops evaluate run``. Gathers the inputs and runs the gates.
 
-Order: fetch candidate (and champion, if there is one) from the registry; build the fixed holdout; score;
-run the gates asked for (quality, reproducibility, latency, contract, calibration); write JSON + Markdown; log
-both to the candidate's run. A gate that fails is a verdict (exit 1); anything that stops the evaluation is an error.
+Order: fetch candidate (and champion, if there is one) from the registry; build the family's gate suite
+(:class:`mlops_evaluation.suite.GateSuite`, looked up by kind in :data:`GATE_SUITES`), which loads the fixed
+holdout; run the gates asked for (quality, reproducibility, latency, contract, calibration) through
+:func:`mlops_evaluation.suite.run_suite`; write JSON + Markdown; log both to the candidate's run. A gate that fails
+is a verdict (exit 1); anything that stops the evaluation is an error.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,28 +26,25 @@ from mlops_evaluation.calibration_gate import calibration_gate
 from mlops_evaluation.errors import EvaluationError
 from mlops_evaluation.gates import (
     GATES,
-    TABULAR_ONLY,
+    LM_GATES,
     GateResult,
-    contract_gate,
     latency_rounds,
     quality_gate,
     reproducibility_gate,
+    tabular_contract_gate,
 )
 from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
-from mlops_evaluation.latency import measure_interleaved
+from mlops_evaluation.latency import measure_interleaved, one_torch_thread
+from mlops_evaluation.lm import lm_contract_gate, lm_quality_gate, load_lm_holdout, window_nll
+from mlops_evaluation.lm_evaluate import HFModel, HFSuite
 from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
+from mlops_evaluation.suite import GateSuite, Reproduce, SuiteRun, run_suite
 from mlops_evaluation.trajectory import NAME, check_trajectory, export_transform, recorded_differences
 from mlops_model import REQUEST_FIELDS, ModelKind, load_exported, resolve_threshold
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
-
-log = logging.getLogger(__name__)
-
-Reproduce = Callable[[dict[str, Any], Path, int | None], Any]
-"""``(recorded_config, root, max_steps) -> result`` with ``weights_sha256``, ``data_hash``, ``steps``,
-``export_dir``; default: :func:`mlops_training.reproduce` (a real torchrun re-run, untracked)."""
 
 
 def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | None) -> Any:
@@ -231,25 +227,6 @@ def _max_rel_diff(a: Path, b: Path) -> float:
     return worst
 
 
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """The calling thread scores on one torch intra-op thread meanwhile, as serving's transformer does
-    (``mlops_serving.transformer.single_threaded_torch``), so the gate times what serving runs.
-
-    With torch's default (one thread per core) the helper threads spin on cores other processes want: on a
-    loaded 2-core machine a 3×1536 MLP took 57 ms of CPU (499 ms wall) per 32-row batch on 2 threads against
-    5.7 ms (74 ms wall) on one; the 64-32 MLP the same 0.03 ms either way.
-    """
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, section: EvaluationConfig, *,
                   seed: int = 0) -> GateResult:
     """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
@@ -272,7 +249,7 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
         return measure_interleaved(ref_p, cand_p, batches, timed=section.latency_requests,
                                    warmup=section.latency_warmup, repeats=section.latency_repeats)
 
-    with _one_torch_thread():
+    with one_torch_thread():
         gate = latency_rounds(one_round, section.latency_tolerance, section.latency_max_noise,
                               max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed)
     gate.evidence["timed"] = ("ExportedModel.score_records per batch (encode + forward) on one torch thread, as "
@@ -283,145 +260,134 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     return gate
 
 
-def _tabular_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig,
-                   features: FeaturesConfig, data: DataConfig, root: Path, seed: int,
-                   reproduce_fn: Reproduce | None, client: MlflowClient) -> tuple[list[GateResult], dict[str, Any]]:
-    holdout = load_holdout(features, data, root, evaluation.holdout_fraction)
-    y = holdout.frame[LABEL].to_numpy().astype(np.int64)
-    results: list[GateResult] = []
-    for gate in gates:
-        log.info("gate %s: running", gate)
-        if gate == "quality":
-            missing = [c for c in evaluation.slice_columns if c not in holdout.frame.columns]
-            if missing:
-                raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
-                                      f"it has {sorted(holdout.frame.columns)!r}")
-            slices = {c: holdout.frame[c].astype(str).to_numpy() for c in evaluation.slice_columns}
-            champ_name = f"champion v{champ.version}" if champ else "champion"
-            key, override = "evaluation.decision_threshold", evaluation.decision_threshold
-            results.append(quality_gate(
-                y, cand.score(holdout.frame), champ.score(holdout.frame) if champ else None, slices, evaluation,
-                reference_name=champ_name, seed=seed,
-                candidate_threshold=resolve_threshold(cand.meta, override, override_key=key,
-                                                      model=f"candidate v{cand.version}"),
-                reference_threshold=resolve_threshold(champ.meta, override, override_key=key, model=champ_name)
-                if champ else None))
-        elif gate == "reproducibility":
-            live = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json")}
-            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client, live=live))
-        elif gate == "latency":
-            results.append(check_latency(cand, champ, holdout, evaluation, seed=seed))
-        elif gate == "calibration":
-            results.append(calibration_gate(y, cand.score(holdout.frame), cand.meta, evaluation, seed=seed))
-        else:
-            results.append(contract_gate(cand.meta, feature_service=features.feature_service,
-                                         available=serving_inputs(features, root)))
-        log.info("gate %s: %s", gate, results[-1].label)
-    return results, holdout.describe()
+class TabularSuite:
+    """The tabular family's gates on the fixed holdout (:func:`mlops_evaluation.holdout.load_holdout`): F1
+    against the champion (or the flag-all baseline) with its slices, the replay of recorded training, serving's
+    per-batch latency, the FeatureService and input contract, and calibration."""
+
+    gates: tuple[str, ...] = GATES
+
+    def __init__(self, cand: Scorer, champ: Scorer | None, run: SuiteRun) -> None:
+        self.cand, self.champ, self.run = cand, champ, run
+        self.frame = load_holdout(run.features, run.data, run.root, run.evaluation.holdout_fraction)
+        self.labels = self.frame.frame[LABEL].to_numpy().astype(np.int64)
+        self.holdout = self.frame.describe()
+
+    def quality(self) -> GateResult:
+        cand, champ, evaluation, holdout = self.cand, self.champ, self.run.evaluation, self.frame.frame
+        missing = [c for c in evaluation.slice_columns if c not in holdout.columns]
+        if missing:
+            raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
+                                  f"it has {sorted(holdout.columns)!r}")
+        slices = {c: holdout[c].astype(str).to_numpy() for c in evaluation.slice_columns}
+        champ_name = f"champion v{champ.version}" if champ else "champion"
+        key, override = "evaluation.decision_threshold", evaluation.decision_threshold
+        return quality_gate(
+            self.labels, cand.score(holdout), champ.score(holdout) if champ else None, slices, evaluation,
+            reference_name=champ_name, seed=self.run.seed,
+            candidate_threshold=resolve_threshold(cand.meta, override, override_key=key,
+                                                  model=f"candidate v{cand.version}"),
+            reference_threshold=resolve_threshold(champ.meta, override, override_key=key, model=champ_name)
+            if champ else None)
+
+    def reproducibility(self) -> list[GateResult]:
+        run = self.run
+        live = {"features": run.features.model_dump(mode="json"), "data": run.data.model_dump(mode="json")}
+        return [check_reproducibility(self.cand, run.root, run.evaluation, run.reproduce_fn, client=run.client,
+                                      live=live)]
+
+    def latency(self) -> GateResult:
+        return check_latency(self.cand, self.champ, self.frame, self.run.evaluation, seed=self.run.seed)
+
+    def contract(self) -> GateResult:
+        features = self.run.features
+        return tabular_contract_gate(self.cand.meta, feature_service=features.feature_service,
+                                     available=serving_inputs(features, self.run.root))
+
+    def calibration(self) -> GateResult:
+        return calibration_gate(self.labels, self.cand.score(self.frame.frame), self.cand.meta, self.run.evaluation,
+                                seed=self.run.seed)
 
 
-def _lm_gates(cand: Scorer, champ: Scorer | None, gates: Sequence[str], evaluation: EvaluationConfig, root: Path,
-              seed: int, reproduce_fn: Reproduce | None,
-              client: MlflowClient) -> tuple[list[GateResult], dict[str, Any]]:
-    import torch
+class ByteLMSuite:
+    """The byte-level LM's gates on fixed windows of the corpus's held-out tail (:func:`.lm.load_lm_holdout`):
+    perplexity against the champion (or the uniform byte model), the replay of recorded training, the forward's
+    latency per one-window request, and the byte tokenizer's contract."""
 
-    from mlops_evaluation.lm import lm_contract_gate, lm_quality_gate, load_lm_holdout, window_nll
+    gates: tuple[str, ...] = LM_GATES
 
-    windows, described = load_lm_holdout(evaluation)
-    results: list[GateResult] = []
-    for gate in gates:
-        log.info("gate %s: running", gate)
-        if gate == "quality":
-            results.append(lm_quality_gate(window_nll(cand.module, windows),
-                                           window_nll(champ.module, windows) if champ else None, evaluation,
-                                           reference_name=f"champion v{champ.version}" if champ else "champion",
-                                           seed=seed))
-        elif gate == "reproducibility":
-            results.append(check_reproducibility(cand, root, evaluation, reproduce_fn, client=client))
-        elif gate == "latency":
-            ref = champ or cand
-            requests = [torch.from_numpy(windows[i:i + 1, :-1].astype(np.int64)) for i in range(len(windows))]
+    def __init__(self, cand: Scorer, champ: Scorer | None, run: SuiteRun) -> None:
+        self.cand, self.champ, self.run = cand, champ, run
+        self.windows, self.holdout = load_lm_holdout(run.evaluation)
 
-            def forward(module: torch.nn.Module) -> Callable[[Any], Any]:
-                def call(ids: Any) -> Any:
-                    with torch.inference_mode():
-                        return module(input_ids=ids).logits
+    def quality(self) -> GateResult:
+        champ = self.champ
+        return lm_quality_gate(window_nll(self.cand.module, self.windows),
+                               window_nll(champ.module, self.windows) if champ else None, self.run.evaluation,
+                               reference_name=f"champion v{champ.version}" if champ else "champion",
+                               seed=self.run.seed)
 
-                return call
+    def reproducibility(self) -> list[GateResult]:
+        run = self.run
+        return [check_reproducibility(self.cand, run.root, run.evaluation, run.reproduce_fn, client=run.client)]
 
-            one_round = functools.partial(measure_interleaved, forward(ref.module), forward(cand.module), requests,
-                                          timed=min(evaluation.latency_requests, 100),
-                                          warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
-            with _one_torch_thread():  # as the tabular gate and the HF generation gate time theirs
-                result = latency_rounds(
-                    one_round,
-                    evaluation.latency_tolerance, evaluation.latency_max_noise,
-                    max_rounds=evaluation.latency_max_rounds, confidence=evaluation.confidence, seed=seed)
-            result.evidence["timed"] = "the module's forward per one-window request, on one torch thread"
-            if champ is None:
-                result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
-                                    + result.reason, {**result.evidence, "champion": None})
-            results.append(result)
-        else:
-            results.append(lm_contract_gate(cand.meta))
-        log.info("gate %s: %s", gate, results[-1].label)
-    return results, described
+    def latency(self) -> GateResult:
+        import torch
 
+        evaluation, windows = self.run.evaluation, self.windows
+        ref = self.champ or self.cand
+        requests = [torch.from_numpy(windows[i:i + 1, :-1].astype(np.int64)) for i in range(len(windows))]
 
-@dataclass(frozen=True)
-class SuiteRun:
-    """What a gate suite may read besides the candidate and champion: the sections and the run's settings."""
+        def forward(module: torch.nn.Module) -> Callable[[Any], Any]:
+            def call(ids: Any) -> Any:
+                with torch.inference_mode():
+                    return module(input_ids=ids).logits
 
-    evaluation: EvaluationConfig
-    features: FeaturesConfig
-    data: DataConfig
-    training: TrainingConfig | None
-    root: Path
-    seed: int
-    reproduce_fn: Reproduce | None
-    client: MlflowClient
+            return call
+
+        one_round = functools.partial(measure_interleaved, forward(ref.module), forward(self.cand.module), requests,
+                                      timed=min(evaluation.latency_requests, 100),
+                                      warmup=evaluation.latency_warmup, repeats=evaluation.latency_repeats)
+        with one_torch_thread():  # as the tabular gate and the HF generation gate time theirs
+            result = latency_rounds(
+                one_round,
+                evaluation.latency_tolerance, evaluation.latency_max_noise,
+                max_rounds=evaluation.latency_max_rounds, confidence=evaluation.confidence, seed=self.run.seed)
+        result.evidence["timed"] = "the module's forward per one-window request, on one torch thread"
+        if self.champ is None:
+            result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
+                                + result.reason, {**result.evidence, "champion": None})
+        return result
+
+    def contract(self) -> GateResult:
+        return lm_contract_gate(self.cand.meta)
 
 
-GateSuite = Callable[[Scorer, Scorer | None, Sequence[str], SuiteRun], tuple[list[GateResult], dict[str, Any]]]
-"""``(candidate, champion, gates, run)`` → the gates' results and the holdout described."""
-
-
-def _tabular_suite(cand: Scorer, champ: Scorer | None, gates: Sequence[str],
-                   run: SuiteRun) -> tuple[list[GateResult], dict[str, Any]]:
-    return _tabular_gates(cand, champ, gates, run.evaluation, run.features, run.data, run.root, run.seed,
-                          run.reproduce_fn, run.client)
-
-
-def _byte_lm_suite(cand: Scorer, champ: Scorer | None, gates: Sequence[str],
-                   run: SuiteRun) -> tuple[list[GateResult], dict[str, Any]]:
-    gates = [g for g in gates if g not in TABULAR_ONLY]  # a language model's scores are no class probability
-    return _lm_gates(cand, champ, gates, run.evaluation, run.root, run.seed, run.reproduce_fn, run.client)
-
-
-def _hf_suite(cand: Scorer, champ: Scorer | None, gates: Sequence[str],
-              run: SuiteRun) -> tuple[list[GateResult], dict[str, Any]]:
-    from mlops_evaluation.lm_evaluate import HFModel, hf_gates
-
-    gates = [g for g in gates if g not in TABULAR_ONLY]  # a language model's scores are no class probability
+def _hf_suite(cand: Scorer, champ: Scorer | None, run: SuiteRun) -> GateSuite:
+    """The HF causal LM's suite (:class:`.lm_evaluate.HFSuite`) over the loaded versions; the reproducibility
+    gate replays the candidate's recorded training as every family's does."""
     ref = ((f"champion v{champ.version}", HFModel(champ.folder, champ.module, champ.tokenizer))
            if champ else None)
     live = {"features": run.features.model_dump(mode="json"), "data": run.data.model_dump(mode="json")}
     replay = functools.partial(check_reproducibility, cand, run.root, run.evaluation, run.reproduce_fn,
                                client=run.client, live=live)
-    return hf_gates(HFModel(cand.folder, cand.module, cand.tokenizer), cand.meta, ref, gates, run.evaluation,
-                    run.training, run.root, run.seed, replay)
+    return HFSuite(HFModel(cand.folder, cand.module, cand.tokenizer), cand.meta, ref, run.evaluation,
+                   run.training, run.root, run.seed, replay)
 
 
-GATE_SUITES: dict[ModelKind, GateSuite] = {
-    ModelKind.TABULAR: _tabular_suite,
-    ModelKind.BYTE_LM: _byte_lm_suite,
+SuiteFactory = Callable[[Scorer, Scorer | None, SuiteRun], GateSuite]
+"""``(candidate, champion, run)`` → the family's suite over them, its held-out set loaded."""
+
+GATE_SUITES: dict[ModelKind, SuiteFactory] = {
+    ModelKind.TABULAR: TabularSuite,
+    ModelKind.BYTE_LM: ByteLMSuite,
     ModelKind.HF_CAUSAL_LM: _hf_suite,
 }
-"""The gates each model family is judged by: the one place evaluation chooses by family."""
+"""How each model family's gate suite is built: the one place evaluation chooses by family."""
 
 
-def gate_suite(kind: ModelKind) -> GateSuite:
-    """The family's gate suite.
+def gate_suite(kind: ModelKind) -> SuiteFactory:
+    """The family's gate suite, to build over a candidate, its champion and the run.
 
     Raises:
         EvaluationError: no suite is registered for ``kind``.
@@ -472,7 +438,8 @@ def evaluate(
             raise EvaluationError(f"candidate v{cand.version} is a {cand.kind.value!r} model but champion "
                                   f"v{champ.version} is {champ.kind.value!r}; they cannot be compared")
         run = SuiteRun(evaluation, features, data, training, root, seed, reproduce_fn, client)
-        results, described = gate_suite(cand.kind)(cand, champ, gates, run)
+        suite = gate_suite(cand.kind)(cand, champ, run)
+        results = run_suite(suite, gates)
         report = EvaluationReport(
             model=model, registered_model=name,
             candidate={"version": cand.version, "run_id": cand.run_id,
@@ -480,7 +447,7 @@ def evaluate(
                        "feature_service": (cand.meta.get("features") or {}).get("feature_service")},
             champion=({"version": champ.version, "run_id": champ.run_id,
                        "weights_sha256": champ.meta.get("weights_sha256")} if champ else None),
-            holdout=described, gates=results, created=now_iso(),
+            holdout=suite.holdout, gates=results, created=now_iso(),
             settings={**evaluation.model_dump(mode="json"), "seed": seed, "gates_run": list(gates),
                       "seconds": round(time.perf_counter() - started, 2)},
         )
