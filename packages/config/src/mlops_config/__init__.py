@@ -1,6 +1,7 @@
 """The platform's one config layer: typed sections and the layered loader."""
 
 from mlops_config._spark import SPARK_DEFAULTS, spark_conf
+from mlops_config.contract import ContractConfig, DerivedColumnSpec, ExpectationsSpec, RangeSpec
 from mlops_config.data import DataConfig
 from mlops_config.delivery import (
     DATA_VERSION,
@@ -39,9 +40,12 @@ __all__ = [
     "CausalLMConfig",
     "CheckpointConfig",
     "ConfigError",
+    "ContractConfig",
     "DataConfig",
     "DeliveryConfig",
+    "DerivedColumnSpec",
     "EvaluationConfig",
+    "ExpectationsSpec",
     "FSDPConfig",
     "FeaturesConfig",
     "LLMServingConfig",
@@ -54,6 +58,7 @@ __all__ = [
     "PlatformError",
     "ProjectConfig",
     "ProvenanceConfig",
+    "RangeSpec",
     "RetrainConfig",
     "SequentialCanaryConfig",
     "ServingConfig",
