@@ -1,7 +1,13 @@
 """The platform's one config layer: typed sections and the layered loader."""
 
 from mlops_config._spark import SPARK_DEFAULTS, spark_conf
-from mlops_config.contract import ContractConfig, DerivedColumnSpec, ExpectationsSpec, RangeSpec
+from mlops_config.contract import (
+    TIMESTAMP_COLUMNS,
+    ContractConfig,
+    DerivedColumnSpec,
+    ExpectationsSpec,
+    RangeSpec,
+)
 from mlops_config.data import DataConfig
 from mlops_config.delivery import (
     DATA_VERSION,
@@ -37,6 +43,7 @@ from mlops_config.training import (
 __all__ = [
     "DATA_VERSION",
     "SPARK_DEFAULTS",
+    "TIMESTAMP_COLUMNS",
     "CausalLMConfig",
     "CheckpointConfig",
     "ConfigError",
