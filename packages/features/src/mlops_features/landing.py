@@ -121,7 +121,7 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
     root = Path(root)
     if not data.landing_uri:
         raise DataError("data.landing_uri is not set: nothing to ingest; set it in the profile "
-                        "(e.g. s3://mlops-data/fraud/landing)")
+                        "(e.g. s3://mlops-data/<model>/landing)")
     fs, landed = _landed(data.landing_uri)
     ensure_workspace(root)
     previous = None
@@ -220,7 +220,7 @@ def ensure_workspace(root: Path) -> None:
 def _remote_url(data: DataConfig, root: Path) -> str:
     if not data.dvc_remote:
         raise DataError("data.dvc_remote is not set: the accepted area has no remote to push to or pull from; "
-                        "set it in the profile (e.g. s3://mlops-dvc/fraud)")
+                        "set it in the profile (e.g. s3://mlops-dvc/<model>)")
     url = data.dvc_remote
     return url if "://" in url else str((root / url).resolve())
 

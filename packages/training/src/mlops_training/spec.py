@@ -67,7 +67,7 @@ def _tabular_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: 
             failure[0] = f"{type(exc).__name__}: {exc}"
     dist.broadcast_object_list(failure, src=0)
     if failure[0] is not None:
-        raise TrainingError(f"preparing the fraud training set failed: {failure[0]}")
+        raise TrainingError(f"preparing the tabular training set failed: {failure[0]}")
     return TabularTask(config.training, config.project.seed, dist_info.device, load_tabular(cache))
 
 

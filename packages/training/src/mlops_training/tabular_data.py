@@ -105,7 +105,7 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
         from mlops_features import data_lineage, data_version, training_set
     except ImportError as exc:
         raise TrainingError(
-            f"the fraud model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
+            f"the tabular model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
             "install packages/features (make setup)"
         ) from None
     df = training_set(features, data, root)
