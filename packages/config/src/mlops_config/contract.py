@@ -10,14 +10,15 @@ row happened, when it reached the platform), the request fields, the label.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from mlops_config._base import Section
 
-FIELD_TYPES = ("float", "int", "string")
+FieldType = Literal["float", "int", "string"]
 """Types a request field may declare: ``float`` and ``int`` are numeric, ``string`` is categorical."""
+FIELD_TYPES: tuple[str, ...] = get_args(FieldType)
 
 TIMESTAMP_COLUMNS = ("event_timestamp", "created")
 """Columns every raw batch has beside the declared ones: when the row happened, when it reached the platform."""
@@ -64,7 +65,7 @@ class ContractConfig(Section):
     unknown_flags: dict[str, str] = Field(default_factory=dict)
     """Entity key → the flag column an online-store row gets (True when the store had no value for it)."""
 
-    fields: dict[str, str] = Field(min_length=1)
+    fields: dict[str, FieldType] = Field(min_length=1)
     """Request-time fields in order, name → type (``float``, ``int``, ``string``); they travel with the
     request, not through the feature store."""
 
