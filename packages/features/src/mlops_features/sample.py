@@ -31,6 +31,7 @@ from mlops_features.schema import RAW_SCHEMA
 
 logger = logging.getLogger(__name__)
 
+# The generated values: within the default contract's expectations.allowed_values (tests/unit/features/test_sample.py)
 CURRENCY_BY_COUNTRY = {
     "US": "USD",
     "GB": "GBP",
@@ -58,8 +59,6 @@ CATEGORIES = (
 )
 DEVICES = ("ios", "android", "web_desktop", "web_mobile", "pos_terminal")
 CHANNELS = ("card_present", "contactless", "online")
-"""The generated values: within the default contract's ``expectations.allowed_values`` (the generator's test
-checks it)."""
 
 DRIFT_MODES = ("none", "covariate", "prior", "concept", "category")
 _DRIFT_CODE = {"none": "N", "covariate": "C", "prior": "P", "concept": "K", "category": "X"}
