@@ -24,7 +24,7 @@ def test_show_json_has_every_section_and_sources(config_dir: Path) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert set(doc["config"]) == {"project", "tracking", "data", "features", "training", "evaluation", "serving",
-                                  "monitoring", "delivery", "provenance"}
+                                  "monitoring", "delivery", "provenance", "contract"}
     assert doc["config"]["training"]["max_steps"] == 7
     assert doc["sources"]["training.max_steps"] == "--set"
     assert doc["sources"]["training.model"] == "configs/models/fraud.yaml"

@@ -30,7 +30,7 @@ def test_every_section_is_present(config_dir: Path) -> None:
     dumped = _load(config_dir).config.model_dump()
     assert set(dumped) == {
         "project", "tracking", "data", "features", "training", "evaluation", "serving", "monitoring", "delivery",
-        "provenance",
+        "provenance", "contract",
     }
 
 

@@ -1,6 +1,13 @@
 """The platform's one config layer: typed sections and the layered loader."""
 
 from mlops_config._spark import SPARK_DEFAULTS, spark_conf
+from mlops_config.contract import (
+    TIMESTAMP_COLUMNS,
+    ContractConfig,
+    DerivedColumnSpec,
+    ExpectationsSpec,
+    RangeSpec,
+)
 from mlops_config.data import DataConfig
 from mlops_config.delivery import (
     DATA_VERSION,
@@ -36,12 +43,16 @@ from mlops_config.training import (
 __all__ = [
     "DATA_VERSION",
     "SPARK_DEFAULTS",
+    "TIMESTAMP_COLUMNS",
     "CausalLMConfig",
     "CheckpointConfig",
     "ConfigError",
+    "ContractConfig",
     "DataConfig",
     "DeliveryConfig",
+    "DerivedColumnSpec",
     "EvaluationConfig",
+    "ExpectationsSpec",
     "FSDPConfig",
     "FeaturesConfig",
     "LLMServingConfig",
@@ -54,6 +65,7 @@ __all__ = [
     "PlatformError",
     "ProjectConfig",
     "ProvenanceConfig",
+    "RangeSpec",
     "RetrainConfig",
     "SequentialCanaryConfig",
     "ServingConfig",

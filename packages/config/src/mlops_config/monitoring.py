@@ -9,6 +9,11 @@ from pydantic import Field, field_validator, model_validator
 from mlops_config._base import Section
 from mlops_config._spark import check_spark_conf
 
+SERVING_COLUMNS = ("request_id", "ts", "model_name", "model_version", "variant", "event_timestamp", "created",
+                   "degraded", "latency_ms")
+"""Prediction-log columns that are serving bookkeeping or timestamps, never features (with the contract's ids and
+label they make ``ignore_columns``'s default when a contract is declared)."""
+
 
 class MonitoringConfig(Section):
     n_bins: int = Field(default=10, ge=2, le=100)
@@ -27,7 +32,8 @@ class MonitoringConfig(Section):
     """PSI above which a key feature raises CRITICAL."""
 
     key_features: tuple[str, ...] = ("amount", "user_txn_count_1h", "user_amount_zscore")
-    """Features whose critical drift (or the prediction score's) triggers rollback."""
+    """Features whose critical drift (or the prediction score's) triggers rollback; with a ``contract`` declared,
+    its ``key_features`` unless set here."""
 
     min_f1: float = Field(default=0.5, ge=0, le=1)
     """Realized F1 (with delayed labels) below this is CRITICAL."""
@@ -36,7 +42,8 @@ class MonitoringConfig(Section):
         "request_id", "ts", "model_name", "model_version", "variant", "transaction_id", "user_id", "merchant_id",
         "event_timestamp", "created", "degraded", "latency_ms", "is_fraud",
     )
-    """Columns that are ids, timestamps, labels or serving bookkeeping, not features; never compared."""
+    """Columns that are ids, timestamps, labels or serving bookkeeping, not features; never compared. With a
+    ``contract`` declared, :data:`SERVING_COLUMNS` plus its record id, entity keys and label unless set here."""
 
     window: str = "1h"
     """Default window of the prediction log that a run reads (``30m``, ``1h``, ``7d``)."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from mlops_config._base import Section
+from mlops_config.contract import ContractConfig
 from mlops_config.data import DataConfig
 from mlops_config.delivery import DeliveryConfig
 from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
-from mlops_config.monitoring import MonitoringConfig
+from mlops_config.monitoring import SERVING_COLUMNS, MonitoringConfig
 from mlops_config.project import ProjectConfig
 from mlops_config.provenance import ProvenanceConfig
 from mlops_config.serving import ServingConfig
@@ -45,3 +48,24 @@ class PlatformConfig(Section):
 
     provenance: ProvenanceConfig = ProvenanceConfig()
     """Model signing and verification."""
+
+    contract: ContractConfig | None = None
+    """The tabular model's contract (request fields, entity keys, label, data expectations, encoder columns, key
+    features), declared in its ``configs/models/<m>.yaml``; ``None`` for models without one (language models)."""
+
+    @model_validator(mode="after")
+    def _monitoring_from_contract(self) -> PlatformConfig:
+        """``monitoring.key_features`` and ``monitoring.ignore_columns`` follow the contract unless set."""
+        if self.contract is None:
+            return self
+        given = self.monitoring.model_fields_set
+        update: dict[str, tuple[str, ...]] = {}
+        if "key_features" not in given:
+            update["key_features"] = self.contract.key_features
+        if "ignore_columns" not in given:
+            c = self.contract
+            update["ignore_columns"] = (*SERVING_COLUMNS[:5], c.record_id, *c.entity_keys, *SERVING_COLUMNS[5:],
+                                        c.label)
+        if not update:
+            return self
+        return self.model_copy(update={"monitoring": self.monitoring.model_copy(update=update)})

@@ -3,12 +3,13 @@
 For each raw batch:
 
 1. Batch checks: the file exists, is non-empty and readable parquet; the GX suite :func:`build_batch_suite`
-   (exactly the raw columns, row count within bounds); Arrow types compatible with :data:`RAW_SCHEMA`.
+   (exactly the raw columns, row count within bounds); Arrow types compatible with the contract's raw schema
+   (:func:`~mlops_features.schema.raw_schema`).
    A failure rejects the whole batch: the file is copied to ``quarantine/batches/`` and every readable
    row counts as quarantined.
-2. Row checks (GX suite :func:`build_suite`): not-null keys and fields, amount range, allowed categories,
-   label in {0, 1}, unique ``transaction_id``, no event time in the future, ``created >= event_timestamp``;
-   plus ids already accepted from another batch. Passing rows go to ``validated/<batch>.parquet``, the rest
+2. Row checks (GX suite :func:`build_suite`): the contract's expectations (not-null columns, ranges, allowed
+   values), label in {0, 1}, unique record id, no event time in the future, ``created >= event_timestamp``;
+   plus record ids already accepted from another batch. Passing rows go to ``validated/<batch>.parquet``, the rest
    to ``quarantine/<batch>.rows.parquet`` with the failed expectations per row.
 
 Every batch also gets ``quarantine/<batch>.report.json``. Accepted + quarantined == input, always.
@@ -29,10 +30,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlops_config import DataConfig
+from mlops_config import ContractConfig, DataConfig
 from mlops_core import Progress, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_features.errors import DataError
-from mlops_features.schema import ALLOWED_VALUES, LABEL, NOT_NULL, RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT
 
 logger = logging.getLogger(__name__)
 
@@ -85,19 +87,23 @@ class ValidationSummary:
         }
 
 
-def build_suite(data: DataConfig, now: datetime) -> Any:
-    """The row-level GX suite for raw transactions (``now`` bounds event times); needs an active GX context."""
+def build_suite(now: datetime, contract: ContractConfig = DEFAULT_CONTRACT) -> Any:
+    """The row-level GX suite for raw rows under ``contract`` (``now`` bounds event times); needs an active GX
+    context."""
     import great_expectations as gx
 
     e = gx.expectations
-    suite = gx.ExpectationSuite(name="raw_transactions")
-    for column in NOT_NULL:
+    expect = contract.expectations
+    suite = gx.ExpectationSuite(name="raw_rows")
+    for column in expect.not_null:
         suite.add_expectation(e.ExpectColumnValuesToNotBeNull(column=column))
-    suite.add_expectation(e.ExpectColumnValuesToBeBetween(column="amount", min_value=0.01, max_value=data.max_amount))
-    for column, allowed in ALLOWED_VALUES.items():
+    for column, bounds in expect.ranges.items():
+        suite.add_expectation(e.ExpectColumnValuesToBeBetween(column=column, min_value=bounds.min,
+                                                              max_value=bounds.max))
+    for column, allowed in expect.allowed_values.items():
         suite.add_expectation(e.ExpectColumnValuesToBeInSet(column=column, value_set=list(allowed)))
-    suite.add_expectation(e.ExpectColumnValuesToBeInSet(column=LABEL, value_set=[0, 1]))
-    suite.add_expectation(e.ExpectColumnValuesToBeUnique(column="transaction_id"))
+    suite.add_expectation(e.ExpectColumnValuesToBeInSet(column=contract.label, value_set=[0, 1]))
+    suite.add_expectation(e.ExpectColumnValuesToBeUnique(column=contract.record_id))
     suite.add_expectation(e.ExpectColumnValuesToBeBetween(column="event_timestamp", max_value=pd.Timestamp(now)))
     suite.add_expectation(
         e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="created", column_B="event_timestamp", or_equal=True)
@@ -105,13 +111,13 @@ def build_suite(data: DataConfig, now: datetime) -> Any:
     return suite
 
 
-def build_batch_suite(data: DataConfig) -> Any:
+def build_batch_suite(data: DataConfig, contract: ContractConfig = DEFAULT_CONTRACT) -> Any:
     """The batch-level GX suite: exactly the raw columns, a row count within bounds; needs an active GX context."""
     import great_expectations as gx
 
     e = gx.expectations
     suite = gx.ExpectationSuite(name="raw_batch")
-    suite.add_expectation(e.ExpectTableColumnsToMatchSet(column_set=list(RAW_SCHEMA.names), exact_match=True))
+    suite.add_expectation(e.ExpectTableColumnsToMatchSet(column_set=list(contract.raw_columns), exact_match=True))
     suite.add_expectation(
         e.ExpectTableRowCountToBeBetween(min_value=data.min_batch_rows, max_value=data.max_batch_rows)
     )
@@ -119,22 +125,24 @@ def build_batch_suite(data: DataConfig) -> Any:
 
 
 def validate_batches(
-    paths: Iterable[str | Path], data: DataConfig, root: str | Path, *, now: datetime | None = None
+    paths: Iterable[str | Path], data: DataConfig, root: str | Path, *, now: datetime | None = None,
+    contract: ContractConfig = DEFAULT_CONTRACT,
 ) -> ValidationSummary:
     """Run the gate over raw batch files; see the module doc for what lands where.
 
     Args:
         paths: Raw parquet batches.
-        data: The ``data`` section (output folders, row-count and amount bounds).
+        data: The ``data`` section (output folders, row-count bounds).
         root: Repo root the section's folders are relative to.
         now: Upper bound for event times; default: the current UTC time.
+        contract: The model's contract: the raw columns, their types and the expectations on them.
     """
     root = Path(root)
     validated_dir, quarantine_dir = root / data.validated_dir, root / data.quarantine_dir
     validated_dir.mkdir(parents=True, exist_ok=True)
     quarantine_dir.mkdir(parents=True, exist_ok=True)
     now = now or datetime.now(UTC)
-    runner = _SuiteRunner(data, now)
+    runner = _SuiteRunner(data, now, contract)
     results = []
     batches = [Path(p) for p in paths]
     progress = Progress(len(batches), "batch")  # a bar on a terminal, a line per batch (up to 20) elsewhere
@@ -155,14 +163,16 @@ def validate_batches(
 class _SuiteRunner:
     """One ephemeral GX context and batch definition reused across batches (GX setup is the slow part)."""
 
-    def __init__(self, data: DataConfig, now: datetime) -> None:
+    def __init__(self, data: DataConfig, now: datetime, contract: ContractConfig) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         context = gx.get_context(mode="ephemeral")  # suites need an active context
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        self.suite = build_suite(data, now)
-        self.batch_suite = build_batch_suite(data)
+        self.suite = build_suite(now, contract)
+        self.batch_suite = build_batch_suite(data, contract)
+        self.schema = raw_schema(contract)
+        self.record_id = contract.record_id
         self.bounds = (data.min_batch_rows, data.max_batch_rows)
         asset = context.data_sources.add_pandas("raw").add_dataframe_asset("transactions")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("whole")
@@ -175,7 +185,7 @@ class _SuiteRunner:
             if r.success:
                 continue
             if r.expectation_config.type == "expect_table_columns_to_match_set":
-                expected = RAW_SCHEMA.names
+                expected = self.schema.names
                 missing = [c for c in expected if c not in df.columns]
                 extra = [c for c in df.columns if c not in expected]
                 problems.append(f"schema mismatch in {name!r}: missing columns {missing!r}, unexpected {extra!r} "
@@ -236,9 +246,10 @@ def _validate_one(
         return BatchResult(batch=name, input_rows=rows, accepted_rows=0, quarantined_rows=rows, batch_rejected=True,
                            reasons=[problem], quarantine_path=str(kept) if path.exists() else None)
     assert table is not None
-    df = table.select(RAW_SCHEMA.names).cast(RAW_SCHEMA).to_pandas().reset_index(drop=True)
+    schema = runner.schema
+    df = table.select(schema.names).cast(schema).to_pandas().reset_index(drop=True)
     failures = runner.failures(df)
-    dup_name, dup_rows = _accepted_elsewhere(df, validated_dir, name)
+    dup_name, dup_rows = _accepted_elsewhere(df, validated_dir, name, runner.record_id)
     if dup_rows:
         failures[dup_name] = dup_rows
     per_row: dict[int, list[str]] = {}
@@ -254,7 +265,7 @@ def _validate_one(
     validated = validated_dir / f"{name}.parquet"
     quarantined = quarantine_dir / f"{name}.rows.parquet"
     if len(accepted):
-        _write(pa.Table.from_pandas(accepted, schema=RAW_SCHEMA, preserve_index=False), validated)
+        _write(pa.Table.from_pandas(accepted, schema=schema, preserve_index=False), validated)
         result.validated_path = str(validated)
     else:
         validated.unlink(missing_ok=True)
@@ -274,7 +285,7 @@ def _batch_problems(table: pa.Table, runner: _SuiteRunner, name: str) -> list[st
         return problems
     wrong = [
         f"{f.name}: {table.schema.field(f.name).type} (expected {f.type})"
-        for f in RAW_SCHEMA
+        for f in runner.schema
         if not _compatible(table.schema.field(f.name).type, f.type)
     ]
     return [f"wrong column types in {name!r}: {'; '.join(wrong)}"] if wrong else []
@@ -313,16 +324,16 @@ def _count_rows(path: Path) -> int:
         return 0
 
 
-def _accepted_elsewhere(df: pd.DataFrame, validated_dir: Path, name: str) -> tuple[str, list[int]]:
-    """Rows whose transaction_id was already accepted from another batch."""
+def _accepted_elsewhere(df: pd.DataFrame, validated_dir: Path, name: str, record_id: str) -> tuple[str, list[int]]:
+    """Rows whose record id was already accepted from another batch."""
     others = [p for p in sorted(validated_dir.glob("*.parquet")) if p.stem != name]
-    label = "unique_across_batches(transaction_id)"
+    label = f"unique_across_batches({record_id})"
     if not others:
         return label, []
     seen = set()
     for p in others:
-        seen.update(pq.read_table(p, columns=["transaction_id"]).column(0).to_pylist())
-    return label, [i for i, t in enumerate(df["transaction_id"]) if t in seen]
+        seen.update(pq.read_table(p, columns=[record_id]).column(0).to_pylist())
+    return label, [i for i, t in enumerate(df[record_id]) if t in seen]
 
 
 def _write(table: pa.Table, path: Path) -> None:

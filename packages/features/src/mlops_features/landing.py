@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlops_config import DataConfig
+from mlops_config import ContractConfig, DataConfig
 from mlops_core import Progress
 from mlops_features.errors import DataError
 from mlops_features.gate import ValidationSummary, validate_batches
+from mlops_model import DEFAULT_CONTRACT
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,10 @@ def _landed(landing_uri: str) -> tuple[Any, list[str]]:
     return fs, sorted(p for p in fs.find(base) if str(p).endswith(".parquet"))
 
 
-def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> IngestReport:
-    """Validate batches that landed since the last run and version the accepted area (DVC add + push).
+def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True,
+                  contract: ContractConfig = DEFAULT_CONTRACT) -> IngestReport:
+    """Validate batches that landed since the last run (against ``contract``'s raw schema and expectations) and
+    version the accepted area (DVC add + push).
 
     Batches whose accepted file already exists in ``data.validated_dir`` are skipped (ingestion is idempotent);
     the accepted area must hold the current version first (``pull_accepted`` in a fresh pod).
@@ -121,7 +124,7 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
     root = Path(root)
     if not data.landing_uri:
         raise DataError("data.landing_uri is not set: nothing to ingest; set it in the profile "
-                        "(e.g. s3://mlops-data/fraud/landing)")
+                        "(e.g. s3://mlops-data/<model>/landing)")
     fs, landed = _landed(data.landing_uri)
     ensure_workspace(root)
     previous = None
@@ -143,7 +146,8 @@ def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True) -> I
             fs.get_file(path, str(local))
             new.append(str(local))
             progress.update(done, local.name)
-    summary = validate_batches(new, data, root) if new else None  # its own progress, a batch at a time
+    # its own progress, a batch at a time
+    summary = validate_batches(new, data, root, contract=contract) if new else None
     if summary is not None:
         logger.info("ingested %d new batch(es): %d rows accepted, %d quarantined", len(new),
                     summary.accepted_rows, summary.quarantined_rows)
@@ -220,7 +224,7 @@ def ensure_workspace(root: Path) -> None:
 def _remote_url(data: DataConfig, root: Path) -> str:
     if not data.dvc_remote:
         raise DataError("data.dvc_remote is not set: the accepted area has no remote to push to or pull from; "
-                        "set it in the profile (e.g. s3://mlops-dvc/fraud)")
+                        "set it in the profile (e.g. s3://mlops-dvc/<model>)")
     url = data.dvc_remote
     return url if "://" in url else str((root / url).resolve())
 

@@ -40,6 +40,7 @@ from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
 from mlops_features.retrain import retrain_changed
 from mlops_features.store import apply_repo, open_store
+from mlops_model import LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -356,14 +357,14 @@ def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats
             report.leakage.append(f"{where(files, view.name)}: feature {name!r} at an event changes when rows stamped "
                                   "after it are removed: it uses data from the future")
     # Leakage 2: known just before each transaction, does it give the label away?
-    if "is_fraud" not in raw.columns or key not in raw.columns:
+    if LABEL not in raw.columns or key not in raw.columns:
         return
-    tx = raw[[key, "event_timestamp", "is_fraud"]].sort_values("event_timestamp")
+    tx = raw[[key, "event_timestamp", LABEL]].sort_values("event_timestamp")
     tx = tx.assign(event_timestamp=tx["event_timestamp"].dt.as_unit("us"))
     feat = rows.assign(**{ts: pd.to_datetime(rows[ts], utc=True).dt.as_unit("us")}).sort_values(ts)
     joined = pd.merge_asof(tx, feat[[key, ts, *feats]].rename(columns={ts: "_feature_ts"}), left_on="event_timestamp",
                            right_on="_feature_ts", by=key, allow_exact_matches=False)
-    labels = joined["is_fraud"].to_numpy()
+    labels = joined[LABEL].to_numpy()
     if labels.min() == labels.max():
         return
     for name in feats:

@@ -27,9 +27,38 @@ import pyarrow.parquet as pq
 
 from mlops_core import atomic_path
 from mlops_features.errors import DataError
-from mlops_features.schema import CATEGORIES, CHANNELS, COUNTRIES, CURRENCY_BY_COUNTRY, DEVICES, RAW_SCHEMA
+from mlops_features.schema import RAW_SCHEMA
 
 logger = logging.getLogger(__name__)
+
+# The generated values: within the default contract's expectations.allowed_values (tests/unit/features/test_sample.py)
+CURRENCY_BY_COUNTRY = {
+    "US": "USD",
+    "GB": "GBP",
+    "DE": "EUR",
+    "FR": "EUR",
+    "NL": "EUR",
+    "ES": "EUR",
+    "BR": "BRL",
+    "IN": "INR",
+    "NG": "NGN",
+    "SG": "SGD",
+}
+COUNTRIES = tuple(CURRENCY_BY_COUNTRY)
+CATEGORIES = (
+    "grocery",
+    "restaurants",
+    "fuel",
+    "fashion",
+    "health",
+    "travel",
+    "electronics",
+    "gaming",
+    "digital_goods",
+    "jewelry",
+)
+DEVICES = ("ios", "android", "web_desktop", "web_mobile", "pos_terminal")
+CHANNELS = ("card_present", "contactless", "online")
 
 DRIFT_MODES = ("none", "covariate", "prior", "concept", "category")
 _DRIFT_CODE = {"none": "N", "covariate": "C", "prior": "P", "concept": "K", "category": "X"}

@@ -1,68 +1,39 @@
-"""The raw transaction schema: columns, types and allowed values shared by the generator and the gate."""
+"""The raw batch schema: columns, Arrow types and allowed values, read from the model's contract.
+
+A raw batch holds the contract's record id, entity keys, the two timestamps, its request fields and its label
+(:attr:`mlops_config.ContractConfig.raw_columns`); the generator writes it and the gate checks it. The
+module-level names are the :data:`mlops_model.DEFAULT_CONTRACT`'s, for callers given no contract.
+"""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from mlops_model import LABEL
-
-CURRENCY_BY_COUNTRY = {
-    "US": "USD",
-    "GB": "GBP",
-    "DE": "EUR",
-    "FR": "EUR",
-    "NL": "EUR",
-    "ES": "EUR",
-    "BR": "BRL",
-    "IN": "INR",
-    "NG": "NGN",
-    "SG": "SGD",
-}
-COUNTRIES = tuple(CURRENCY_BY_COUNTRY)
-CURRENCIES = tuple(sorted(set(CURRENCY_BY_COUNTRY.values())))
-CATEGORIES = (
-    "grocery",
-    "restaurants",
-    "fuel",
-    "fashion",
-    "health",
-    "travel",
-    "electronics",
-    "gaming",
-    "digital_goods",
-    "jewelry",
-)
-DEVICES = ("ios", "android", "web_desktop", "web_mobile", "pos_terminal")
-CHANNELS = ("card_present", "contactless", "online")
-
-ALLOWED_VALUES: dict[str, tuple[str, ...]] = {
-    "currency": CURRENCIES,
-    "category": CATEGORIES,
-    "country": COUNTRIES,
-    "device": DEVICES,
-    "channel": CHANNELS,
-}
-"""Allowed values of each categorical column; anything else is quarantined."""
+from mlops_config import TIMESTAMP_COLUMNS, ContractConfig
+from mlops_model import DEFAULT_CONTRACT
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-RAW_SCHEMA = pa.schema(
-    [
-        ("transaction_id", pa.string()),
-        ("user_id", pa.string()),
-        ("merchant_id", pa.string()),
-        ("event_timestamp", TIMESTAMP),
-        ("created", TIMESTAMP),
-        ("amount", pa.float64()),
-        ("currency", pa.string()),
-        ("category", pa.string()),
-        ("country", pa.string()),
-        ("device", pa.string()),
-        ("channel", pa.string()),
-        ("is_fraud", pa.int8()),
-    ]
-)
-"""Exact Arrow schema of a raw batch. ``created`` is when the row reached the platform."""
+_ARROW_TYPES = {"float": pa.float64(), "int": pa.int64(), "string": pa.string()}
+"""Arrow type of each request-field type a contract may declare."""
 
-NOT_NULL = ("transaction_id", "user_id", "merchant_id", "event_timestamp", "created", "amount", *ALLOWED_VALUES, LABEL)
-"""Columns that must never be null (all of them)."""
+
+def raw_schema(contract: ContractConfig) -> pa.Schema:
+    """Exact Arrow schema of a raw batch under ``contract``; ``created`` is when the row reached the platform."""
+    return pa.schema([
+        (contract.record_id, pa.string()),
+        *((key, pa.string()) for key in contract.entity_keys),
+        *((column, TIMESTAMP) for column in TIMESTAMP_COLUMNS),
+        *((name, _ARROW_TYPES[kind]) for name, kind in contract.fields.items()),
+        (contract.label, pa.int8()),
+    ])
+
+
+RAW_SCHEMA = raw_schema(DEFAULT_CONTRACT)
+"""The default contract's raw schema."""
+
+ALLOWED_VALUES: dict[str, tuple[str, ...]] = dict(DEFAULT_CONTRACT.expectations.allowed_values)
+"""The default contract's allowed values of each categorical column; anything else is quarantined."""
+
+NOT_NULL: tuple[str, ...] = DEFAULT_CONTRACT.expectations.not_null
+"""The default contract's columns that must never be null."""

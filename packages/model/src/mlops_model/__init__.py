@@ -10,6 +10,7 @@ from mlops_model import statistics
 from mlops_model.calibration import Calibration, fit_calibration, served_scores
 from mlops_model.contract import (
     CATEGORICAL_FIELDS,
+    DEFAULT_CONTRACT,
     ENTITY_KEYS,
     LABEL,
     NUMERIC_FIELDS,
@@ -67,6 +68,7 @@ from mlops_model.threshold import (
 
 __all__ = [
     "CATEGORICAL_FIELDS",
+    "DEFAULT_CONTRACT",
     "ENTITY_KEYS",
     "FALLBACK_CHAT_TEMPLATE",
     "KNOWN_KINDS",

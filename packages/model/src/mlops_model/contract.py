@@ -1,36 +1,69 @@
-"""The fraud model's request schema and feature list: the one definition every package reads.
+"""The tabular model's contract as code reads it: the declared :class:`~mlops_config.ContractConfig`.
 
 A prediction request carries, per instance, the entity keys (the online store is looked up with them) and
 the request-time fields (the model reads them as sent). The feature store adds the FeatureService's
 features; their names, types and defaults are declared once, in ``feature_repo/``. Where a FeatureStore is
 at hand its FeatureService is the source of truth for them; where it is not, the exported model's recorded
 encoder is (``EncoderSpec.input_columns``).
+
+The contract itself is declared with the model (``configs/models/<m>.yaml``, section ``contract``). Functions
+take it as a parameter; :data:`DEFAULT_CONTRACT` is what they fall back to when a caller passes none — the
+reference model's declaration, kept equal to its YAML by ``tests/unit/config/test_contract_config.py`` — and the
+module-level names below are read from it, for the callers not yet handed the loaded contract.
 """
 
 from __future__ import annotations
 
-ENTITY_KEYS: tuple[str, ...] = ("user_id", "merchant_id")
-"""Join keys of the Feast entities ``user`` and ``merchant`` (strings)."""
+from mlops_config import ContractConfig
 
-NUMERIC_FIELDS: tuple[str, ...] = ("amount",)
+DEFAULT_CONTRACT = ContractConfig.model_validate({
+    "record_id": "transaction_id",
+    "entity_keys": ["user_id", "merchant_id"],
+    "unknown_flags": {"user_id": "unknown_user", "merchant_id": "unknown_merchant"},
+    "fields": {"amount": "float", "currency": "string", "category": "string", "country": "string",
+               "device": "string", "channel": "string"},
+    "label": "is_fraud",
+    "log_prefixes": ["amount", "user_amount_sum", "user_amount_mean", "user_amount_std", "merchant_amount"],
+    "derived": [{"name": "amount_vs_user_mean_7d", "op": "log_ratio", "args": ["amount", "user_amount_mean_7d"]}],
+    "expectations": {
+        "ranges": {"amount": {"min": 0.01, "max": 50_000.0}},
+        "allowed_values": {
+            "currency": ["BRL", "EUR", "GBP", "INR", "NGN", "SGD", "USD"],
+            "category": ["grocery", "restaurants", "fuel", "fashion", "health", "travel", "electronics", "gaming",
+                         "digital_goods", "jewelry"],
+            "country": ["US", "GB", "DE", "FR", "NL", "ES", "BR", "IN", "NG", "SG"],
+            "device": ["ios", "android", "web_desktop", "web_mobile", "pos_terminal"],
+            "channel": ["card_present", "contactless", "online"],
+        },
+        "not_null": ["transaction_id", "user_id", "merchant_id", "event_timestamp", "created", "amount", "currency",
+                     "category", "country", "device", "channel", "is_fraud"],
+    },
+    "key_features": ["amount", "user_txn_count_1h", "user_amount_zscore"],
+})
+"""The reference model's contract (``configs/models/<project.model>.yaml`` declares the same)."""
+
+ENTITY_KEYS: tuple[str, ...] = DEFAULT_CONTRACT.entity_keys
+"""Join keys of the feature store's entities (strings)."""
+
+NUMERIC_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.numeric_fields
 """Request-time numeric fields (finite, ≥ 0)."""
 
-CATEGORICAL_FIELDS: tuple[str, ...] = ("currency", "category", "country", "device", "channel")
+CATEGORICAL_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.categorical_fields
 """Request-time categorical fields (strings; values the encoder has not seen encode as "other")."""
 
-REQUEST_FIELDS: tuple[str, ...] = NUMERIC_FIELDS + CATEGORICAL_FIELDS
-"""Fields known at request time; they travel with the transaction, not through the feature store."""
+REQUEST_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.request_fields
+"""Fields known at request time; they travel with the request, not through the feature store."""
 
-OPTIONAL_FIELDS: tuple[str, ...] = ("transaction_id",)
+OPTIONAL_FIELDS: tuple[str, ...] = (DEFAULT_CONTRACT.record_id,)
 """Fields a request may carry; only logged."""
 
-REQUIRED_FIELDS: tuple[str, ...] = ENTITY_KEYS + REQUEST_FIELDS
+REQUIRED_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.required_fields
 """What every request instance must hold."""
 
-LABEL = "is_fraud"
+LABEL = DEFAULT_CONTRACT.label
 """The training label (0/1)."""
 
-UNKNOWN_FLAGS: dict[str, str] = {"user_id": "unknown_user", "merchant_id": "unknown_merchant"}
+UNKNOWN_FLAGS: dict[str, str] = dict(DEFAULT_CONTRACT.unknown_flags)
 """Flag per entity key on an online-store row: True when the store had no value for that entity."""
 
 UNKNOWN_ENTITY = "_unknown_entity"

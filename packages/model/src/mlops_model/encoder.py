@@ -6,10 +6,13 @@
 - ``numeric``: ``{"name", "log", "mean", "std"}``; ``log`` columns go through ``sign(x) * log1p(|x|)``
   before standardisation; a missing value encodes as the mean (0 after scaling).
 - ``derived``: ``{"name", "op", "args", "mean", "std"}`` computed from numeric columns (raw values);
-  ``log_ratio`` is ``log((|a| + 1) / (|b| + 1))`` (the amount against the user's usual amount).
+  ``log_ratio`` is ``log((|a| + 1) / (|b| + 1))`` (a value against its usual level).
 - ``categorical``: ``{"name", "vocab"}``; one-hot over the vocabulary plus one slot for anything else
   (new or missing values).
 - ``input_dim``: width of the encoded row.
+
+Which columns are log-scaled and which are derived is the model contract's (``contract.log_prefixes``,
+``contract.derived``); :meth:`EncoderSpec.fit` reads it, the fitted spec records the outcome.
 
 One column kernel (:meth:`EncoderSpec._encode`) does the arithmetic; thin adapters feed it columns:
 :meth:`EncoderSpec.encode_frame` (a DataFrame: training, evaluation), :meth:`EncoderSpec.encode_columns`
@@ -25,16 +28,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from mlops_model.contract import CATEGORICAL_FIELDS, ENTITY_KEYS, LABEL, NUMERIC_FIELDS
+from mlops_model.contract import DEFAULT_CONTRACT
 from mlops_model.errors import EncoderSpecError
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from mlops_config import ContractConfig
+
 ENCODER_VERSION: Literal[1] = 1
-DEFAULT_DERIVED = (("amount_vs_user_mean_7d", "log_ratio", ("amount", "user_amount_mean_7d")),)
-LOG_PREFIXES = ("amount", "user_amount_sum", "user_amount_mean", "user_amount_std", "merchant_amount")
-"""Numeric columns whose names start with these are heavy-tailed money amounts: encoded on a log scale."""
 
 
 class _Column(BaseModel):
@@ -68,14 +70,14 @@ class CategoricalColumn(_Column):
     """Known values, in slot order; one more slot follows for anything else."""
 
 
-def default_numeric(df: pd.DataFrame) -> list[str]:
-    """``amount`` (the request's numeric fields), then the frame's other numeric, non-key, non-label columns."""
+def default_numeric(df: pd.DataFrame, contract: ContractConfig = DEFAULT_CONTRACT) -> list[str]:
+    """The contract's numeric request fields, then the frame's other numeric, non-key, non-label columns."""
     import pandas as pd  # here, not at the top: the LM workers import this package but never handle a DataFrame
 
-    skip = {*NUMERIC_FIELDS, *ENTITY_KEYS, LABEL}
+    skip = {*contract.numeric_fields, *contract.entity_keys, contract.label}
     rest = [c for c in df.columns if c not in skip and pd.api.types.is_numeric_dtype(df[c])
             and not pd.api.types.is_bool_dtype(df[c])]
-    return [c for c in NUMERIC_FIELDS if c in df.columns] + rest
+    return [c for c in contract.numeric_fields if c in df.columns] + rest
 
 
 class EncoderSpec(BaseModel):
@@ -149,7 +151,7 @@ class EncoderSpec(BaseModel):
 
     @classmethod
     def fit(cls, df: pd.DataFrame, numeric: Sequence[str] | None = None,
-            categorical: Sequence[str] | None = None) -> EncoderSpec:
+            categorical: Sequence[str] | None = None, *, contract: ContractConfig = DEFAULT_CONTRACT) -> EncoderSpec:
         """Fit means, standard deviations and vocabularies on ``df`` (the training split only).
 
         Args:
@@ -157,20 +159,22 @@ class EncoderSpec(BaseModel):
             numeric: Numeric columns; default: the request's numeric fields, then every other numeric column of
                 ``df`` in its order (the FeatureService's features in a training set), less the label.
             categorical: Categorical columns; default: the request-time categoricals present in ``df``.
+            contract: The model's contract: its request fields, label, log-scaled prefixes and derived columns.
         """
         if len(df) == 0:
             raise EncoderSpecError("cannot fit an encoder on an empty DataFrame: expected training rows")
-        numeric = list(numeric) if numeric is not None else default_numeric(df)
+        numeric = list(numeric) if numeric is not None else default_numeric(df, contract)
         categorical = (list(categorical) if categorical is not None
-                       else [c for c in CATEGORICAL_FIELDS if c in df.columns])
+                       else [c for c in contract.categorical_fields if c in df.columns])
         missing = [c for c in (*numeric, *categorical) if c not in df.columns]
         if missing:
             raise EncoderSpecError(f"columns {missing!r} are not in the DataFrame; it has {sorted(df.columns)!r}")
         raw = {name: _frame_numeric(df, name) for name in numeric}
-        logs = {n: n.startswith(LOG_PREFIXES) for n in numeric}
+        logs = {n: n.startswith(contract.log_prefixes) for n in numeric}
         num = [NumericColumn(name=n, log=logs[n], **_moments(_log(raw[n], logs[n]))) for n in numeric]
-        derived = [DerivedColumn(name=name, op=op, args=args, **_moments(_OPS[op](raw[args[0]], raw[args[1]])))
-                   for name, op, args in DEFAULT_DERIVED if all(a in raw for a in args)]
+        derived = [DerivedColumn(name=d.name, op=d.op, args=d.args,
+                                 **_moments(_OPS[d.op](raw[d.args[0]], raw[d.args[1]])))
+                   for d in contract.derived if all(a in raw for a in d.args)]
         cats = [CategoricalColumn(name=n, vocab=tuple(sorted(df[n].dropna().astype(str).unique().tolist())))
                 for n in categorical]
         width = len(num) + len(derived) + sum(len(c.vocab) + 1 for c in cats)

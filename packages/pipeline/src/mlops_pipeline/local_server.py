@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from mlops_model import OPTIONAL_FIELDS, REQUIRED_FIELDS
+from mlops_model import NUMERIC_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS
 from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready
 
 REQUEST_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
@@ -96,6 +96,5 @@ def request_rows(frame: Any, n: int, seed: int) -> list[dict[str, Any]]:
     sample = frame.sample(n=min(n, len(frame)), random_state=seed)
     out = []
     for rec in sample[list(REQUEST_FIELDS)].to_dict("records"):
-        rec["amount"] = float(rec["amount"])
-        out.append({k: (str(v) if k != "amount" else v) for k, v in rec.items()})
+        out.append({k: (float(v) if k in NUMERIC_FIELDS else str(v)) for k, v in rec.items()})
     return out

@@ -3,7 +3,7 @@
 A request carries, per instance, the entity keys the transformer looks features up with and the request-time
 fields the model reads as they are. Anything else is refused with a message naming the field and the
 instance: nothing sent is silently dropped. The fields themselves are the model contract's
-(:mod:`mlops_model.contract`).
+(:class:`mlops_config.ContractConfig`; :data:`mlops_model.DEFAULT_CONTRACT` where a caller passes none).
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mlops_model import CATEGORICAL_FIELDS, ENTITY_KEYS, NUMERIC_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS
+from mlops_config import ContractConfig
+from mlops_model import DEFAULT_CONTRACT
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 
-ALL_FIELDS: frozenset[str] = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
+ALL_FIELDS: frozenset[str] = frozenset((*DEFAULT_CONTRACT.required_fields, DEFAULT_CONTRACT.record_id))
+"""Every field a request under the default contract may name (V2's inputs are checked against it)."""
 MAX_STRING_CHARS = 128
-MAX_AMOUNT = 1e9
+MAX_NUMBER = 1e9
 
 
 def check_count(n: int, max_instances: int) -> None:
@@ -42,33 +44,34 @@ def _check_number(field: str, value: Any, where: str) -> float:
     number = float(value)
     if not math.isfinite(number):
         raise BadRequestError(f"{where}: {field!r} must be finite, got {value!r}")
-    if not 0.0 <= number <= MAX_AMOUNT:
-        raise BadRequestError(f"{where}: {field!r} must be in [0, {MAX_AMOUNT:g}], got {value!r}")
+    if not 0.0 <= number <= MAX_NUMBER:
+        raise BadRequestError(f"{where}: {field!r} must be in [0, {MAX_NUMBER:g}], got {value!r}")
     return number
 
 
-def validate_instance(instance: Any, index: int) -> dict[str, Any]:
-    """One instance as a plain row; every problem names the instance and the field."""
+def validate_instance(instance: Any, index: int, contract: ContractConfig = DEFAULT_CONTRACT) -> dict[str, Any]:
+    """One instance as a plain row under ``contract``; every problem names the instance and the field."""
     where = f"instance {index}"
     if not isinstance(instance, Mapping):
         raise BadRequestError(f"{where} must be an object of named fields, got {type(instance).__name__}")
-    unknown = sorted(set(instance) - ALL_FIELDS)
+    allowed = {*contract.required_fields, contract.record_id}
+    unknown = sorted(set(instance) - allowed)
     if unknown:
-        raise BadRequestError(f"{where} has unknown field(s) {unknown!r}; expected only {sorted(ALL_FIELDS)!r}")
-    missing = [f for f in REQUIRED_FIELDS if f not in instance]
+        raise BadRequestError(f"{where} has unknown field(s) {unknown!r}; expected only {sorted(allowed)!r}")
+    missing = [f for f in contract.required_fields if f not in instance]
     if missing:
         raise BadRequestError(f"{where} is missing field(s) {missing!r}")
     row: dict[str, Any] = {}
-    for field in ENTITY_KEYS + CATEGORICAL_FIELDS:
+    for field in contract.entity_keys + contract.categorical_fields:
         row[field] = _check_string(field, instance[field], where)
-    for field in NUMERIC_FIELDS:
+    for field in contract.numeric_fields:
         row[field] = _check_number(field, instance[field], where)
-    tid = instance.get("transaction_id")
-    row["transaction_id"] = None if tid is None else _check_string("transaction_id", tid, where)
+    rid = instance.get(contract.record_id)
+    row[contract.record_id] = None if rid is None else _check_string(contract.record_id, rid, where)
     return row
 
 
-def parse_v1(body: Any, max_instances: int) -> list[dict[str, Any]]:
+def parse_v1(body: Any, max_instances: int, contract: ContractConfig = DEFAULT_CONTRACT) -> list[dict[str, Any]]:
     """Rows of a V1 body ``{"instances": [{field: value, ...}, ...]}``."""
     if not isinstance(body, Mapping):
         raise BadRequestError(f'the body must be a JSON object {{"instances": [...]}}, got {type(body).__name__}')
@@ -81,10 +84,11 @@ def parse_v1(body: Any, max_instances: int) -> list[dict[str, Any]]:
     if not isinstance(instances, list):
         raise BadRequestError(f"'instances' must be a list, got {type(instances).__name__}")
     check_count(len(instances), max_instances)
-    return [validate_instance(inst, i) for i, inst in enumerate(instances)]
+    return [validate_instance(inst, i, contract) for i, inst in enumerate(instances)]
 
 
-def parse_columns(columns: Mapping[str, Sequence[Any]], max_instances: int) -> list[dict[str, Any]]:
+def parse_columns(columns: Mapping[str, Sequence[Any]], max_instances: int,
+                  contract: ContractConfig = DEFAULT_CONTRACT) -> list[dict[str, Any]]:
     """Rows of a columnar request (V2 inputs by name); all columns must have the same length."""
     lengths = {name: len(values) for name, values in columns.items()}
     if len(set(lengths.values())) > 1:
@@ -92,4 +96,4 @@ def parse_columns(columns: Mapping[str, Sequence[Any]], max_instances: int) -> l
     n = next(iter(lengths.values()), 0)
     check_count(n, max_instances)
     names = list(columns)
-    return [validate_instance({name: columns[name][i] for name in names}, i) for i in range(n)]
+    return [validate_instance({name: columns[name][i] for name in names}, i, contract) for i in range(n)]

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlops_model import LABEL, EncoderSpec
+from mlops_model import DEFAULT_CONTRACT, EncoderSpec
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from mlops_config import DataConfig, FeaturesConfig
+    from mlops_config import ContractConfig, DataConfig, FeaturesConfig
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,10 @@ def check_calibration_split(val_y: Any, method: str) -> None:
 
 
 def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cache: Path,
-                    *, val_fraction: float = 0.2) -> None:
+                    *, val_fraction: float = 0.2, contract: ContractConfig = DEFAULT_CONTRACT) -> None:
     """Build the training set through ``mlops_features``, fit the encoder on the train split, write the cache.
+
+    ``contract`` names the label and the encoder's request fields, log-scaled and derived columns.
 
     Raises:
         TrainingError: ``mlops_features`` is not installed or the training set is empty / has no label.
@@ -105,21 +107,22 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
         from mlops_features import data_lineage, data_version, training_set
     except ImportError as exc:
         raise TrainingError(
-            f"the fraud model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
+            f"the tabular model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
             "install packages/features (make setup)"
         ) from None
     df = training_set(features, data, root)
-    if LABEL not in df.columns or len(df) == 0:
+    label = contract.label
+    if label not in df.columns or len(df) == 0:
         raise TrainingError(
             f"training set from FeatureService {features.feature_service!r} has {len(df)} rows and columns "
-            f"{list(df.columns)!r}; expected labelled rows with {LABEL!r} (run `mlops data generate` first?)"
+            f"{list(df.columns)!r}; expected labelled rows with {label!r} (run `mlops data generate` first?)"
         )
     train, val = split_by_time(df, val_fraction)
-    spec = EncoderSpec.fit(train)
+    spec = EncoderSpec.fit(train, contract=contract)
     encoder = spec.to_dict()
     cache.mkdir(parents=True, exist_ok=True)
-    arrays = {"train_x": spec.encode_frame(train), "train_y": train[LABEL].to_numpy(np.float32),
-              "val_x": spec.encode_frame(val), "val_y": val[LABEL].to_numpy(np.float32)}
+    arrays = {"train_x": spec.encode_frame(train), "train_y": train[label].to_numpy(np.float32),
+              "val_x": spec.encode_frame(val), "val_y": val[label].to_numpy(np.float32)}
     for name, arr in arrays.items():
         np.save(cache / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
     train.to_parquet(cache / "train.parquet", index=False)

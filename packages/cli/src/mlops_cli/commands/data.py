@@ -58,7 +58,9 @@ def validate(
         batches = sorted(loaded.resolve_path(d.raw_dir).glob("*.parquet"))
         if not batches:
             raise DataError(f"no batches given and none in {d.raw_dir!r}: run `mlops data generate` first")
-    summary = validate_batches(batches, d, loaded.root)
+    contract = loaded.config.contract
+    summary = (validate_batches(batches, d, loaded.root) if contract is None
+               else validate_batches(batches, d, loaded.root, contract=contract))
     if as_json:
         print_json(summary.to_dict())
         return

@@ -26,7 +26,7 @@ def run(
                             "(a fine-tuned LM: its fine-tuning prompts, or an LM reference .json).")
     ] = None,
     labels: Annotated[Path | None, typer.Option(
-        "--labels", help="Delayed labels (transaction_id, is_fraud): realized F1/precision/recall.")] = None,
+        "--labels", help="Delayed labels (the contract's record id and label): realized F1/precision/recall.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report the actions, do not roll back.")] = False,
     html: Annotated[bool | None, typer.Option("--html/--no-html", help="Write Evidently's HTML report.")] = None,
 ) -> None:
