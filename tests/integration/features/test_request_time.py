@@ -134,11 +134,11 @@ def test_fraud_v1_is_unchanged_and_a_lookup_without_the_amount_is_refused(env: t
 def test_the_serving_lookup_passes_the_request_amount(env: tuple[Path, FeaturesConfig, Any]) -> None:
     """Serving's FeatureLookup hands the source the request fields its on-demand views read (before: only the
     entity keys, and the lookup of fraud_rt_v1 failed)."""
-    from mlops_model import ENTITY_KEYS, EncoderSpec
+    from mlops_model import EncoderSpec
     from mlops_serving.lookup import FeatureLookup
 
     root, features, tx = env
-    lookup = FeatureLookup(OnlineFeatures(features, root), entity_keys=ENTITY_KEYS)
+    lookup = FeatureLookup(OnlineFeatures(features, root))
     lookup.configure(EncoderSpec.fit(training_set(features, DATA, root)))
     latest = tx["event_timestamp"].max()
     users = tx.loc[tx["event_timestamp"] > latest - pd.Timedelta(hours=12), "user_id"].drop_duplicates().head(5)

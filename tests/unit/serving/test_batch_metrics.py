@@ -48,7 +48,7 @@ def _model(tmp_path: Path, source: DictSource) -> tuple[FraudModel, ServingMetri
                             "features": {"feature_service": "fraud_v1", "encoder": encoder}})
     metrics = ServingMetrics()
     model = FraudModel("fraud", loader=folder_loader("fraud", folder),
-                       lookup=FeatureLookup(source, entity_keys=("user_id", "merchant_id")), metrics=metrics,
+                       lookup=FeatureLookup(source), metrics=metrics,
                        prediction_log=None, max_instances=8)
     assert model.load()
     return model, metrics

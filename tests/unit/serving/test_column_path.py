@@ -87,7 +87,7 @@ def test_batch_scores_are_those_of_encode_frame_on_the_merged_rows(tmp_path: Pat
                                                                   sizes: list[int]) -> None:
     stable, canary = _export(tmp_path / "1", 0), _export(tmp_path / "2", 1)
     model = FraudModel("fraud", loader=folder_loader("fraud", stable, canary),
-                       lookup=FeatureLookup(source, entity_keys=("user_id", "merchant_id")), metrics=ServingMetrics(),
+                       lookup=FeatureLookup(source), metrics=ServingMetrics(),
                        prediction_log=None, max_instances=64, canary_percent=50)
     assert model.load()
     weights = {"1": ExportedModel.load(stable), "2": ExportedModel.load(canary)}

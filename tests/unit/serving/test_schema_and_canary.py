@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from mlops_config import ContractConfig
 from mlops_serving.canary import CanaryRouter
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 from mlops_serving.schema import parse_columns, parse_v1
@@ -96,8 +97,10 @@ def test_lookup_defaults_come_from_the_source_then_the_encoder() -> None:
         "numeric": [{"name": n, "log": False, "mean": m, "std": 1.0} for n, m in (("amount", 3.0), ("f1", 1.0),
                                                                                  ("f2", 2.5))],
         "categorical": [{"name": "currency", "vocab": ["EUR"]}, {"name": "segment", "vocab": ["a"]}]})
-    lookup = FeatureLookup(Source(), entity_keys=("user_id",))
-    lookup.configure(spec)
+    lookup = FeatureLookup(Source())
+    lookup.configure(spec, contract=ContractConfig.model_validate(
+        {"record_id": "id", "entity_keys": ["user_id"], "fields": {"amount": "float", "currency": "string"},
+         "label": "y"}))
     found = lookup.get([{"user_id": "u"}])
     # request fields (amount, currency) are not looked up; f1 from the source, f2 the training mean
     assert found.features == [{"f1": 7.0, "f2": 2.5, "segment": None}] and found.unknown == [True]

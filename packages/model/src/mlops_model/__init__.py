@@ -19,6 +19,8 @@ from mlops_model.contract import (
     REQUIRED_FIELDS,
     UNKNOWN_ENTITY,
     UNKNOWN_FLAGS,
+    contract_meta,
+    contract_of,
 )
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import (
@@ -104,6 +106,8 @@ __all__ = [
     "build_tabular_mlp",
     "choose_threshold",
     "compare_sketches",
+    "contract_meta",
+    "contract_of",
     "ensure_local_keys",
     "f1_optimal_threshold",
     "fit_calibration",

@@ -7,8 +7,9 @@ An exported model is a folder with two files and nothing executable (never pickl
   ``kind`` is ``tabular_mlp`` or ``causal_lm``; ``architecture`` is what :func:`build_tabular_mlp` (or the
   LM builder) needs; for ``tabular_mlp`` ``features`` holds the FeatureService name and the fitted
   :class:`~mlops_model.encoder.EncoderSpec`; ``lineage`` holds run id, seed, data hash, git commit; a tabular
-  export also holds ``calibration`` (:mod:`mlops_model.calibration`) and ``decision_threshold``
-  (:mod:`mlops_model.threshold`).
+  export also holds ``calibration`` (:mod:`mlops_model.calibration`), ``decision_threshold``
+  (:mod:`mlops_model.threshold`) and ``contract`` (the model's declared :class:`~mlops_config.ContractConfig`:
+  what a request carries, its entity keys, its label; absent in exports made before it was recorded).
 
 A signed model also holds ``model.sig`` (:mod:`mlops_model.signing`): ``save_exported(sign=...)`` signs the
 folder before it appears, and ``load_exported(check=...)`` / ``ExportedModel.load(check=...)`` verify it
@@ -31,6 +32,7 @@ import numpy as np
 
 from mlops_core import atomic_dir
 from mlops_model.calibration import Calibration, served_scores
+from mlops_model.contract import contract_of
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
 from mlops_model.kind import ModelKind, kind_problem
@@ -181,6 +183,8 @@ class ExportedModel:
             served_scores(np.zeros(1, np.float32), self.calibration)
         # chosen at training on validation (mlops_model.threshold); None for exports made before it was recorded
         self.decision_threshold = recorded_threshold(meta, source=repr(str(folder / META_FILE)))
+        self.contract = contract_of(meta, source=repr(str(folder / META_FILE)))
+        """The contract the model was trained under; ``None`` for an export made before it was recorded."""
 
     @classmethod
     def load(cls, folder: str | Path, *, check: FolderHook | None = None) -> ExportedModel:

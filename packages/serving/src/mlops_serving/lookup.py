@@ -29,7 +29,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mlops_model import REQUEST_FIELDS, UNKNOWN_ENTITY, EncoderSpec
+from mlops_config import ContractConfig
+from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY, EncoderSpec
 from mlops_serving.errors import FeatureStoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -90,13 +91,12 @@ class FeatureLookup:
         self,
         source: FeatureSource,
         *,
-        entity_keys: Sequence[str],
         outage: Literal["degraded", "unavailable"] = "degraded",
         retry_s: float = 1.0,
     ) -> None:
         self._source = source
         self._defaults: dict[str, Any] = {}
-        self._entity_keys = tuple(entity_keys)
+        self._entity_keys: tuple[str, ...] = DEFAULT_CONTRACT.entity_keys
         self._outage = outage
         self._retry_s = retry_s
         self._down_since: float | None = None
@@ -105,17 +105,21 @@ class FeatureLookup:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
 
-    def configure(self, *encoders: EncoderSpec) -> None:
-        """Look up the store features the served encoders read, defaulting each to the source's default.
+    def configure(self, *encoders: EncoderSpec, contract: ContractConfig = DEFAULT_CONTRACT) -> None:
+        """Look up the store features the served encoders read, by the served model's ``contract``'s entity keys,
+        defaulting each feature to the source's default.
 
-        The source's default (the feature repo's FEATURE_DEFAULTS) is what an unknown entity gets, so a
-        degraded prediction sees exactly that; a feature the source has no default for gets the encoder's
-        training mean (numeric, encoded as 0) or None (categorical, encoded as "other").
+        The contract's request fields travel with the request and are not looked up. The source's default (the
+        feature repo's FEATURE_DEFAULTS) is what an unknown entity gets, so a degraded prediction sees exactly
+        that; a feature the source has no default for gets the encoder's training mean (numeric, encoded as 0)
+        or None (categorical, encoded as "other").
         """
+        request = set(contract.request_fields)
         merged: dict[str, Any] = {}
         for spec in encoders:
-            merged.update({c.name: c.mean for c in spec.numeric if c.name not in REQUEST_FIELDS})
-            merged.update({c.name: None for c in spec.categorical if c.name not in REQUEST_FIELDS})
+            merged.update({c.name: c.mean for c in spec.numeric if c.name not in request})
+            merged.update({c.name: None for c in spec.categorical if c.name not in request})
+        self._entity_keys = contract.entity_keys
         published = self._source.defaults
         self._defaults = {name: published.get(name, value) for name, value in merged.items()}
 

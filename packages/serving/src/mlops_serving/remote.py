@@ -2,7 +2,8 @@
 
 At load the transformer asks the predictor which version it serves and with which encoder
 (``GET /mlops/models/{name}/meta``), so it always encodes for exactly the weights behind it; per batch it
-sends the encoded rows as one V2 tensor ``input`` (FP32, ``[n, input_dim]``) and reads ``score`` back.
+sends the encoded rows as one V2 tensor ``input`` (FP32, ``[n, input_dim]``) and reads ``score`` back. The
+predictor's ``model.json`` also brings the model's contract, which the transformer validates requests by.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mlops_model import EncoderSpec, EncoderSpecError
+from mlops_model import EncoderSpec, EncoderSpecError, ExportedModelError, contract_of
 from mlops_serving.errors import ModelLoadError, PredictorUnavailableError
 from mlops_serving.served import ModelRef
 
@@ -36,7 +37,8 @@ class RemoteModel:
         try:
             self.encoder = EncoderSpec.from_dict(features.get("encoder"),
                                                  source=f"the predictor at {base_url!r}'s features.encoder")
-        except EncoderSpecError as exc:
+            self.contract = contract_of(meta, source=f"the predictor at {base_url!r}'s model.json")
+        except (EncoderSpecError, ExportedModelError) as exc:
             raise ModelLoadError(str(exc)) from None
         self.ref = ModelRef(name=name, version=str(meta.get("served_version", "unknown")), folder=Path(base_url),
                             source="predictor")

@@ -16,8 +16,6 @@ from mlops_config import ContractConfig
 from mlops_model import DEFAULT_CONTRACT
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 
-ALL_FIELDS: frozenset[str] = frozenset((*DEFAULT_CONTRACT.required_fields, DEFAULT_CONTRACT.record_id))
-"""Every field a request under the default contract may name (V2's inputs are checked against it)."""
 MAX_STRING_CHARS = 128
 MAX_NUMBER = 1e9
 

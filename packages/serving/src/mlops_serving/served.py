@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mlops_config import ContractConfig
 from mlops_model import EncoderSpec, ExportedModel, ModelContractError
 from mlops_serving.errors import ModelLoadError
 
@@ -51,6 +52,11 @@ class ServedModel(Protocol):
     @property
     def weights_sha256(self) -> str: ...
 
+    @property
+    def contract(self) -> ContractConfig | None:
+        """The contract ``model.json`` records; ``None`` for an export made before models carried one."""
+        ...
+
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray: ...
 
     def score_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
@@ -76,6 +82,10 @@ class LocalModel:
     @property
     def weights_sha256(self) -> str:
         return self.model.weights_sha256
+
+    @property
+    def contract(self) -> ContractConfig | None:
+        return self.model.contract
 
     def score_records(self, records: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return self.model.score_records(records)

@@ -15,7 +15,7 @@ from typing import Any
 
 from mlops_config import FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
 from mlops_core import registered_model_name
-from mlops_model import ENTITY_KEYS, META_FILE, ModelKind, kind_of, kind_problem, model_verifier
+from mlops_model import META_FILE, ModelKind, kind_of, kind_problem, model_verifier
 from mlops_serving.admission import Admission, AdmissionLimits
 from mlops_serving.errors import ModelLoadError, ServingError
 from mlops_serving.log_store import resolve_prediction_log_uri
@@ -57,7 +57,7 @@ def create_app(
         on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
         on_failed=lambda: metrics.log_flush_failures.labels(model_name).inc(),
     )
-    lookup = FeatureLookup(source, entity_keys=ENTITY_KEYS, outage=serving.redis_outage,
+    lookup = FeatureLookup(source, outage=serving.redis_outage,
                            retry_s=serving.feature_retry_s if retry_s is None else retry_s)
     shadow = None
     if serving.shadow.fraction > 0 and serving.shadow.url:

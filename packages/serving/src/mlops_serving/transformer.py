@@ -6,6 +6,10 @@ request is picked (stable|canary), features are looked up once, and each variant
 recorded encoder, straight from the lookup's columns (:meth:`mlops_model.EncoderSpec.encode_columns`);
 ``postprocess`` answers in the protocol the request came in. Metrics and the prediction log are filled here,
 the log off the request path.
+
+Requests are validated, and the online store looked up, by the served model's contract (``model.json``'s
+``contract``): stable and canary must record the same one; an export made before models carried one is served
+under :data:`mlops_model.DEFAULT_CONTRACT`, said once in the log.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import kserve
 import numpy as np
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
+from mlops_config import ContractConfig
+from mlops_model import DEFAULT_CONTRACT
 from mlops_serving.admission import Ticket, current_ticket, is_past, latest_deadline
 from mlops_serving.batcher import MicroBatcher
 from mlops_serving.canary import CanaryRouter, Variant
@@ -99,6 +105,8 @@ class FraudModel(kserve.Model):
         self._canary_percent = canary_percent
         self._shadow = shadow
         self.router: CanaryRouter[ServedModel] | None = None
+        self.contract: ContractConfig | None = None
+        """The served model's contract (requests are validated by it); ``None`` until it is loaded."""
         self.reason = "loading"
         self._load_lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
@@ -120,6 +128,7 @@ class FraudModel(kserve.Model):
             try:
                 stable, canary = self._loader()
                 self._check_feature_service(stable, canary)
+                contract = _served_contract(stable, canary)
             except ModelLoadError as exc:
                 if self.reason != str(exc):
                     log.error("model %s failed to load: %s", self.name, exc)
@@ -129,11 +138,12 @@ class FraudModel(kserve.Model):
                 self.reason = f"{type(exc).__name__}: {exc}"
                 log.exception("model %s failed to load", self.name)
                 return False
-            self._lookup.configure(*(m.encoder for m in (stable, canary) if m is not None))
+            self._lookup.configure(*(m.encoder for m in (stable, canary) if m is not None), contract=contract)
             if not all(isinstance(m, LocalModel) for m in (stable, canary) if m is not None):
                 # a forward pass in a predictor is a blocking HTTP call: on a thread, so the loop serves meanwhile
                 self._remote_pool = ThreadPoolExecutor(1, thread_name_prefix="predictor-call")
             self.router = CanaryRouter(stable, canary, self._canary_percent)
+            self.contract = contract
             for variant in self.router.variants():
                 ref = variant.target.ref
                 self._metrics.model_info.labels(self.name, ref.version, variant.name, ref.alias or "").set(1)
@@ -181,7 +191,7 @@ class FraudModel(kserve.Model):
 
     # -- V2 metadata -----------------------------------------------------------------------------------
     def get_input_types(self) -> list[dict[str, Any]]:
-        return input_metadata()
+        return input_metadata(self.contract or DEFAULT_CONTRACT)
 
     def get_output_types(self) -> list[dict[str, Any]]:
         return [dict(o) for o in V2_OUTPUTS]
@@ -190,13 +200,16 @@ class FraudModel(kserve.Model):
     async def preprocess(self, payload: Any, headers: dict[str, str] | None = None) -> _Batch:
         from mlops_serving.schema import parse_columns, parse_v1
 
+        contract = self.contract
+        if contract is None:  # which fields a request holds is the loaded model's to say
+            raise ModelLoadError(f"model {self.name!r} is not loaded: {self.reason}")
         request_id = (headers or {}).get("x-request-id") or next(_REQUEST_IDS)
         if isinstance(payload, InferRequest):
-            columns = columns_from_infer_request(payload)
-            return _Batch(parse_columns(columns, self._max_instances), "v2", payload.id or request_id)
+            columns = columns_from_infer_request(payload, contract)
+            return _Batch(parse_columns(columns, self._max_instances, contract), "v2", payload.id or request_id)
         if isinstance(payload, bytes | str):
             raise BadRequestError("the body must be JSON (Content-Type: application/json)")
-        return _Batch(parse_v1(payload, self._max_instances), "v1", request_id)
+        return _Batch(parse_v1(payload, self._max_instances, contract), "v1", request_id)
 
     async def predict(self, payload: _Batch, headers: dict[str, str] | None = None) -> _Scored:
         if self.router is None:
@@ -333,6 +346,32 @@ class FraudModel(kserve.Model):
             "degraded": scored.degraded,
             "request_id": scored.batch.request_id,
         }
+
+
+def _served_contract(stable: ServedModel, canary: ServedModel | None) -> ContractConfig:
+    """The contract requests are validated by: the one the served versions record (the same for both).
+
+    Raises:
+        ModelLoadError: the canary records another contract than the stable version (one request schema serves
+            both).
+    """
+    contract = stable.contract
+    if canary is not None and canary.contract != contract:
+        raise ModelLoadError(
+            f"version {canary.ref.version} (canary) records another contract than version {stable.ref.version} "
+            f"(stable): {_contract_line(canary.contract)} vs {_contract_line(contract)}; a canary must take the "
+            "requests the stable version takes")
+    if contract is None:
+        log.warning("version %s's model.json records no contract (exported before models carried one): serving "
+                    "it under the default contract (%s)", stable.ref.version, _contract_line(DEFAULT_CONTRACT))
+        contract = DEFAULT_CONTRACT
+    return contract
+
+
+def _contract_line(contract: ContractConfig | None) -> str:
+    if contract is None:
+        return "none recorded"
+    return f"entity keys {list(contract.entity_keys)!r}, fields {list(contract.fields)!r}"
 
 
 def _model_columns(names: Sequence[str], rows: Sequence[dict[str, Any]], found: LookupResult,

@@ -15,12 +15,10 @@ import orjson
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferRequest
 
-from mlops_model import CATEGORICAL_FIELDS, ENTITY_KEYS, NUMERIC_FIELDS, OPTIONAL_FIELDS
+from mlops_config import ContractConfig
 from mlops_serving.errors import BadRequestError
-from mlops_serving.schema import ALL_FIELDS
 
 BINARY_HEADER = "inference-header-content-length"
-STRING_FIELDS = frozenset(ENTITY_KEYS + CATEGORICAL_FIELDS + OPTIONAL_FIELDS)
 NUMERIC_DTYPES = frozenset({"FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 KNOWN_DTYPES = NUMERIC_DTYPES | {"BYTES", "BOOL", "FP16"}
 V2_OUTPUTS = (
@@ -30,12 +28,11 @@ V2_OUTPUTS = (
 )
 
 
-def input_metadata() -> list[dict[str, Any]]:
-    """The model's V2 inputs: one column per request field."""
-    return [
-        {"name": name, "datatype": "FP64" if name in NUMERIC_FIELDS else "BYTES", "shape": [-1]}
-        for name in (*ENTITY_KEYS, *NUMERIC_FIELDS, *CATEGORICAL_FIELDS, *OPTIONAL_FIELDS)
-    ]
+def input_metadata(contract: ContractConfig) -> list[dict[str, Any]]:
+    """The served model's V2 inputs under its ``contract``: one column per field a request may carry."""
+    numeric = set(contract.numeric_fields)
+    return [{"name": name, "datatype": "FP64" if name in numeric else "BYTES", "shape": [-1]}
+            for name in (*contract.required_fields, contract.record_id)]
 
 
 def decode_infer_body(body: bytes, headers: Mapping[str, str], model_name: str) -> InferRequest:
@@ -120,13 +117,16 @@ def _flatten(data: Any) -> list[Any]:
     return [data]
 
 
-def columns_from_infer_request(request: InferRequest) -> dict[str, list[Any]]:
-    """One column per input, checked against the request schema (name, datatype, shape, element types)."""
+def columns_from_infer_request(request: InferRequest, contract: ContractConfig) -> dict[str, list[Any]]:
+    """One column per input, checked against the served model's ``contract`` (name, datatype, shape, element
+    types)."""
+    allowed = frozenset((*contract.required_fields, contract.record_id))
+    strings = frozenset((*contract.entity_keys, *contract.categorical_fields, contract.record_id))
     columns: dict[str, list[Any]] = {}
     for inp in request.inputs:
         name, dtype, shape = inp.name, inp.datatype, list(inp.shape)
-        if name not in ALL_FIELDS:
-            raise BadRequestError(f"unknown input {name!r}; expected inputs {sorted(ALL_FIELDS)!r}")
+        if name not in allowed:
+            raise BadRequestError(f"unknown input {name!r}; expected inputs {sorted(allowed)!r}")
         if name in columns:
             raise BadRequestError(f"input {name!r} appears twice")
         if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
@@ -135,7 +135,7 @@ def columns_from_infer_request(request: InferRequest) -> dict[str, list[Any]]:
         if math.prod(shape) != len(values):
             raise BadRequestError(f"input {name!r}: shape {shape!r} holds {math.prod(shape)} values but data has "
                              f"{len(values)}")
-        if name in STRING_FIELDS:
+        if name in strings:
             if dtype != "BYTES":
                 raise BadRequestError(f"input {name!r} must have datatype BYTES, got {dtype!r}")
             columns[name] = [_as_text(name, v) for v in values]
@@ -143,7 +143,7 @@ def columns_from_infer_request(request: InferRequest) -> dict[str, list[Any]]:
             if dtype not in NUMERIC_DTYPES:
                 raise BadRequestError(f"input {name!r} must have a numeric datatype (FP32, FP64, INT*), got {dtype!r}")
             columns[name] = values
-    missing = [f for f in (*ENTITY_KEYS, *NUMERIC_FIELDS, *CATEGORICAL_FIELDS) if f not in columns]
+    missing = [f for f in contract.required_fields if f not in columns]
     if missing:
         raise BadRequestError(f"missing input(s) {missing!r}")
     return columns

@@ -52,7 +52,10 @@ def export_weights(
     calibration: dict[str, Any] | None = None,
     decision_threshold: dict[str, Any] | None = None,
 ) -> Path:
-    """``model.safetensors`` + ``model.json`` of the trained state (the tabular MLP, the byte-level LM)."""
+    """``model.safetensors`` + ``model.json`` of the trained state (the tabular MLP, the byte-level LM).
+
+    A tabular model's ``model.json`` also records the contract its training set was prepared under
+    (``contract``): serving validates requests, looks features up and assembles them by it."""
     from mlops_model import save_exported
 
     meta = {
@@ -65,4 +68,7 @@ def export_weights(
         meta["calibration"] = calibration
     if decision_threshold is not None:
         meta["decision_threshold"] = decision_threshold
+    contract = getattr(getattr(task, "data", None), "contract", None)  # only a tabular task's data holds one
+    if contract is not None:
+        meta["contract"] = contract
     return save_exported(folder, outcome.full_state, meta, sign=sign)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlops_model import DEFAULT_CONTRACT, EncoderSpec
+from mlops_model import DEFAULT_CONTRACT, EncoderSpec, contract_meta
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class TabularData:
     """``mlops_features.data_version``: SHA-256 of the validated data area the training set came from."""
     data_lineage: dict[str, Any] | None = None
     """``mlops_features.data_lineage`` of the DVC-tracked folders the training set was built from."""
+    contract: dict[str, Any] | None = None
+    """The contract the set was prepared under (``ContractConfig`` as JSON), recorded in the export's
+    ``model.json`` so serving validates requests by it; ``None`` for a cache written before it was kept."""
 
 
 def frame_hash(df: pd.DataFrame) -> str:
@@ -129,7 +132,8 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
     meta = {"feature_service": features.feature_service, "data_hash": frame_hash(df),
             "data_version": data_version(data, root), "rows": len(df),
             "data_lineage": data_lineage(root, [data.validated_dir, features.source_dir]),
-            "train_rows": len(train), "val_rows": len(val), "encoder": encoder}
+            "train_rows": len(train), "val_rows": len(val), "encoder": encoder,
+            "contract": contract_meta(contract)}
     (cache / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str), encoding="utf-8")
     log.info("training set: %d rows (%d train / %d val), hash %s", len(df), len(train), len(val), meta["data_hash"])
 
@@ -147,4 +151,5 @@ def load_tabular(cache: Path) -> TabularData:
         raise TrainingError(f"prepared data under {str(cache)!r} is incomplete: {exc.filename!r} is missing") from None
     return TabularData(**arrays, encoder=meta["encoder"], feature_service=meta["feature_service"],
                        data_hash=meta["data_hash"], frame_path=cache / "train.parquet",
-                       data_version=meta.get("data_version", ""), data_lineage=meta.get("data_lineage"))
+                       data_version=meta.get("data_version", ""), data_lineage=meta.get("data_lineage"),
+                       contract=meta.get("contract"))
