@@ -96,3 +96,14 @@ def test_served_model_contract_drives_the_lookup_keys(tmp_path: Path) -> None:
     model = _model(_export(tmp_path / "1", contract_meta(CHURN)))
     assert model.load() and model.contract == CHURN
     assert [i["name"] for i in model.get_input_types()][:2] == ["customer_id", "tenure_months"]
+
+
+def test_a_model_whose_entity_keys_the_online_store_does_not_read_by_is_refused(tmp_path: Path) -> None:
+    class FraudKeyedSource(Source):
+        entity_keys = DEFAULT_CONTRACT.entity_keys  # as OnlineFeatures built with the reference contract says
+
+    model = FraudModel("m", loader=folder_loader("m", _export(tmp_path / "1", contract_meta(CHURN))),
+                       lookup=FeatureLookup(FraudKeyedSource()), metrics=ServingMetrics(), prediction_log=None,
+                       max_instances=8)
+    assert not model.load()
+    assert "entity keys ['customer_id']" in model.reason and "['user_id', 'merchant_id']" in model.reason

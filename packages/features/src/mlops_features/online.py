@@ -28,14 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlops_config import FeaturesConfig
+from mlops_config import ContractConfig, FeaturesConfig
 from mlops_features.dataset import feature_names, is_on_demand, request_fields, service_defaults, service_views
 from mlops_features.errors import FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.online_parity import ParitySampler
 from mlops_features.online_plan import compute_on_demand
 from mlops_features.registry_refresh import RegistryRefresher
 from mlops_features.store import open_store
-from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY, UNKNOWN_FLAGS
+from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +66,16 @@ class OnlineFeatures:
     Args:
         features: The ``features`` section.
         root: Repo root the section's paths are relative to.
+        contract: The model's contract: the entity keys rows are looked up by and their unknown flags
+            (``None``: :data:`mlops_model.DEFAULT_CONTRACT`).
     """
 
-    def __init__(self, features: FeaturesConfig, root: str | Path) -> None:
+    def __init__(self, features: FeaturesConfig, root: str | Path, *, contract: ContractConfig | None = None
+                 ) -> None:
+        contract = contract or DEFAULT_CONTRACT
+        self.entity_keys: tuple[str, ...] = contract.entity_keys
+        """The contract's entity keys: every row must carry them (serving checks its model's are the same)."""
+        self._unknown_flags = dict(contract.unknown_flags)
         self._store = open_store(features, root, registry_refresh="background")
         self.registry = RegistryRefresher(self._store, features.registry_cache_ttl_s)
         """Refreshes the registry Feast's reader (and the sampled comparison) resolves each lookup against, every
@@ -116,7 +123,7 @@ class OnlineFeatures:
 
         if self._plan is None:
             self._plan = _service_plan(self._store, self._service)
-        reason = unsupported_by_direct(self._plan, self._service, ENTITY_KEYS)
+        reason = unsupported_by_direct(self._plan, self._service, self.entity_keys)
         if reason is not None:
             logger.warning("features.online_reader=direct: FeatureService %r is read through Feast instead: %s",
                            self.service_name, reason)
@@ -150,14 +157,14 @@ class OnlineFeatures:
             return {}
         rows = []
         for i, row in enumerate(entity_rows):
-            missing = [k for k in ENTITY_KEYS if row.get(k) in (None, "")]
+            missing = [k for k in self.entity_keys if row.get(k) in (None, "")]
             if missing:
-                raise FeatureStoreError(f"entity row {i} lacks {missing!r}: expected keys {list(ENTITY_KEYS)}")
+                raise FeatureStoreError(f"entity row {i} lacks {missing!r}: expected keys {list(self.entity_keys)}")
             absent = [k for k in self.request_fields if row.get(k) is None]
             if absent:
                 raise FeatureStoreError(f"entity row {i} lacks request field(s) {absent!r}: FeatureService "
                                         f"{self.service_name!r} computes request-time features from them")
-            rows.append({**{k: str(row[k]) for k in ENTITY_KEYS}, **{k: row[k] for k in self.request_fields}})
+            rows.append({**{k: str(row[k]) for k in self.entity_keys}, **{k: row[k] for k in self.request_fields}})
         when = as_of or self.as_of or (datetime.now(UTC) if self._expiry else None)
         if self._direct is None:
             return self._feast_columns(rows, when)
@@ -218,17 +225,21 @@ class OnlineFeatures:
         return expired
 
     def _assemble(self, result: Mapping[str, list[Any]], n: int) -> dict[str, list[Any]]:
-        """The answer's columns: the entities' unknown flags (all of an entity's features missing),
-        ``_unknown_entity`` (any flag), then each feature, its default where missing (None or NaN)."""
+        """The answer's columns: the entities' unknown flags (all of an entity's features missing; a column for
+        each the contract names), ``_unknown_entity`` (any entity unknown), then each feature, its default where
+        missing (None or NaN)."""
         missing = {name: [v is None or (isinstance(v, float) and v != v) for v in result[name]]  # _is_missing
                    for name in self.names}
         keys: list[str] = []
         columns: list[list[Any]] = []
-        for key, names in self._by_entity.items():
-            keys.append(UNKNOWN_FLAGS[key])
-            columns.append([all(flags) for flags in zip(*(missing[name] for name in names), strict=True)])
+        per_entity = [[all(flags) for flags in zip(*(missing[name] for name in names), strict=True)]
+                      for names in self._by_entity.values()]
+        for key, flags in zip(self._by_entity, per_entity, strict=True):
+            if key in self._unknown_flags:
+                keys.append(self._unknown_flags[key])
+                columns.append(flags)
         keys.append(UNKNOWN_ENTITY)
-        columns.append([any(flags) for flags in zip(*columns, strict=True)] if columns else [False] * n)
+        columns.append([any(flags) for flags in zip(*per_entity, strict=True)] if per_entity else [False] * n)
         for name in self.names:
             default = self.defaults[name]
             keys.append(name)
@@ -238,14 +249,14 @@ class OnlineFeatures:
     def ping(self) -> bool:
         """True when the online store answers a lookup (a miss counts); False when it is unreachable."""
         try:
-            self.get([{**dict.fromkeys(ENTITY_KEYS, "__ping__"), **dict.fromkeys(self.request_fields, 0.0)}])
+            self.get([{**dict.fromkeys(self.entity_keys, "__ping__"), **dict.fromkeys(self.request_fields, 0.0)}])
         except FeatureStoreUnavailableError as exc:
             logger.warning("online store ping failed: %s", exc)
             return False
         return True
 
     def _group_names_by_entity(self) -> dict[str, list[str]]:
-        groups: dict[str, list[str]] = {k: [] for k in ENTITY_KEYS}
+        groups: dict[str, list[str]] = {k: [] for k in self.entity_keys}
         for view in self._stored_views:  # an on-demand value is computed, never missing: it flags nothing
             for key in (c.name for c in view.entity_columns):
                 if key in groups:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_model import ENTITY_KEYS, UNKNOWN_ENTITY
+from mlops_model import UNKNOWN_ENTITY
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows, run_server, send_traffic
@@ -130,9 +130,9 @@ def step_features(ctx: PipelineContext) -> dict[str, Any]:
     dvc = _dvc(ctx, "features")
     from mlops_features import OnlineFeatures
 
-    store = OnlineFeatures(ctx.cfg.features, ctx.root)
+    store = OnlineFeatures(ctx.cfg.features, ctx.root, contract=ctx.cfg.contract)
     probe = ctx.validated().iloc[-1]
-    row = store.get([{k: str(probe[k]) for k in ENTITY_KEYS}])[0]
+    row = store.get([{k: str(probe[k]) for k in store.entity_keys}])[0]
     return {"dvc": dvc, "feature_service": ctx.cfg.features.feature_service, "features": len(store.names),
             "probe_known_entity": not row.get(UNKNOWN_ENTITY, True)}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlops_config import FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
+from mlops_config import ContractConfig, FeaturesConfig, ProvenanceConfig, ServingConfig, TrackingConfig
 from mlops_core import registered_model_name
 from mlops_model import META_FILE, ModelKind, kind_of, kind_problem, model_verifier
 from mlops_serving.admission import Admission, AdmissionLimits
@@ -153,6 +153,7 @@ def serve(
     report: Callable[[str], None] | None = None,
     provenance: ProvenanceConfig | None = None,
     kind: ModelKind = ModelKind.TABULAR,
+    contract: ContractConfig | None = None,
 ) -> None:
     """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
 
@@ -175,6 +176,9 @@ def serve(
             no verification, for callers that checked already).
         kind: The family the model config trains (``mlops_model.kind_of(config.training)``): what the
             registry's ``serving.alias`` version is served as when no folder is named.
+        contract: The model config's contract (``None``: :data:`mlops_model.DEFAULT_CONTRACT`): the entity keys the
+            online store is read by. Requests are validated by the served version's own; a version whose entity
+            keys differ is refused at load.
 
     Raises:
         ServingError: a URI as ``model_dir``, a folder as ``model_uri``, or both; no server is registered for the
@@ -194,7 +198,7 @@ def serve(
         raise ServingError(f"{model!r} is a {served.value!r} model, which has no server; servers exist for "
                            f"{[k.value for k in SERVERS]}")
     server(ServeTarget(serving, features, tracking, root, model, state_dir, model_dir, model_version, alias,
-                       report, check, provenance))
+                       report, check, provenance, contract))
 
 
 def _served_kind(folder: Path | None, configured: ModelKind) -> ModelKind:
@@ -222,6 +226,8 @@ class ServeTarget:
     report: Callable[[str], None] | None
     check: Check | None
     provenance: ProvenanceConfig | None
+    contract: ContractConfig | None = None
+    """The model config's contract: the entity keys the online store is read by."""
 
 
 def _serve_tabular(t: ServeTarget) -> None:
@@ -248,7 +254,7 @@ def _serve_tabular(t: ServeTarget) -> None:
     else:
         loader = registry_loader(t.tracking, t.root, model, serving.alias, serving.canary_alias, cache, report,
                                  check=check)
-    source = mlops_features.OnlineFeatures(t.features, t.root)
+    source = mlops_features.OnlineFeatures(t.features, t.root, contract=t.contract)
     app = create_app(serving, model_name=model, loader=loader, source=source,
                      log_dir=resolve_prediction_log_uri(serving.prediction_log_uri, t.root))
     if report is not None:

@@ -129,6 +129,7 @@ class FraudModel(kserve.Model):
                 stable, canary = self._loader()
                 self._check_feature_service(stable, canary)
                 contract = _served_contract(stable, canary)
+                self._check_entity_keys(contract)
             except ModelLoadError as exc:
                 if self.reason != str(exc):
                     log.error("model %s failed to load: %s", self.name, exc)
@@ -159,6 +160,13 @@ class FraudModel(kserve.Model):
                 raise ModelLoadError(
                     f"version {loaded.ref.version} was trained on FeatureService {loaded.feature_service!r} but "
                     f"the transformer reads {service!r}; set features.feature_service={loaded.feature_service}")
+
+    def _check_entity_keys(self, contract: ContractConfig) -> None:
+        keys = getattr(self._lookup.source, "entity_keys", None)  # OnlineFeatures says which keys it reads by
+        if keys is not None and tuple(keys) != contract.entity_keys:
+            raise ModelLoadError(
+                f"the served model's contract looks features up by entity keys {list(contract.entity_keys)!r} but the "
+                f"online store is read by {list(keys)!r}; serve the model with its own model config (contract)")
 
     def start(self) -> None:
         """KServe calls this at registration; readiness comes from :meth:`load` only."""

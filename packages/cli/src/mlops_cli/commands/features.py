@@ -76,18 +76,19 @@ def get(
 ) -> None:
     """Read one entity row of the FeatureService from the online store."""
     from mlops_features import DataError, OnlineFeatures
-    from mlops_model import ENTITY_KEYS
+    from mlops_model import DEFAULT_CONTRACT
 
+    loaded = load(profile, model, sets)
+    keys = (loaded.config.contract or DEFAULT_CONTRACT).entity_keys
     row = {}
     for item in entity:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
-            raise DataError(f"--entity {item!r} is invalid: expected key=value, e.g. user_id=U000001")
-        if key.strip() not in ENTITY_KEYS:
-            raise DataError(f"--entity {item!r}: unknown key {key.strip()!r}; expected one of {list(ENTITY_KEYS)}")
+            raise DataError(f"--entity {item!r} is invalid: expected key=value, e.g. {keys[0]}=U000001")
+        if key.strip() not in keys:
+            raise DataError(f"--entity {item!r}: unknown key {key.strip()!r}; expected one of {list(keys)}")
         row[key.strip()] = value.strip()
-    loaded = load(profile, model, sets)
-    result = OnlineFeatures(loaded.config.features, loaded.root).get([row])[0]
+    result = OnlineFeatures(loaded.config.features, loaded.root, contract=loaded.config.contract).get([row])[0]
     if as_json:
         print_json({"entity": row, "features": result})
         return

@@ -62,4 +62,5 @@ def serve(
                            "name the InferenceService after the model")
     run(cfg.serving, cfg.features, cfg.tracking, loaded.root, cfg.project.model, state_dir=cfg.project.state_dir,
         model_dir=model_dir, model_uri=model_uri, model_version=model_version,
-        report=lambda line: typer.echo(line, err=True), provenance=cfg.provenance, kind=kind_of(cfg.training))
+        report=lambda line: typer.echo(line, err=True), provenance=cfg.provenance, kind=kind_of(cfg.training),
+        contract=cfg.contract)
