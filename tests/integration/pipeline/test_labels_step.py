@@ -83,3 +83,23 @@ def test_each_version_is_compared_with_its_validation_f1_at_its_threshold_not_va
     assert two["realized_drop"] == pytest.approx(1 - realized_2 / val_f1)
     assert ("v2 records no validation F1 at a decision threshold (exported before per-version thresholds): "
             f"falling back to the candidate's training val_f1 (raw scores at 0.5) {val_f1:.4f}") in two["reason"]
+
+
+def test_the_week_late_batch_reads_the_contracts_record_id_and_label(tmp_path: Path) -> None:
+    """A churn model's log holds ``event_id``; its truth ``event_id, churned``: the batch carries those ids and
+    labels (in the label batch format's columns), a week after each prediction."""
+    from mlops_pipeline.labels_step import land_week_late_labels
+    from mlops_serving import write_prediction_log
+    from tests.support.contracts import CHURN
+
+    uri = str(tmp_path / "log")
+    log = pd.DataFrame({"request_id": ["r0", "r1", "r2"], "ts": [NOW, NOW + timedelta(minutes=1), NOW],
+                        "model_name": "churn", "model_version": "1", "event_id": ["e0", "e1", "e2"],
+                        "score": [0.1, 0.7, 0.4]})
+    write_prediction_log(uri, "churn", log)
+    truth = pd.DataFrame({"event_id": ["e1", "e0", "e9"], "churned": [1, 0, 1]})  # e2 unknown, e9 never served
+    path, arrived = land_week_late_labels(uri, "churn", truth, tmp_path / "batch", contract=CHURN)
+    batch = pd.read_parquet(path).sort_values("transaction_id").reset_index(drop=True)
+    assert batch["transaction_id"].tolist() == ["e0", "e1"] and batch["label"].tolist() == [0, 1]
+    assert (batch["label_time"] - pd.Series([NOW, NOW + timedelta(minutes=1)])).tolist() == [timedelta(days=7)] * 2
+    assert arrived == pd.Timestamp(NOW + timedelta(days=7, minutes=2))

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
-from mlops_model import LABEL, ModelKind
+from mlops_config import ContractConfig, FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_model import DEFAULT_CONTRACT, ModelKind
 from mlops_monitoring.alert import (
     ActionResult,
     Alert,
@@ -158,11 +158,13 @@ def _compare(reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, mo
 def assess(
     reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, monitoring: MonitoringConfig, *,
     labels: pd.DataFrame | None = None, window: dict[str, Any] | None = None,
+    contract: ContractConfig = DEFAULT_CONTRACT,
 ) -> tuple[Level, list[str], DriftReport, RealizedQuality | None]:
     """The verdict on a window without side effects: drift against the reference, plus realized quality.
 
     With a reference DataFrame the compared columns are those both frames share, minus
-    ``monitoring.ignore_columns``; with a profile, the profile's columns.
+    ``monitoring.ignore_columns``; with a profile, the profile's columns. ``contract`` names the label (the
+    reference rows' positive rate, the labels' column) and the record id predictions join their labels on.
 
     Returns:
         The window's level, its reasons (quality first), the drift report and the realized quality (or None).
@@ -170,11 +172,13 @@ def assess(
     report = _compare(reference, current, monitoring, dict(window or {}))
     quality = None
     if labels is not None:
-        quality = realized_quality(current, labels, served_threshold(reference, monitoring).value)
+        quality = realized_quality(current, labels, served_threshold(reference, monitoring).value,
+                                   key=contract.record_id, label=contract.label)
+    label = contract.label
     if isinstance(reference, dict):
         ref_metrics = reference.get("metrics") or {}
     else:  # reference rows: the label rate is all the validation facts they carry
-        ref_metrics = {"positive_rate": float(reference[LABEL].mean())} if LABEL in reference.columns else {}
+        ref_metrics = {"positive_rate": float(reference[label].mean())} if label in reference.columns else {}
     q_level, q_reasons = quality_level(quality, monitoring, ref_metrics, validation_reference(reference, monitoring))
     return highest([Level(report.level), q_level]), [*q_reasons, *report.reasons], report, quality
 
@@ -211,6 +215,8 @@ class MonitorRun:
             in :data:`DRIFT_SOURCES`.
         prompts: A fine-tuned language model's reference prompts (the JSONL ``training.causal_lm.dataset``
             names); its drift source compares the logged prompts with them.
+        contract: The model config's contract (``None``: :data:`mlops_model.DEFAULT_CONTRACT`): the label and the
+            record id the delayed labels are joined on.
     """
 
     monitoring: MonitoringConfig
@@ -231,6 +237,12 @@ class MonitorRun:
     retrain: RetrainRequester | None = None
     kind: ModelKind = ModelKind.TABULAR
     prompts: Path | None = None
+    contract: ContractConfig | None = None
+
+    @property
+    def declared(self) -> ContractConfig:
+        """:attr:`contract`, or :data:`mlops_model.DEFAULT_CONTRACT` where none was given."""
+        return self.contract or DEFAULT_CONTRACT
 
     @property
     def want_html(self) -> bool:
@@ -322,7 +334,7 @@ def _assess_duckdb(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
         return loaded[0]
     features = run.features
     skew_rows = monitoring.skew_sample_rows if features is not None and current is None else 0
-    done = assess_window(monitoring, load, source, info, labels=labels,
+    done = assess_window(monitoring, load, source, info, labels=labels, contract=run.declared,
                          sample_rows=monitoring.evidently_max_rows if run.want_html else 0, skew_rows=skew_rows,
                          seed=run.project.seed)
     skew = None
@@ -370,7 +382,8 @@ def _assess_pandas(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
         )
     ref = load_reference(run.reference) if run.reference is not None else fetch_reference_profile(
         run.tracking, root, run.model, run.serving.alias)
-    level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info)
+    level, reasons, report, quality = assess(ref, frame, monitoring, labels=labels, window=info,
+                                             contract=run.declared)
     q_level, _ = quality_level(quality, monitoring, (ref.get("metrics") or {}) if isinstance(ref, dict) else {},
                                validation_reference(ref, monitoring))
     scores = frame[SCORE].to_numpy(dtype=np.float64) if SCORE in frame.columns else None

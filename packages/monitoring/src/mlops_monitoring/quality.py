@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
-from mlops_model import LABEL, ReferenceF1, ThresholdChoice, reference_f1, resolve_threshold, statistics
+from mlops_model import DEFAULT_CONTRACT, ReferenceF1, ThresholdChoice, reference_f1, resolve_threshold, statistics
 from mlops_monitoring.errors import MonitoringError
 
 
@@ -59,8 +59,8 @@ class RealizedQuality:
 
 
 def realized_quality(
-    predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str = "transaction_id",
-    label: str = LABEL, score: str = "score",
+    predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str = DEFAULT_CONTRACT.record_id,
+    label: str = DEFAULT_CONTRACT.label, score: str = "score",
 ) -> RealizedQuality:
     """Join the window's predictions to their labels on ``key`` and score them at ``threshold``.
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import MonitoringConfig
-from mlops_model import LABEL
+from mlops_config import ContractConfig, MonitoringConfig
+from mlops_model import DEFAULT_CONTRACT
 from mlops_monitoring.drift import SCORE, DriftReport
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
 from mlops_monitoring.drift_engine import DriftEngine
@@ -51,12 +51,14 @@ def assess_window(
     monitoring: MonitoringConfig, reference: Reference | Callable[[], Reference], current: TableSource,
     info: dict[str, Any],
     *, labels: pd.DataFrame | None = None, sample_rows: int = 0, skew_rows: int = 0, seed: int = 0,
+    contract: ContractConfig = DEFAULT_CONTRACT,
 ) -> WindowAssessment:
     """Compare the window with the reference in DuckDB, as ``monitor.assess`` does in memory.
 
     With reference rows the compared columns are those both sides share, minus ``monitoring.ignore_columns``.
     ``info`` (what the window covers) gets ``degraded_rows_excluded`` when the window holds degraded rows.
-    ``reference`` may be a loader, called once the window has enough rows.
+    ``reference`` may be a loader, called once the window has enough rows. ``contract`` names the label and
+    the record id predictions join their labels on.
 
     Raises:
         MonitoringError: fewer than ``monitoring.min_rows`` rows, no shared column, or unusable inputs.
@@ -100,8 +102,9 @@ def assess_window(
             numeric, categorical = infer_columns({c: ref_types[c] for c in columns})
             report = compare_duckdb(reference, current, monitoring, numeric=numeric, categorical=categorical,
                                     window=window, engine=eng)
-            ref_metrics = {"positive_rate": float(eng.sql(f"SELECT avg(CAST({LABEL} AS DOUBLE)) FROM ref")[0][0])} \
-                if LABEL in ref_types else {}
+            label = contract.label
+            ref_metrics = {"positive_rate": float(eng.sql(f"SELECT avg(CAST({label} AS DOUBLE)) FROM ref")[0][0])} \
+                if label in ref_types else {}
             if sample_rows:
                 reference_sample = eng.sample("ref", sample_rows, seed)
         else:
@@ -116,9 +119,10 @@ def assess_window(
             if SCORE in cur_types else None
         quality = None
         if labels is not None:
-            keep = [c for c in ("transaction_id", SCORE) if c in cur_types]
+            keep = [c for c in (contract.record_id, SCORE) if c in cur_types]
             predictions = eng.frame(f"SELECT {', '.join(keep)} FROM cur") if keep else pd.DataFrame(index=range(n))
-            quality = realized_quality(predictions, labels, served_threshold(reference, monitoring).value)
+            quality = realized_quality(predictions, labels, served_threshold(reference, monitoring).value,
+                                       key=contract.record_id, label=contract.label)
         return WindowAssessment(
             report=report, quality=quality, reference_metrics=ref_metrics,
             current_sample=eng.sample("cur", sample_rows, seed) if sample_rows else pd.DataFrame(),

@@ -1,11 +1,12 @@
 """The loop's labels step (the demo and the rehearsal): the truth about what was served arrives a week later.
 
 Every prediction the loop served (the canary's normal traffic and the drifted day) gets its label from the
-generator's ``is_fraud``, stamped one simulated week after the prediction, and goes through the labels gate the
-way ``mlops data labels ingest`` takes it: a landed batch under ``data.labels_landing_uri`` (the labels CronJob),
-else the batch file. The gate runs at the simulated time (a week on), since a label stamped in the future is
-quarantined. Then :func:`mlops_monitoring.performance_report` joins labels to the log: realized and CBPE-estimated
-F1 per served version, what the report's performance section shows for the champion and the rolled-back version.
+generator's label column (the contract's ``label``, joined on its ``record_id``), stamped one simulated week after
+the prediction, and goes through the labels gate the way ``mlops data labels ingest`` takes it: a landed batch
+under ``data.labels_landing_uri`` (the labels CronJob), else the batch file. The gate runs at the simulated time (a
+week on), since a label stamped in the future is quarantined. Then :func:`mlops_monitoring.performance_report`
+joins labels to the log: realized and CBPE-estimated F1 per served version, what the report's performance section
+shows for the champion and the rolled-back version.
 """
 
 from __future__ import annotations
@@ -17,30 +18,34 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_model import LABEL
+from mlops_config import ContractConfig
+from mlops_model import DEFAULT_CONTRACT
 
 WEEK = timedelta(days=7)
 
 
-def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: Path) -> tuple[Path, pd.Timestamp]:
-    """Write one label batch for every logged prediction whose transaction ``truth`` knows (``transaction_id``,
-    ``is_fraud``), each stamped a week after its prediction; returns the batch and the simulated arrival time."""
+def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: Path, *,
+                          contract: ContractConfig = DEFAULT_CONTRACT) -> tuple[Path, pd.Timestamp]:
+    """Write one label batch for every logged prediction whose record ``truth`` knows (the ``contract``'s
+    ``record_id`` and ``label`` columns), each stamped a week after its prediction; returns the batch and the
+    simulated arrival time. The batch holds the label batch format's columns (``mlops_features.LABEL_SCHEMA``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from mlops_features import LABEL_SCHEMA
     from mlops_serving import read_prediction_log
 
-    served = read_prediction_log(log_uri, model, columns=["transaction_id", "ts"])
-    known = truth[["transaction_id", LABEL]].drop_duplicates("transaction_id")
-    rows = served.drop_duplicates("transaction_id").merge(known, on="transaction_id", how="inner")
+    rid, label = contract.record_id, contract.label
+    served = read_prediction_log(log_uri, model, columns=[rid, "ts"])
+    known = truth[[rid, label]].drop_duplicates(rid)
+    rows = served.drop_duplicates(rid).merge(known, on=rid, how="inner")
     if rows.empty:
         from mlops_pipeline.errors import PipelineError
 
         raise PipelineError(f"none of the {len(served)} predictions in {log_uri!r} has a known label")
     label_time = pd.to_datetime(rows["ts"], utc=True) + WEEK
-    batch = pd.DataFrame({"transaction_id": rows["transaction_id"].astype(str),
-                          "label": rows[LABEL].astype("int64"), "label_time": label_time})
+    batch = pd.DataFrame({"transaction_id": rows[rid].astype(str),  # the label batch format's id column
+                          "label": rows[label].astype("int64"), "label_time": label_time})
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"labels-{label_time.min():%Y%m%dT%H%M%S}.parquet"
     pq.write_table(pa.Table.from_pandas(batch, schema=LABEL_SCHEMA, preserve_index=False), path)
@@ -48,15 +53,16 @@ def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: P
 
 
 def labels_a_week_later(log_uri: str, model: str, truth: pd.DataFrame, work: Path, *,
-                        landing_uri: str | None = None) -> dict[str, Any]:
+                        landing_uri: str | None = None, contract: ContractConfig = DEFAULT_CONTRACT) -> dict[str, Any]:
     """Land the week-late labels and gate them as ``mlops data labels ingest`` does; returns the gate's figures."""
     from mlops_monitoring import ingest_label_batches, ingest_landed_labels
 
     if landing_uri:  # the labels CronJob: whatever landed and was not gated yet
-        path, arrived = land_week_late_labels(log_uri, model, truth, Path(landing_uri.removeprefix("file://")))
+        path, arrived = land_week_late_labels(log_uri, model, truth, Path(landing_uri.removeprefix("file://")),
+                                              contract=contract)
         summary, _ = ingest_landed_labels(landing_uri, log_uri, model, now=arrived.to_pydatetime())
     else:
-        path, arrived = land_week_late_labels(log_uri, model, truth, work)
+        path, arrived = land_week_late_labels(log_uri, model, truth, work, contract=contract)
         summary = ingest_label_batches([path], log_uri, model, now=arrived.to_pydatetime())
     return {"batch": str(path), "arrived": arrived.isoformat(), "input_rows": summary.input_rows,
             "accepted_rows": summary.accepted_rows, "quarantined_rows": summary.quarantined_rows}

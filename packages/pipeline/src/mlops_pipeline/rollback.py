@@ -142,7 +142,7 @@ def run_monitoring(loaded: LoadedConfig, *, window: str | None = None, current: 
         current=current, reference=reference, labels=labels, dry_run=dry_run, html=html,
         execute=fallback_executor(cfg.delivery, cfg.tracking, loaded.root), features=cfg.features,
         retrain=retrain_requester(loaded), kind=kind_of(cfg.training),
-        prompts=None if dataset is None else loaded.root / dataset))
+        prompts=None if dataset is None else loaded.root / dataset, contract=cfg.contract))
     data = None if dry_run or current is not None else run_data_trigger(loaded)
     if data is not None:  # the data trigger the ingestion job cannot run (no git there): delivery.retrain.on_data
         result.actions.append(outcome_action(data))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_model import UNKNOWN_ENTITY
+from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows, run_server, send_traffic
@@ -338,7 +338,8 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
                                   seed=cfg.project.seed + 1, drift="covariate", start_date=next_day,
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
     drifted = pd.read_parquet(paths[0])
-    ctx.facts["drifted_truth"] = drifted[["transaction_id", "is_fraud"]]  # what the labels step learns a week on
+    contract = cfg.contract or DEFAULT_CONTRACT
+    ctx.facts["drifted_truth"] = drifted[[contract.record_id, contract.label]]  # what labels learn a week on
     log_dir = ctx.work_dir / "drift_log"
     champion_before = _aliases(ctx).get("champion")
     n = 600 if ctx.fast else 1_500
@@ -348,7 +349,8 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(MonitorRun(
         cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h", html=not ctx.fast,
-        execute=fallback_executor(cfg.delivery, cfg.tracking, ctx.root), features=cfg.features))
+        execute=fallback_executor(cfg.delivery, cfg.tracking, ctx.root), features=cfg.features,
+        contract=cfg.contract))
     after = _aliases(ctx)
     ctx.facts["drift"] = result.to_dict()
     rolled_back = any(a.action == "rollback" and a.ok for a in result.actions)
@@ -364,18 +366,20 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
 def step_labels(ctx: PipelineContext) -> dict[str, Any]:
     """A simulated week later the labels of everything served arrive (the canary's normal traffic and the drifted
     day), go through the labels gate, and are joined to each log: realized vs estimated F1 per served version."""
-    from mlops_model import LABEL
     from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures, version_references
     from mlops_serving import version_thresholds
 
-    truth = pd.concat([ctx.validated()[["transaction_id", LABEL]], ctx.facts["drifted_truth"]], ignore_index=True)
+    contract = ctx.cfg.contract or DEFAULT_CONTRACT
+    truth = pd.concat([ctx.validated()[[contract.record_id, contract.label]], ctx.facts["drifted_truth"]],
+                      ignore_index=True)
     # each version against its validation F1 at its threshold; val_f1 (raw scores at 0.5) only for a legacy export
     fallback = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")
     gated, windows, verdicts = [], [], {}
     report: dict[str, Any] = {}
     threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, ctx.cfg.monitoring.decision_threshold)
     for traffic, log_dir in (("normal", ctx.work_dir / "canary_log"), ("drifted", ctx.work_dir / "drift_log")):
-        gated.append(labels_a_week_later(str(log_dir), ctx.model, truth, ctx.work_dir / "labels" / traffic))
+        gated.append(labels_a_week_later(str(log_dir), ctx.model, truth, ctx.work_dir / "labels" / traffic,
+                                         contract=contract))
         report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, fallback, threshold_of)
         windows += [{**w, "traffic": traffic} for w in report["windows"]]
         verdicts.update({f"{v} {traffic}": d for v, d in report["verdicts"].items()})
