@@ -39,10 +39,6 @@ ALLOWED: dict[str, str] = {
     "packages/pipeline/src/mlops_pipeline/rehearsal/topology.py": _REHEARSAL,
     "packages/pipeline/src/mlops_pipeline/rehearsal/workloads.py": _REHEARSAL,
     "packages/serving/src/mlops_serving/metrics.py": "the score histogram's HELP text",
-    "packages/serving/src/mlops_serving/service.py": "FraudModel, the tabular KServe model (to be renamed)",
-    "packages/serving/src/mlops_serving/transformer.py": "FraudModel, the tabular KServe model (to be renamed)",
-    "packages/training/src/mlops_training/__init__.py": "train_fraud, the tabular training entry (to be renamed)",
-    "packages/training/src/mlops_training/api.py": "train_fraud, the tabular training entry (to be renamed)",
 }
 """File (relative to the repo) → why it still names the use case; only shrinks."""
 

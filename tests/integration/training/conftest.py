@@ -95,18 +95,18 @@ def copy_straight(straight: TrainResult, config: PlatformConfig, root: Path) -> 
 @pytest.fixture(scope="session")
 def trained_fraud(tmp_path_factory: pytest.TempPathFactory, repo_root: Path,
                   prepared_fraud_data: Any) -> TrainResult:
-    """``train_fraud`` with :data:`FRAUD` (tracked: MLflow run, registered as version 1) in a repo root of its own
+    """``train_tabular`` with :data:`FRAUD` (tracked: MLflow run, registered as version 1) in a repo root of its own
     holding the prepared data: what test_lineage and test_calibration each trained for themselves with the same
     config. Built once per test run (tests/support/session_world); read-only: the result's ``run_dir.parents[2]``
     is that root (its MLflow store, read by test_lineage); a re-run goes into the test's own root."""
-    from mlops_training import train_fraud
+    from mlops_training import train_tabular
 
     def build(folder: Path) -> None:
         shutil.copytree(repo_root / "configs", folder / "configs")
         shutil.copytree(repo_root / "feature_repo", folder / "feature_repo")
         config = load_config(model="fraud", config_dir=folder / "configs", overrides=FRAUD, environ={}).config
         prepared_fraud_data(config, folder)  # prepare_local_data's output, prepared once per run
-        result = train_fraud(config_dir=folder / "configs", overrides=FRAUD, run_name="fraud-60")
+        result = train_tabular(model="fraud", config_dir=folder / "configs", overrides=FRAUD, run_name="fraud-60")
         assert result.model_version == "1" and result.steps == 60
 
     run_dir = build_once(tmp_path_factory, "fraud-60-steps", build) / ".mlops/checkpoints/fraud-60"

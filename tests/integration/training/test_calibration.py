@@ -14,7 +14,7 @@ import pytest
 
 from mlops_config import load_config
 from mlops_model import Calibration, ExportedModel, build_tabular_mlp, load_exported
-from mlops_training import TrainResult, train_fraud
+from mlops_training import TrainResult, train_tabular
 
 from . import conftest
 
@@ -30,7 +30,7 @@ def test_isotonic_calibration_is_recorded_and_applied(root: Path, repo_root: Pat
     shutil.copytree(repo_root / "feature_repo", root / "feature_repo")
     cfg = load_config(model="fraud", config_dir=root / "configs", overrides=FRAUD, environ={}).config
     prepared_fraud_data(cfg, root)  # prepare_local_data's output, prepared once per run (tests/support)
-    result = train_fraud(config_dir=root / "configs", overrides=FRAUD)
+    result = train_tabular(model="fraud", config_dir=root / "configs", overrides=FRAUD)
     tensors, meta = load_exported(result.export_dir)
     cal = meta["calibration"]
     assert cal["method"] == "isotonic" and cal["holdout_rows"] > 0 and cal["evaluation_rows"] > 0

@@ -44,7 +44,7 @@ def fraud_root(root: Path, repo_root: Path, prepared_fraud_data: Any) -> Path:
 
 def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: Path,
                                                                     trained_fraud: TrainResult) -> None:
-    """``train_fraud`` with ``FRAUD``: the run trained once per test run in a root of its own (conftest's
+    """``train_tabular`` with ``FRAUD``: the run trained once per test run in a root of its own (conftest's
     ``trained_fraud``, which test_calibration checks too); read there, re-run here, in this module's root."""
     from mlops_features import training_set
     from mlops_model import EncoderSpec

@@ -16,7 +16,7 @@ from mlops_serving.metrics import ServingMetrics
 from mlops_serving.schema import parse_v1
 from mlops_serving.server import REQUEST_ID
 from mlops_serving.service import folder_loader
-from mlops_serving.transformer import FraudModel, _Batch, _request_ids
+from mlops_serving.transformer import TabularModel, _Batch, _request_ids
 
 
 class DictSource:
@@ -37,7 +37,7 @@ class DictSource:
         return True
 
 
-def _model(tmp_path: Path, source: DictSource) -> tuple[FraudModel, ServingMetrics]:
+def _model(tmp_path: Path, source: DictSource) -> tuple[TabularModel, ServingMetrics]:
     arch = {"input_dim": 2, "hidden_sizes": [3], "dropout": 0.0}
     encoder = {"version": 1, "input_dim": 2, "derived": [], "categorical": [],
                "numeric": [{"name": "amount", "log": False, "mean": 0.0, "std": 1.0},
@@ -47,7 +47,7 @@ def _model(tmp_path: Path, source: DictSource) -> tuple[FraudModel, ServingMetri
                            {"kind": "tabular_mlp", "architecture": arch,
                             "features": {"feature_service": "fraud_v1", "encoder": encoder}})
     metrics = ServingMetrics()
-    model = FraudModel("fraud", loader=folder_loader("fraud", folder),
+    model = TabularModel("fraud", loader=folder_loader("fraud", folder),
                        lookup=FeatureLookup(source), metrics=metrics,
                        prediction_log=None, max_instances=8)
     assert model.load()

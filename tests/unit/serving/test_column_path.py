@@ -19,7 +19,7 @@ from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.schema import parse_v1
 from mlops_serving.service import folder_loader
-from mlops_serving.transformer import FraudModel, _Batch, _model_columns
+from mlops_serving.transformer import TabularModel, _Batch, _model_columns
 
 USERS = {"u1": {"user_amount_mean_7d": 40.0, "user_txn_count_1h": 3}, "u2": {"user_amount_mean_7d": 5.5,
                                                                            "user_txn_count_1h": None}}
@@ -86,7 +86,7 @@ def _expected(model: ExportedModel, batches: Sequence[_Batch]) -> np.ndarray:
 def test_batch_scores_are_those_of_encode_frame_on_the_merged_rows(tmp_path: Path, source: RowSource,
                                                                   sizes: list[int]) -> None:
     stable, canary = _export(tmp_path / "1", 0), _export(tmp_path / "2", 1)
-    model = FraudModel("fraud", loader=folder_loader("fraud", stable, canary),
+    model = TabularModel("fraud", loader=folder_loader("fraud", stable, canary),
                        lookup=FeatureLookup(source), metrics=ServingMetrics(),
                        prediction_log=None, max_instances=64, canary_percent=50)
     assert model.load()

@@ -22,7 +22,7 @@ from mlops_model import (
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
 from mlops_serving.service import folder_loader
-from mlops_serving.transformer import FraudModel
+from mlops_serving.transformer import TabularModel
 from tests.support.contracts import CHURN
 
 ENCODER = {"version": 1, "input_dim": 1, "derived": [], "categorical": [],
@@ -49,8 +49,8 @@ def _export(folder: Path, contract: Any) -> Path:
     return save_exported(folder, build_tabular_mlp(arch).state_dict(), meta)
 
 
-def _model(stable: Path, canary: Path | None = None) -> FraudModel:
-    return FraudModel("m", loader=folder_loader("m", stable, canary), lookup=FeatureLookup(Source()),
+def _model(stable: Path, canary: Path | None = None) -> TabularModel:
+    return TabularModel("m", loader=folder_loader("m", stable, canary), lookup=FeatureLookup(Source()),
                       metrics=ServingMetrics(), prediction_log=None, max_instances=8,
                       canary_percent=50 if canary else 0)
 
@@ -102,7 +102,7 @@ def test_a_model_whose_entity_keys_the_online_store_does_not_read_by_is_refused(
     class FraudKeyedSource(Source):
         entity_keys = DEFAULT_CONTRACT.entity_keys  # as OnlineFeatures built with the reference contract says
 
-    model = FraudModel("m", loader=folder_loader("m", _export(tmp_path / "1", contract_meta(CHURN))),
+    model = TabularModel("m", loader=folder_loader("m", _export(tmp_path / "1", contract_meta(CHURN))),
                        lookup=FeatureLookup(FraudKeyedSource()), metrics=ServingMetrics(), prediction_log=None,
                        max_instances=8)
     assert not model.load()

@@ -66,7 +66,7 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class HostedModel(Protocol):
-    """What the app hosts: a :class:`~mlops_serving.transformer.FraudModel` (transformer, with or without the
+    """What the app hosts: a :class:`~mlops_serving.transformer.TabularModel` (transformer, with or without the
     predictor in process) or a :class:`~mlops_serving.predictor.PredictorModel`; both are ``kserve.Model``."""
 
     name: str

@@ -26,7 +26,7 @@ from mlops_serving.registry import resolve_alias
 from mlops_serving.remote import remote_loader
 from mlops_serving.served import LocalModel, ModelRef, ServedModel, load_model
 from mlops_serving.shadow import shadow_sender
-from mlops_serving.transformer import FraudModel
+from mlops_serving.transformer import TabularModel
 
 log = logging.getLogger(__name__)
 Check = Callable[[Path], object]
@@ -67,7 +67,7 @@ def create_app(
                                flush_s=serving.prediction_log_flush_s,
                                retention_hours=serving.prediction_log_retention_hours,
                                max_rows=serving.max_instances)
-    model = FraudModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
+    model = TabularModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
                        prediction_log=writer, max_instances=serving.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)
     return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),

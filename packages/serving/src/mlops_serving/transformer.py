@@ -79,7 +79,7 @@ class _Scored:
     unknown: list[bool]
 
 
-class FraudModel(kserve.Model):
+class TabularModel(kserve.Model):
     """One served model name, backed by a stable and an optional canary version."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """FSDP2 training under torchrun: trainer, launcher, memory planner + doctor, sharded checkpoints, lineage."""
 
 from mlops_training.accelerate_config import accelerate_config, write_accelerate_config
-from mlops_training.api import reproduce, reproduce_weights_hash, train_fraud, train_model
+from mlops_training.api import reproduce, reproduce_weights_hash, train_model, train_tabular
 from mlops_training.corpus import load_corpus
 from mlops_training.doctor import Diagnosis, diagnose, plan_report, preflight
 from mlops_training.errors import CheckpointError, DoctorError, RunLockedError, TrainingError
@@ -43,7 +43,7 @@ __all__ = [
     "reproduce",
     "reproduce_weights_hash",
     "submit_trainjob",
-    "train_fraud",
     "train_model",
+    "train_tabular",
     "write_accelerate_config",
 ]

@@ -41,14 +41,17 @@ def _single_node(result: TrainResult | None) -> TrainResult:
     return result
 
 
-def train_fraud(*, profile: str | None = None, overrides: Iterable[str] = (), config_dir: Path | None = None,
-                run_name: str | None = None, track: bool = True) -> TrainResult:
-    """Train the fraud model end to end (FeatureService training set → FSDP → export → MLflow version).
+def train_tabular(*, model: str, profile: str | None = None, overrides: Iterable[str] = (),
+                  config_dir: Path | None = None, run_name: str | None = None, track: bool = True) -> TrainResult:
+    """Train a tabular model end to end (FeatureService training set → FSDP → export → MLflow version).
+
+    Args:
+        model: The model config (``configs/models/<model>.yaml``), e.g. the reference ``fraud``.
 
     Returns:
         :class:`TrainResult` with ``run_id``, ``model_version``, ``export_dir``, ``weights_sha256``.
     """
-    loaded = load_config(profile=profile, model="fraud", overrides=list(overrides), config_dir=config_dir)
+    loaded = load_config(profile=profile, model=model, overrides=list(overrides), config_dir=config_dir)
     return _single_node(train_model(loaded.config, loaded.root, run_name=run_name, track=track))
 
 
