@@ -19,8 +19,6 @@ from mlops_model.contract import (
     REQUIRED_FIELDS,
     UNKNOWN_ENTITY,
     UNKNOWN_FLAGS,
-    contract_meta,
-    contract_of,
 )
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import (
@@ -43,6 +41,7 @@ from mlops_model.exported import (
     weights_hash,
 )
 from mlops_model.kind import KNOWN_KINDS, ModelKind, kind_of, kind_problem
+from mlops_model.recorded_contract import contract_meta, contract_of
 from mlops_model.seal import ManifestSeal, manifest_seal
 from mlops_model.signing import (
     SIGNATURE_FILE,

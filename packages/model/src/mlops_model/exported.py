@@ -32,10 +32,10 @@ import numpy as np
 
 from mlops_core import atomic_dir
 from mlops_model.calibration import Calibration, served_scores
-from mlops_model.contract import contract_of
 from mlops_model.encoder import EncoderSpec
 from mlops_model.errors import ExportedModelError
 from mlops_model.kind import ModelKind, kind_problem
+from mlops_model.recorded_contract import contract_of
 from mlops_model.threshold import recorded_threshold
 
 if TYPE_CHECKING:
