@@ -103,9 +103,8 @@ def _interleaved(old: Callable[[], object], new: Callable[[], object], reps: int
 
 
 def run(rows: int, spec: EncoderSpec, frame: pd.DataFrame, reps: int, inner: int, tmp: Path) -> dict[str, Any]:
-    lookup = FeatureLookup(_Source({c.name: c.mean for c in spec.numeric if c.name != "amount"}),
-                           entity_keys=("user_id", "merchant_id"))
-    lookup.configure(spec)
+    lookup = FeatureLookup(_Source({c.name: c.mean for c in spec.numeric if c.name != "amount"}))
+    lookup.configure(spec)  # the reference contract's entity keys (user_id, merchant_id)
     reader = _reader_columns(spec, frame, rows)
     requests = _requests(frame, rows)
     names = spec.input_columns
