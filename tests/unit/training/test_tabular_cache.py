@@ -1,15 +1,18 @@
 """The prepared training set is copied, not built again, only when everything it is made of is the same: the data
 and feature sections, the validated area's and the feature sources' bytes, the Feast registry, the feature
 repository, the call's arguments. Each changed input is another key (a re-run on modified data prepares it again
-and sees it); a SQL registry is not cached at all. A stand-in ``prepare`` counts the builds and writes what its
-inputs say, so a wrong copy would show in the folder too."""
+and sees it); a SQL registry (a real PostgreSQL database) is keyed by its rows. A stand-in ``prepare`` counts the
+builds and writes what its inputs say, so a wrong copy would show in the folder too."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -78,12 +81,49 @@ def test_same_inputs_are_copied_and_each_changed_input_is_prepared_again(repo: t
     assert len(kept) == KEEP and not [p for p in store.iterdir() if p.name.startswith(".")]
 
 
-def test_a_sql_registry_is_never_cached(repo: tuple[Any, Path], tmp_path: Path) -> None:
+@pytest.fixture
+def sql_registry(postgres_url: str) -> Iterator[str]:
+    """A database of this test's own holding a registry-like table (name, proto, update time), dropped afterwards."""
+    import psycopg2
+
+    name = f"t_registry_{uuid.uuid4().hex[:10]}"
+    admin = psycopg2.connect(postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    url = urlparse(postgres_url)._replace(path=f"/{name}").geturl()
+    with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE feature_views (name text PRIMARY KEY, proto bytea, last_updated_timestamp bigint)")
+        cur.execute("INSERT INTO feature_views VALUES ('user_transactions', 'v1', 100), ('merchant_risk', 'm1', 100)")
+    yield url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def _write(registry: str, sql: str) -> None:
+    import psycopg2
+
+    with psycopg2.connect(registry.replace("+psycopg2", "", 1)) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+
+
+def test_a_sql_registry_is_keyed_by_its_rows(repo: tuple[Any, Path], tmp_path: Path, sql_registry: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trainings between two registry writes share one prepared set; a materialization's update of a view's row
+    or a new table (an apply) is another key. The password comes from the env var the section names."""
     cfg, root = repo
-    features = cfg.features.model_copy(update={"registry_type": "sql",
-                                               "registry": "postgresql+psycopg2://feast@db:5432/feast"})
+    monkeypatch.setenv("T_REGISTRY_PASSWORD", "any (the test server trusts loopback)")
+    features = cfg.features.model_copy(update={"registry_type": "sql", "registry": sql_registry,
+                                               "registry_password_env": "T_REGISTRY_PASSWORD"})
     builds: list[str] = []
-    for name in ("one", "two"):
-        assert prepare_cached(_prepare(builds), features, cfg.data, root, tmp_path / name, tmp_path / "store") is False
-    assert builds == ["batch-1", "batch-1"] and cache_key(features, cfg.data, root) is None
-    assert not (tmp_path / "store").exists()
+
+    def run(name: str) -> bool:
+        return prepare_cached(_prepare(builds), features, cfg.data, root, tmp_path / name, tmp_path / "store")
+
+    assert (run("first"), run("replay")) == (False, True) and builds == ["batch-1"]
+    _write(sql_registry, "UPDATE feature_views SET proto = 'v1+interval', last_updated_timestamp = 200 "
+                         "WHERE name = 'user_transactions'")
+    assert (run("after materialize"), run("its replay")) == (False, True) and len(builds) == 2
+    _write(sql_registry, "CREATE TABLE entities (name text PRIMARY KEY, proto bytea)")
+    assert run("after apply") is False and len(builds) == 3

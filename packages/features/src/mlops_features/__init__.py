@@ -28,6 +28,7 @@ from mlops_features.landing import (
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
+from mlops_features.registry_digest import registry_digest
 from mlops_features.review import PlanReport, base_repo_from_git, plan_features
 from mlops_features.sample import DRIFT_MODES, generate_transactions
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
@@ -80,6 +81,7 @@ __all__ = [
     "read_pointer",
     "read_validated",
     "refresh_online",
+    "registry_digest",
     "render_feature_store_yaml",
     "row_key",
     "service_features",

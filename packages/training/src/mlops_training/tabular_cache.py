@@ -6,10 +6,10 @@ most of a short run's start-up, paid again by every re-run of a recorded recipe 
 ``mlops registry verify --rerun``). The key is everything the prepared folder is made of: the ``data`` and
 ``features`` sections and the call's other arguments; the bytes of the validated area and of the feature source
 folder (with ``dvc.lock``'s entries for them, as :func:`mlops_features.data_lineage` records them), of the Feast
-registry and of the feature repository; the source of the code that builds it (``mlops_features``,
-``mlops_model``, :mod:`.tabular_data`) and the versions of the libraries it runs on. A change to any of them is
-another key: modified data is prepared (and caught) again. A SQL registry's content is not a file to hash: with
-``registry_type: sql`` nothing is kept.
+registry (a file's bytes, or a SQL registry's rows: :func:`mlops_features.registry_digest`) and of the feature
+repository; the source of the code that builds it (``mlops_features``, ``mlops_model``, :mod:`.tabular_data`) and
+the versions of the libraries it runs on. A change to any of them is another key: modified data is prepared (and
+caught) again.
 
 The store is ``<training.checkpoint.dir>/_tabular/<key>``, written whole under a temporary name and renamed into
 place; the :data:`KEEP` most recently used entries stay.
@@ -72,20 +72,17 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def cache_key(features: FeaturesConfig, data: DataConfig, root: Path, **kwargs: Any) -> str | None:
-    """The key of the training set these inputs prepare; ``None`` when they are not all files to hash."""
-    from mlops_features import data_lineage, data_version
+def cache_key(features: FeaturesConfig, data: DataConfig, root: Path, **kwargs: Any) -> str:
+    """The key of the training set these inputs prepare."""
+    from mlops_features import data_lineage, data_version, registry_digest
 
-    if features.registry_type != "file":
-        return None
     root = Path(root)
     sections = {"features": features.model_dump(mode="json"), "data": data.model_dump(mode="json"),
                 "kwargs": {k: v.model_dump(mode="json") if hasattr(v, "model_dump") else v for k, v in kwargs.items()}}
     digest = hashlib.sha256(json.dumps(sections, sort_keys=True, default=str).encode())
     lineage = data_lineage(root, [data.validated_dir, features.source_dir])  # MD5 per file + the lock entries
     digest.update(json.dumps([data_version(data, root), lineage], sort_keys=True).encode())
-    registry = root / features.registry
-    _hash_files(digest, root, [registry] if registry.is_file() else [])
+    digest.update(registry_digest(features, root).encode())
     repo = (root / features.repo_path).resolve()
     _hash_files(digest, repo, _tree(repo))
     digest.update(_code_digest().encode())
@@ -97,9 +94,6 @@ def prepare_cached(prepare: Callable[..., None], features: FeaturesConfig, data:
     """``prepare(features, data, root, cache, **kwargs)``, or a copy of the folder it made before from the same
     inputs (kept under ``store``). Returns whether the copy was used."""
     key = cache_key(features, data, root, **kwargs)
-    if key is None:
-        prepare(features, data, root, cache, **kwargs)
-        return False
     entry = store / key
     if (entry / "meta.json").is_file():
         try:
