@@ -1,0 +1,71 @@
+"""Moved and replaced keys are refused at load, from every source, naming where they were set and their new place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from mlops_config import ConfigError, PlatformConfig, load_config
+from mlops_config.loader import _submodel
+from mlops_config.moved import MOVED, REPLACED
+
+
+def _load(config_dir: Path, **kw):
+    kw.setdefault("environ", {})
+    return load_config(config_dir=config_dir, **kw)
+
+
+def _field(path: str) -> bool:
+    """Whether ``path`` is a key of the schema (a leaf or a subsection)."""
+    model: type[BaseModel] | None = PlatformConfig
+    for part in path.split("."):
+        if model is None or part not in model.model_fields:
+            return False
+        model = _submodel(model.model_fields[part].annotation)
+    return True
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_every_moved_key_is_gone_and_its_new_place_exists(old: str, new: str) -> None:
+    assert not _field(old), old
+    assert _field(new), new
+
+
+@pytest.mark.parametrize("old", sorted(REPLACED))
+def test_every_replaced_key_is_gone(old: str) -> None:
+    assert not _field(old), old
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_a_moved_key_set_with_set_names_its_new_place(config_dir: Path, old: str, new: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir, overrides=[f"{old}=1"])
+    assert str(info.value) == f"{old} has moved to {new} (set in --set)"
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_a_moved_key_set_by_env_names_the_variable(config_dir: Path, old: str, new: str) -> None:
+    var = "MLOPS__" + old.upper().replace(".", "__")
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir, environ={var: "1"})
+    assert str(info.value) == f"{old} has moved to {new} (set in env:{var})"
+
+
+def test_data_max_amount_in_a_profile_names_the_file_and_the_contract(config_dir: Path) -> None:
+    local = config_dir / "profiles" / "local.yaml"
+    local.write_text(local.read_text() + "data:\n  max_amount: 1000\n")
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir)
+    msg = str(info.value)
+    assert msg.startswith("data.max_amount is no longer a key: replaced by the model's declared contract")
+    assert "contract.expectations.ranges.amount.max" in msg
+    assert msg.endswith("(set in configs/profiles/local.yaml)")
+
+
+def test_data_max_amount_from_env_and_set(config_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*\(set in env:MLOPS__DATA__MAX_AMOUNT\)"):
+        _load(config_dir, environ={"MLOPS__DATA__MAX_AMOUNT": "1000"})
+    with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*\(set in --set\)$"):
+        _load(config_dir, overrides=["data.max_amount=1000"])
