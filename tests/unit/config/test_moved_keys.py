@@ -65,7 +65,8 @@ def test_data_max_amount_in_a_profile_names_the_file_and_the_contract(config_dir
 
 
 def test_data_max_amount_from_env_and_set(config_dir: Path) -> None:
-    with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*\(set in env:MLOPS__DATA__MAX_AMOUNT\)"):
+    env = r"\(set in env:MLOPS__DATA__MAX_AMOUNT\)$"
+    with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*" + env):
         _load(config_dir, environ={"MLOPS__DATA__MAX_AMOUNT": "1000"})
     with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*\(set in --set\)$"):
         _load(config_dir, overrides=["data.max_amount=1000"])

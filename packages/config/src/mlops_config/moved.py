@@ -6,7 +6,22 @@ and where the value lives now, so an old profile or deployment manifest cannot s
 
 from __future__ import annotations
 
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "evaluation.lm_windows": "evaluation.lm.windows",
+    "evaluation.lm_seq_len": "evaluation.lm.seq_len",
+    "evaluation.lm_corpus_max_bytes": "evaluation.lm.corpus_max_bytes",
+    "evaluation.hf_min_improvement": "evaluation.lm.min_perplexity_reduction",
+    "evaluation.hf_min_exact_match": "evaluation.lm.min_exact_match",
+    "evaluation.hf_max_exact_match_drop": "evaluation.lm.max_exact_match_drop",
+    "evaluation.hf_task_max_examples": "evaluation.lm.task_max_examples",
+    "evaluation.hf_prompts": "evaluation.lm.prompts",
+    "evaluation.hf_max_new_tokens": "evaluation.lm.max_new_tokens",
+    "evaluation.hf_latency_requests": "evaluation.lm.generation_requests",
+    "evaluation.hf_latency_warmup": "evaluation.lm.generation_warmup",
+    "evaluation.hf_latency_max_noise": "evaluation.lm.generation_max_noise",
+    "evaluation.hf_latency_max_rounds": "evaluation.lm.generation_max_rounds",
+    "evaluation.hf_latency_wall_max_ratio": "evaluation.lm.generation_wall_max_ratio",
+}
 """Old dotted path → new dotted path, for keys whose value carries over unchanged (a whole subsection moves with
 everything under it)."""
 
