@@ -21,7 +21,7 @@ from mlops_config.delivery import (
     require_data_pin,
 )
 from mlops_config.errors import ConfigError, PlatformError
-from mlops_config.evaluation import EvaluationConfig, LMEvaluationConfig
+from mlops_config.evaluation import EvaluationConfig, LMEvaluationConfig, TabularEvaluationConfig
 from mlops_config.features import FeaturesConfig
 from mlops_config.loader import LoadedConfig, config_schema, find_config_dir, load_config
 from mlops_config.monitoring import MonitoringConfig
@@ -71,6 +71,7 @@ __all__ = [
     "SequentialCanaryConfig",
     "ServingConfig",
     "ShadowConfig",
+    "TabularEvaluationConfig",
     "TrackingConfig",
     "TrainingConfig",
     "WrapPolicyConfig",

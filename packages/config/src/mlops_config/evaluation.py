@@ -83,24 +83,12 @@ class LMEvaluationConfig(Section):
     neighbours' load is in wall-clock; ``null`` reports the ratio without a bound."""
 
 
-class EvaluationConfig(Section):
+class TabularEvaluationConfig(Section):
+    """The tabular family's gate settings (``evaluation.tabular``): read by the tabular suite only (its holdout,
+    slices, decision threshold, calibration gate and rows per timed request), beside the section's shared keys."""
+
     holdout_fraction: float = Field(default=0.2, gt=0, lt=1)
     """Share of the labelled data (the latest by event time) kept as the fixed holdout."""
-
-    min_improvement: float = Field(default=0.02, ge=0)
-    """Required F1 gain of the candidate over the champion."""
-
-    improvement_mode: Literal["absolute", "relative"] = "absolute"
-    """``absolute``: F1 difference; ``relative``: difference divided by the champion's F1."""
-
-    bootstrap_samples: int = Field(default=1000, ge=100)
-    """Paired bootstrap resamples for the confidence interval of the F1 difference."""
-
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    """Two-sided confidence level of the bootstrap interval."""
-
-    require_ci_above_threshold: bool = True
-    """Require the interval's lower bound (not just the point estimate) to clear ``min_improvement``."""
 
     slice_columns: tuple[str, ...] = ("category", "channel")
     """Columns whose values define the slices checked for regressions."""
@@ -116,6 +104,51 @@ class EvaluationConfig(Section):
     ``calibration_min_positives``). On the demo's holdout, ``channel=contactless`` holds 1,005 rows but 12 frauds:
     v2 against v1, each at its own threshold, moves its F1 by -0.071 with a 95 % bootstrap interval of
     [-0.261, +0.107]. ``0``: every slice with ``min_slice_rows`` rows is gated."""
+
+    decision_threshold: float | None = Field(default=None, gt=0, lt=1)
+    """Override of the threshold (score at or above it: flagged) the quality gate judges candidate and champion
+    at. ``null``: each at its own threshold recorded in ``model.json`` (``training.decision_threshold``; 0.5 for
+    an export that records none, reported as such). A value set here that disagrees with a model's recorded
+    threshold is named in the gate's reason."""
+
+    latency_batch_rows: int = Field(default=1, ge=1)
+    """Rows per timed request in the latency run (1: one transaction per call, as serving sees it)."""
+
+    max_calibration_error: float = Field(default=0.05, gt=0, lt=1)
+    """Calibration gate: largest holdout ECE of the served (calibrated) scores. It passes when the bootstrap
+    interval ends at or below it, fails when it begins above it, and is inconclusive (does not pass) between."""
+
+    calibration_min_positives: int = Field(default=30, ge=1)
+    """Calibration gate: fewer frauds than this in the holdout and it is inconclusive (ECE of a handful of
+    positives is noise)."""
+
+    calibration_bins: int = Field(default=10, ge=2, le=100)
+    """Calibration gate: equal-width score bins of the ECE (as ``monitoring.calibration_bins`` for windows)."""
+
+    calibration_required: bool = True
+    """Calibration gate: an export without a recorded calibrator (``training.calibration: none``) fails: the
+    per-version threshold and the performance estimate read its scores as probabilities. Off: it passes
+    unchecked, reported as not calibrated (the estimate is then not to be trusted)."""
+
+
+class EvaluationConfig(Section):
+    """Keys every family's suite reads; each family's own are in ``tabular`` and ``lm``."""
+
+    min_improvement: float = Field(default=0.02, ge=0)
+    """Required gain of the candidate over the champion: F1 (tabular) or perplexity reduction (byte-level LM; the
+    Hugging Face LM's is ``lm.min_perplexity_reduction``)."""
+
+    improvement_mode: Literal["absolute", "relative"] = "absolute"
+    """``absolute``: the metric's difference; ``relative``: the difference divided by the champion's value."""
+
+    bootstrap_samples: int = Field(default=1000, ge=100)
+    """Paired bootstrap resamples for the confidence interval of the quality gate's difference."""
+
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Two-sided confidence level of the bootstrap interval."""
+
+    require_ci_above_threshold: bool = True
+    """Require the interval's lower bound (not just the point estimate) to clear ``min_improvement``."""
 
     latency_tolerance: float = Field(default=0.10, ge=0)
     """Allowed regression of the candidate over the champion, at the centre (median per-request ratio) and in the
@@ -153,33 +186,11 @@ class EvaluationConfig(Section):
     """Relative tolerance on weights for the reproducibility gate on GPU (bit-identical on CPU): a trajectory
     replay's weights sketch must match the recorded one within rtol x each tensor's norm."""
 
-    decision_threshold: float | None = Field(default=None, gt=0, lt=1)
-    """Override of the threshold (score at or above it: flagged) the quality gate judges candidate and champion
-    at. ``null``: each at its own threshold recorded in ``model.json`` (``training.decision_threshold``; 0.5 for
-    an export that records none, reported as such). A value set here that disagrees with a model's recorded
-    threshold is named in the gate's reason."""
-
-    latency_batch_rows: int = Field(default=1, ge=1)
-    """Rows per timed request in the latency run (1: one transaction per call, as serving sees it)."""
-
-    max_calibration_error: float = Field(default=0.05, gt=0, lt=1)
-    """Calibration gate: largest holdout ECE of the served (calibrated) scores. It passes when the bootstrap
-    interval ends at or below it, fails when it begins above it, and is inconclusive (does not pass) between."""
-
-    calibration_min_positives: int = Field(default=30, ge=1)
-    """Calibration gate: fewer frauds than this in the holdout and it is inconclusive (ECE of a handful of
-    positives is noise)."""
-
-    calibration_bins: int = Field(default=10, ge=2, le=100)
-    """Calibration gate: equal-width score bins of the ECE (as ``monitoring.calibration_bins`` for windows)."""
-
-    calibration_required: bool = True
-    """Calibration gate: an export without a recorded calibrator (``training.calibration: none``) fails: the
-    per-version threshold and the performance estimate read its scores as probabilities. Off: it passes
-    unchecked, reported as not calibrated (the estimate is then not to be trusted)."""
-
     required_gates: tuple[str, ...] = ("quality", "reproducibility", "latency", "contract")
     """Gates that must pass before a candidate can move to ``staging``."""
 
     lm: LMEvaluationConfig = LMEvaluationConfig()
     """The language-model family's gate settings (``evaluation.lm.*``); the tabular suite does not read them."""
+
+    tabular: TabularEvaluationConfig = TabularEvaluationConfig()
+    """The tabular family's gate settings (``evaluation.tabular.*``); the language-model suites do not read them."""

@@ -7,6 +7,17 @@ and where the value lives now, so an old profile or deployment manifest cannot s
 from __future__ import annotations
 
 MOVED: dict[str, str] = {
+    "evaluation.holdout_fraction": "evaluation.tabular.holdout_fraction",
+    "evaluation.slice_columns": "evaluation.tabular.slice_columns",
+    "evaluation.max_slice_regression": "evaluation.tabular.max_slice_regression",
+    "evaluation.min_slice_rows": "evaluation.tabular.min_slice_rows",
+    "evaluation.min_slice_positives": "evaluation.tabular.min_slice_positives",
+    "evaluation.decision_threshold": "evaluation.tabular.decision_threshold",
+    "evaluation.latency_batch_rows": "evaluation.tabular.latency_batch_rows",
+    "evaluation.max_calibration_error": "evaluation.tabular.max_calibration_error",
+    "evaluation.calibration_min_positives": "evaluation.tabular.calibration_min_positives",
+    "evaluation.calibration_bins": "evaluation.tabular.calibration_bins",
+    "evaluation.calibration_required": "evaluation.tabular.calibration_required",
     "evaluation.lm_windows": "evaluation.lm.windows",
     "evaluation.lm_seq_len": "evaluation.lm.seq_len",
     "evaluation.lm_corpus_max_bytes": "evaluation.lm.corpus_max_bytes",
