@@ -70,3 +70,29 @@ def test_data_max_amount_from_env_and_set(config_dir: Path) -> None:
         _load(config_dir, environ={"MLOPS__DATA__MAX_AMOUNT": "1000"})
     with pytest.raises(ConfigError, match=r"data\.max_amount is no longer a key.*\(set in --set\)$"):
         _load(config_dir, overrides=["data.max_amount=1000"])
+
+
+def test_a_moved_key_in_a_model_file_names_the_file(config_dir: Path) -> None:
+    sft = config_dir / "models" / "llm-sft.yaml"
+    sft.write_text(sft.read_text() + "\nserving:\n  llm:\n    max_tokens: 64\n")
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir, model="llm-sft")
+    assert str(info.value) == ("serving.llm.max_tokens has moved to serving.lm.max_tokens "
+                               "(set in configs/models/llm-sft.yaml)")
+
+
+def test_a_key_under_a_moved_subsection_names_its_own_new_path_and_variable(config_dir: Path) -> None:
+    var = "MLOPS__DELIVERY__SEQUENTIAL__LM__TTFT_MARGIN"
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir, environ={var: "0.1"})
+    assert str(info.value) == ("delivery.sequential.lm.ttft_margin has moved to delivery.lm.sequential.ttft_margin "
+                               f"(set in env:{var})")
+
+
+def test_the_new_places_load_from_every_source(config_dir: Path) -> None:
+    sft = config_dir / "models" / "llm-sft.yaml"
+    sft.write_text(sft.read_text() + "\nserving:\n  lm:\n    max_tokens: 64\n")
+    cfg = _load(config_dir, model="llm-sft", environ={"MLOPS__EVALUATION__LM__WINDOWS": "7"},
+                overrides=["evaluation.tabular.min_slice_rows=11"]).config
+    assert (cfg.serving.lm.max_tokens, cfg.evaluation.lm.windows, cfg.evaluation.tabular.min_slice_rows) == (64, 7, 11)
+    assert cfg.delivery.lm.sequential.ttft_slow_ms == 2500  # llm-sft.yaml's own, in its new place

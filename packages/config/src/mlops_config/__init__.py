@@ -12,6 +12,7 @@ from mlops_config.data import DataConfig
 from mlops_config.delivery import (
     DATA_VERSION,
     DeliveryConfig,
+    LMDeliveryConfig,
     LMSequentialConfig,
     RetrainConfig,
     SequentialCanaryConfig,
@@ -56,6 +57,7 @@ __all__ = [
     "FSDPConfig",
     "FeaturesConfig",
     "LLMServingConfig",
+    "LMDeliveryConfig",
     "LMEvaluationConfig",
     "LMSequentialConfig",
     "LoRAConfig",

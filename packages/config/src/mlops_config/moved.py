@@ -7,6 +7,11 @@ and where the value lives now, so an old profile or deployment manifest cannot s
 from __future__ import annotations
 
 MOVED: dict[str, str] = {
+    "delivery.sequential.lm": "delivery.lm.sequential",
+    "delivery.max_response_length_psi": "delivery.lm.max_response_length_psi",
+    "delivery.max_truncated_increase": "delivery.lm.max_truncated_increase",
+    "delivery.decode_rate_interval": "delivery.lm.decode_rate_interval",
+    "serving.llm": "serving.lm",
     "evaluation.holdout_fraction": "evaluation.tabular.holdout_fraction",
     "evaluation.slice_columns": "evaluation.tabular.slice_columns",
     "evaluation.max_slice_regression": "evaluation.tabular.max_slice_regression",
