@@ -70,8 +70,8 @@ def quality_gate(
     candidate_threshold: ThresholdChoice | None = None, reference_threshold: ThresholdChoice | None = None,
 ) -> GateResult:
     """Candidate F1 must beat the reference by ``min_improvement`` (point and, if configured, CI lower bound);
-    no slice with enough rows and frauds (``min_slice_rows``, ``min_slice_positives``) may lose more than
-    ``max_slice_regression`` F1.
+    no slice with enough rows and frauds (``tabular.min_slice_rows``, ``tabular.min_slice_positives``) may lose
+    more than ``tabular.max_slice_regression`` F1.
 
     Each model decides at its own threshold (``candidate_threshold`` / ``reference_threshold``, resolved from
     its ``model.json`` by :func:`mlops_model.resolve_threshold`; ``None``: ``evaluation.tabular.decision_threshold`` or

@@ -232,7 +232,7 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
 
     Each timed call is what serving does per batch (:meth:`mlops_model.ExportedModel.score_records`): encode
-    ``latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
+    ``tabular.latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
     ``latency_requests`` requests are measured until the gate can tell, at most ``latency_max_rounds``
     (:func:`mlops_evaluation.gates.latency_rounds`).
     """
