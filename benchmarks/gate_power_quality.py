@@ -1,10 +1,10 @@
 """The quality arm of ``gate_power.py``: how often the ΔF1 quality gate passes candidates of known true quality.
 
-A simulated holdout has the configured size (``data.rows × evaluation.holdout_fraction``) and fraud rate. Each row
-has a signal ``s = μ·y + N(0, 1)`` that both models see (so their errors are correlated, as two trainings on one
-data set are); a model flags the row when ``s + N(0, σ_model) > τ``. The champion's ``σ`` is fixed; the candidate's
-is solved so that its *population* F1 differs from the champion's by exactly ``delta`` (closed form: the flag rate
-among frauds is ``Φ((μ - τ) / √(1 + σ²))``, among the rest ``Φ(-τ / √(1 + σ²))``). Every run draws a fresh
+A simulated holdout has the configured size (``data.rows × evaluation.tabular.holdout_fraction``) and fraud rate.
+Each row has a signal ``s = μ·y + N(0, 1)`` that both models see (so their errors are correlated, as two trainings
+on one data set are); a model flags the row when ``s + N(0, σ_model) > τ``. The champion's ``σ`` is fixed; the
+candidate's is solved so that its *population* F1 differs from the champion's by exactly ``delta`` (closed form: the
+flag rate among frauds is ``Φ((μ - τ) / √(1 + σ²))``, among the rest ``Φ(-τ / √(1 + σ²))``). Every run draws a fresh
 holdout and judges it with :func:`mlops_evaluation.gates.quality_gate` at the shipped defaults.
 
 What the gate promises, and so the targets: it is a *superiority* gate. A candidate passes only when it beats the
@@ -65,7 +65,7 @@ def simulate(rng: np.random.Generator, n: int, fraud_rate: float, sigma_c: float
 
 def power(section: EvaluationConfig, data: DataConfig, *, runs: int, seed: int) -> dict[str, Any]:
     """Pass rates of the quality gate per true F1 difference, with the setting and whether each target held."""
-    n = int(data.rows * section.holdout_fraction)
+    n = int(data.rows * section.tabular.holdout_fraction)
     table: dict[str, Any] = {}
     for delta in DELTAS:
         sigma = candidate_sigma(delta, data.fraud_rate)

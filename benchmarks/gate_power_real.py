@@ -96,7 +96,7 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
                           environ={}).config
         prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
         df = training_set(cfg.features, cfg.data, root)
-        holdout = split_holdout(df, cfg.evaluation.holdout_fraction)
+        holdout = split_holdout(df, cfg.evaluation.tabular.holdout_fraction)
         train = df[~df["transaction_id"].isin(holdout.frame["transaction_id"])]
         encoder = EncoderSpec.fit(train)
         x, y = encoder.encode_frame(train), train["is_fraud"].to_numpy().astype(np.float64)
@@ -109,7 +109,7 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
         rows = holdout.frame.iloc[:256]
         records = rows.astype(object).where(rows.notna(), None).to_dict("records")
         ratio = _slowdown(champion.serving_predictor()[1], slow.serving_predictor()[1], records,
-                          batch=section.latency_batch_rows)
+                          batch=section.tabular.latency_batch_rows)
         verdicts: dict[str, dict[str, int]] = {}
         rounds: dict[str, list[int]] = {}
         missed: dict[str, list[str]] = {}
@@ -130,6 +130,6 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
            "real_self_passed_min": table["itself"]["pass"] >= TARGETS["real_self_passed_min"],
            "real_slowdown_at_least_1.5x": precondition}
     return {**table, "slowdown_end_to_end": round(ratio, 3), "champion_hidden": list(hidden),
-            "slower_hidden": list(SLOW_HIDDEN), "batch_rows": section.latency_batch_rows,
+            "slower_hidden": list(SLOW_HIDDEN), "batch_rows": section.tabular.latency_batch_rows,
             "load_average": [round(v, 2) for v in os.getloadavg()], "cpus": os.cpu_count(),
             "seconds": round(time.perf_counter() - started, 1), "met": met}

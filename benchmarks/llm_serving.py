@@ -1,7 +1,7 @@
 """The language-model server against ``transformers``' ``generate`` in a loop on the same model and prompts.
 
 A checkpoint made here (``tests/hf_checkpoint.py``, shape ``--shape``) is served by a real server process
-(``mlops serve --role predictor --model-dir``, what the InferenceService runs) with ``serving.llm.max_concurrent``
+(``mlops serve --role predictor --model-dir``, what the InferenceService runs) with ``serving.lm.max_concurrent``
 = 8; the baseline calls ``model.generate`` (greedy, ``max_new_tokens``) in this process, timing the first token
 with a streamer. Both run at concurrency 1 (one request after another) and 8 (8 threads / 8 streaming clients),
 each round interleaved (baseline, server, baseline, server, ...) so machine load hits both alike. Both use one
@@ -49,8 +49,8 @@ def start_server(folder: Path, log_dir: Path, max_tokens: int, keys: Path) -> tu
     port = free_port()
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", "llm-sft",
            "--model-dir", str(folder), "--port", str(port), "--set", f"serving.prediction_log_uri={log_dir}",
-           "--set", "serving.llm.max_concurrent=8", "--set", "serving.llm.max_queue=8",
-           "--set", f"serving.llm.max_tokens={max_tokens}", "--set", f"provenance.local_key_dir={keys}"]
+           "--set", "serving.lm.max_concurrent=8", "--set", "serving.lm.max_queue=8",
+           "--set", f"serving.lm.max_tokens={max_tokens}", "--set", f"provenance.local_key_dir={keys}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     url = f"http://127.0.0.1:{port}"

@@ -108,7 +108,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, prepared_fraud_data: Any) ->
 
     encoder = read_meta(result.export_dir)["features"]["encoder"]
     df = training_set(cfg.features, cfg.data, root).sort_values(["event_timestamp", "transaction_id"])
-    train = df.iloc[: int(len(df) * (1 - cfg.evaluation.holdout_fraction))]
+    train = df.iloc[: int(len(df) * (1 - cfg.evaluation.tabular.holdout_fraction))]
     x, y = EncoderSpec.from_dict(encoder).encode_frame(train), train["is_fraud"].to_numpy().astype(np.int64)
     versions = {"better": str(result.model_version)}
     # Same architecture and scoring path as the pipeline's model (so latency is comparable: its export applies a
@@ -121,5 +121,5 @@ def world(tmp_path_factory: pytest.TempPathFactory, prepared_fraud_data: Any) ->
     big = (1536, 1536, 1536)
     versions["slow"] = register(loaded, root, fit_mlp(x[:512], y[:512], big, steps=1, seed=3), big, encoder,
                                 "larger-model")
-    holdout = df.iloc[int(len(df) * (1 - cfg.evaluation.holdout_fraction)):]
+    holdout = df.iloc[int(len(df) * (1 - cfg.evaluation.tabular.holdout_fraction)):]
     return World(loaded, root, versions, x, y, encoder, result, SETS, holdout)

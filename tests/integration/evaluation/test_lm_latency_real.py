@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from mlops_config import EvaluationConfig
+from mlops_config import EvaluationConfig, LMEvaluationConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
-SECTION = EvaluationConfig(hf_latency_requests=24, hf_latency_warmup=3, hf_max_new_tokens=16,
-                           hf_latency_max_rounds=20, hf_latency_wall_max_ratio=None, latency_tolerance=0.10)
+SECTION = EvaluationConfig(latency_tolerance=0.10, lm=LMEvaluationConfig(
+    generation_requests=24, generation_warmup=3, max_new_tokens=16, generation_max_rounds=20,
+    generation_wall_max_ratio=None))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def _gate(folders: dict[str, Path], candidate: str) -> Any:
     from mlops_evaluation.lm_evaluate import generation_latency, load_hf
 
     reference = load_hf(folders["tiny"])
-    return generation_latency(reference, load_hf(folders[candidate]), list(SECTION.hf_prompts), SECTION,
+    return generation_latency(reference, load_hf(folders[candidate]), list(SECTION.lm.prompts), SECTION,
                               "champion")
 
 

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 STEPS = ("training.max_steps=6", "training.checkpoint.every_steps=0", "training.eval_every=0",
          "training.warmup_steps=2", "training.batch_size=16", "training.lr=0.01", "evaluation.repro_steps=3",
-         "evaluation.hf_max_new_tokens=4", "training.causal_lm.checkpoint=pretrained")
+         "evaluation.lm.max_new_tokens=4", "training.causal_lm.checkpoint=pretrained")
 
 
 def _config(root: Path, *sets: str) -> PlatformConfig:

@@ -116,6 +116,8 @@ def test_an_env_override_of_a_training_key_marks_only_train_changed(reproduced: 
     assert resolved["config"]["training"]["lr"] == 0.002
     assert resolved["sources"]["training.lr"].startswith("env")
 
-    # A key only validation reads: only validate (the stages after it re-run once its output changes).
-    changed = _status(repo, {"MLOPS__DATA__MAX_AMOUNT": "1000"})
-    assert list(changed) == ["validate"], changed
+    # The contract's range (what replaced data.max_amount): the two stages that read the contract, validate and
+    # train (the stages after validate re-run once its output changes).
+    changed = _status(repo, {"MLOPS__CONTRACT__EXPECTATIONS__RANGES__AMOUNT__MAX": "1000"})
+    assert sorted(changed) == ["train", "validate"], changed
+    assert {"changed deps": {"data/resolved/fraud.json": {"config.contract": "modified"}}} in changed["validate"]

@@ -142,7 +142,7 @@ def serve_prompts(folder: Path, version: str, log_dir: Path, prompts: list[str],
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlops_cli", "serve", "--model", MODEL, "--port", str(port), "--model-dir",
          str(folder), "--model-version", version, "--set", f"serving.prediction_log_uri={log_dir}",
-         "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.llm.log_text=true"],
+         "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.lm.log_text=true"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     url = f"http://127.0.0.1:{port}"
     try:

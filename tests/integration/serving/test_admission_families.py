@@ -101,7 +101,7 @@ def tabular(tmp_path: Path, kit: Any, redis_features: Any) -> Iterator[tuple[Any
 def start_lm(kit: Any, tmp_path: Path, checkpoint: Path, **overrides: Any) -> Any:
     from mlops_serving import create_lm_app
 
-    cfg = kit.serving_config(llm={"max_concurrent": 1, "max_queue": 0, "retry_after_s": int(RETRY_AFTER)}, **overrides)
+    cfg = kit.serving_config(lm={"max_concurrent": 1, "max_queue": 0, "retry_after_s": int(RETRY_AFTER)}, **overrides)
     app = create_lm_app(cfg, model_name=LM, folder=checkpoint, version="7", log_dir=None)
     return kit.start_server(app, tmp_path / "lm-log")
 
@@ -154,7 +154,7 @@ def test_one_overload_gets_one_answer_from_both_families(kit: Any, tabular: Any,
         assert error == {"message": error["message"], "type": "server_error", "param": None, "code": 503}
         assert error["message"] == lm_refused[0].json()["error"]["message"]
         assert "server busy: 1 running + 0 queued" in error["message"]
-        assert "serving.llm.max_concurrent + serving.llm.max_queue" in error["message"]
+        assert "serving.lm.max_concurrent + serving.lm.max_queue" in error["message"]
 
     for srv, model, refused in ((tab, "fraud", tab_refused), (lm_srv, LM, lm_refused)):
         text = httpx.get(f"{srv.url}/metrics", timeout=10).text

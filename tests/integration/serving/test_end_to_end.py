@@ -167,7 +167,7 @@ def test_serving_and_the_gates_score_the_holdout_byte_identically(world: dict[st
     from mlops_serving.service import folder_loader
 
     cfg = world["cfg"]
-    holdout = load_holdout(cfg.features, world["data"], world["root"], cfg.evaluation.holdout_fraction)
+    holdout = load_holdout(cfg.features, world["data"], world["root"], cfg.evaluation.tabular.holdout_fraction)
     gate = load_version(MlflowClient(), "fraud", world["version"], tmp_path / "gate")
     served, _ = folder_loader("fraud", gate.folder, version=world["version"])()
     records = holdout.frame.to_dict("records")

@@ -65,7 +65,7 @@ def start_lm_server(folder: Path, log_dir: Path, *sets: str, keys: Path | None =
     cmd = [sys.executable, "-m", "mlops_cli", "serve", "--role", "predictor", "--model", MODEL,
            "--model-dir", str(folder), "--model-version", "7", "--port", str(port),
            "--set", f"serving.prediction_log_uri={log_dir}",
-           "--set", "serving.prediction_log_flush_s=0.2", "--set", f"serving.llm.max_tokens={MAX_TOKENS_LIMIT}",
+           "--set", "serving.prediction_log_flush_s=0.2", "--set", f"serving.lm.max_tokens={MAX_TOKENS_LIMIT}",
            "--set", f"provenance.local_key_dir={keys or keys_of(folder)}",
            *(x for s in sets for x in ("--set", s))]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -103,8 +103,8 @@ def checkpoint(base_checkpoint: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LMServer]:
-    s = start_lm_server(checkpoint, tmp_path_factory.mktemp("lm-log"), "serving.llm.max_concurrent=1",
-                        "serving.llm.max_queue=1")
+    s = start_lm_server(checkpoint, tmp_path_factory.mktemp("lm-log"), "serving.lm.max_concurrent=1",
+                        "serving.lm.max_queue=1")
     yield s
     stop(s)
 
@@ -336,7 +336,7 @@ def test_metrics_and_prediction_log_count_tokens_without_text(server: LMServer, 
 def test_log_text_writes_prompt_and_response_when_configured(checkpoint: Path, tmp_path: Path) -> None:
     from mlops_serving import read_prediction_log
 
-    s = start_lm_server(checkpoint, tmp_path / "log", "serving.llm.log_text=true")
+    s = start_lm_server(checkpoint, tmp_path / "log", "serving.lm.log_text=true")
     try:
         r = client(s).completions.create(model=MODEL, prompt="The model registry", max_tokens=6, temperature=0)
         deadline = time.monotonic() + 10

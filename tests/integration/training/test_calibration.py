@@ -73,6 +73,6 @@ def test_by_default_platt_scores_are_decided_at_a_recorded_threshold_that_beats_
     chosen = model.meta["decision_threshold"]
     assert chosen["criterion"] == "f1" and model.decision_threshold == chosen["value"]
     assert 0 < chosen["value"] < 0.5  # calibrated probabilities of a rare class: far below the old fixed 0.5
-    holdout = load_holdout(cfg.features, cfg.data, root, cfg.evaluation.holdout_fraction)
+    holdout = load_holdout(cfg.features, cfg.data, root, cfg.evaluation.tabular.holdout_fraction)
     y, served = holdout.frame[LABEL].to_numpy().astype(int), model.score_frame(holdout.frame)
     assert f1_score(y, served >= chosen["value"]) > f1_score(y, served >= 0.5)

@@ -13,7 +13,7 @@ def test_the_llm_sft_config_names_a_checkpoint_a_dataset_a_full_fine_tune_and_a_
     loaded = load_config(model="llm-sft", config_dir=config_dir, environ={}).config
     cfg = loaded.training
     assert cfg.causal_lm.finetune == "full" and cfg.causal_lm.load_method == "dcp"
-    assert loaded.evaluation.hf_min_exact_match == 0.9  # the model's own floor, above the schema default
+    assert loaded.evaluation.lm.min_exact_match == 0.9  # the model's own floor, above the schema default
     assert cfg.causal_lm.dataset == "datasets/instructions.jsonl" and cfg.causal_lm.checkpoint
     assert cfg.fsdp.mixed_precision.param_dtype == "bfloat16" and cfg.fsdp.activation_checkpointing
 

@@ -161,7 +161,7 @@ def test_a_canary_that_rambles_to_max_tokens_is_rolled_back_and_one_that_stops_i
     assert worse.decision == "rollback"
     assert "FAILED: answers cut at max_tokens canary 10/40 vs stable 0/40 (+0.2500, max +0.05)" in worse.reasons
     # the other way round: stable rambled, the canary stops; the PSI of the lengths is large, but not checked
-    no_psi = DELIVERY.model_copy(update={"max_response_length_psi": None})
+    no_psi = DELIVERY.model_copy(update={"lm": DELIVERY.lm.model_copy(update={"max_response_length_psi": None})})
     better = analyze_lm_canary(no_psi, stable_metrics=ok[0], canary_metrics=ok[1],
                                log=_log_ended(rambles, [(2, "stop")] * 40), stable_version=1, canary_version=2)
     assert better.decision == "promote", better.reasons

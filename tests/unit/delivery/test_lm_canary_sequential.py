@@ -14,16 +14,22 @@ import pytest
 from prometheus_client import generate_latest
 from scipy import integrate, stats
 
-from mlops_config import DeliveryConfig, LMSequentialConfig, SequentialCanaryConfig
+from mlops_config import DeliveryConfig, LMDeliveryConfig, LMSequentialConfig
 from mlops_delivery.checks import Check, decide_checks
 from mlops_delivery.errors import MetricsError
 from mlops_delivery.lm_canary import analyze_lm_canary
 from mlops_serving.lm_api import LMMetrics
 
 MARGIN = 0.1
-DELIVERY = DeliveryConfig(min_canary_requests=40, sequential=SequentialCanaryConfig(
-    lm=LMSequentialConfig(error_margin=MARGIN, ttft_margin=MARGIN, decode_margin=MARGIN)))
+DELIVERY = DeliveryConfig(min_canary_requests=40, lm=LMDeliveryConfig(
+    sequential=LMSequentialConfig(error_margin=MARGIN, ttft_margin=MARGIN, decode_margin=MARGIN)))
 ALPHA = DELIVERY.sequential.alpha
+
+
+def _lm_sequential(**update: float) -> DeliveryConfig:
+    """``DELIVERY`` with ``delivery.lm.sequential`` updated."""
+    sequential = DELIVERY.lm.sequential.model_copy(update=update)
+    return DELIVERY.model_copy(update={"lm": DELIVERY.lm.model_copy(update={"sequential": sequential})})
 
 
 def mixture_log_lr(x_c: int, n_c: int, x_s: int, n_s: int, *, null: float, direction: int) -> float:
@@ -120,8 +126,7 @@ def test_equal_canary_promotes_only_after_enough_evidence() -> None:
 
 def test_slow_first_tokens_and_slow_decoding_roll_back_from_the_histograms() -> None:
     """A first token after 300 ms lies above the 250 ms bound; 5 tokens/s lies in the (1, 5] bucket, under 10."""
-    delivery = DELIVERY.model_copy(update={"sequential": DELIVERY.sequential.model_copy(update={
-        "lm": DELIVERY.sequential.lm.model_copy(update={"ttft_slow_ms": 250.0})})})
+    delivery = _lm_sequential(ttft_slow_ms=250.0)
     late = analyze(exposition("1", n=40), exposition("2", n=40, ttft_s=0.3), log(40, 40), delivery)
     assert (late.canary.slow_first_tokens, late.canary.first_tokens) == (40, 40)
     assert (late.stable.slow_first_tokens, late.stable.first_tokens) == (0, 40)
@@ -168,12 +173,10 @@ def test_counts_are_windowed_and_a_bound_off_the_buckets_is_refused() -> None:
     # windows swapped, as after a counter reset: 10 - 50 = -40 requests
     with pytest.raises(MetricsError, match=r"canary v2: 5xx count 0.0 must lie in \[0, -40.0\]; did the server"):
         analyze(exposition("1", n=40), before, log(40, 40), canary_before=after)
-    off = DELIVERY.model_copy(update={"sequential": DELIVERY.sequential.model_copy(update={
-        "lm": DELIVERY.sequential.lm.model_copy(update={"ttft_slow_ms": 300.0})})})
-    with pytest.raises(MetricsError, match=r"delivery\.sequential\.lm\.ttft_slow_ms = 300 is not an upper bound"):
+    off = _lm_sequential(ttft_slow_ms=300.0)
+    with pytest.raises(MetricsError, match=r"delivery\.lm\.sequential\.ttft_slow_ms = 300 is not an upper bound"):
         analyze(exposition("1", n=40), exposition("2", n=40), log(40, 40), off)
-    off_rate = DELIVERY.model_copy(update={"sequential": DELIVERY.sequential.model_copy(update={
-        "lm": DELIVERY.sequential.lm.model_copy(update={"slow_decode_tokens_per_s": 7.0})})})
+    off_rate = _lm_sequential(slow_decode_tokens_per_s=7.0)
     with pytest.raises(MetricsError, match=r"slow_decode_tokens_per_s = 7 is not an upper bound .*\(tokens/s\)"):
         analyze(exposition("1", n=40), exposition("2", n=40), log(40, 40), off_rate)
 
@@ -203,7 +206,8 @@ def test_a_canary_that_truncates_more_is_rolled_back_by_the_sequential_test() ->
     alpha is split in quarters. The fewest canary truncations of 30 (stable: none of 30) that reach the rollback
     level log(4 / alpha) are found by quadrature: that look rolls back, one fewer holds; neither is a threshold
     rollback (30 canary requests are below the 40 the thresholds wait for)."""
-    delivery = DELIVERY.model_copy(update={"max_truncated_increase": MARGIN, "max_response_length_psi": None})
+    delivery = DELIVERY.model_copy(update={"lm": DELIVERY.lm.model_copy(update={
+        "max_truncated_increase": MARGIN, "max_response_length_psi": None})})
     boundary = math.log(4 / ALPHA)
     k_star = next(k for k in range(31) if mixture_log_lr(k, 30, 0, 30, null=0.0, direction=+1) >= boundary)
     assert 5 <= k_star <= 20, k_star
@@ -227,7 +231,8 @@ def test_a_canary_that_truncates_more_is_rolled_back_by_the_sequential_test() ->
 def test_an_equally_truncating_canary_is_not_rolled_back_and_promotes_once_shown_within_the_margin() -> None:
     """Both sides cut 10 % of their answers: never worse; promotion needs the rise shown below the margin by
     quadrature, the same n as the other tests would need at that variance, and not before."""
-    delivery = DELIVERY.model_copy(update={"max_truncated_increase": MARGIN, "min_canary_requests": 10})
+    delivery = DELIVERY.model_copy(update={"lm": DELIVERY.lm.model_copy(update={"max_truncated_increase": MARGIN}),
+                                           "min_canary_requests": 10})
     n_star = next(n for n in range(10, 2000, 10)
                   if mixture_log_lr(n // 10, n, n // 10, n, null=MARGIN, direction=-1) >= math.log(1 / ALPHA))
     for n in (10, n_star - 10, n_star):

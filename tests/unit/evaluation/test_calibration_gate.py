@@ -8,10 +8,10 @@ import itertools
 import numpy as np
 import pytest
 
-from mlops_config import EvaluationConfig
+from mlops_config import EvaluationConfig, TabularEvaluationConfig
 from mlops_evaluation import calibration_gate
 
-SECTION = EvaluationConfig(bootstrap_samples=300, max_calibration_error=0.05)
+SECTION = EvaluationConfig(bootstrap_samples=300, tabular=TabularEvaluationConfig(max_calibration_error=0.05))
 ISOTONIC = {"calibration": {"method": "isotonic", "x": [0.0, 1.0], "y": [0.0, 1.0], "ece_after": 0.01}}
 
 
@@ -67,8 +67,9 @@ def test_too_few_frauds_is_inconclusive() -> None:
 
 def test_an_uncalibrated_export_fails_by_default_and_passes_unchecked_when_not_required() -> None:
     y, s = _holdout(5_000, 0.2)
-    free = calibration_gate(y, s, {}, SECTION.model_copy(update={"calibration_required": False}))
+    optional = SECTION.tabular.model_copy(update={"calibration_required": False})
+    free = calibration_gate(y, s, {}, SECTION.model_copy(update={"tabular": optional}))
     assert free.passed and free.evidence["checked"] is False and "not calibrated" in free.reason
     required = calibration_gate(y, s, {}, SECTION)  # calibration on by default: an export without it fails
-    assert SECTION.calibration_required is True
+    assert SECTION.tabular.calibration_required is True
     assert required.verdict == "fail" and "calibration_required" in required.reason

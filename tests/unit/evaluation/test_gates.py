@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mlops_config import EvaluationConfig
+from mlops_config import EvaluationConfig, TabularEvaluationConfig
 from mlops_evaluation import (
     LatencyRun,
     latency_gate,
@@ -31,7 +31,7 @@ def test_quality_passes_a_clearly_better_candidate_and_blocks_a_worse_one() -> N
     y, slices, noise = _data()
     good = np.where(noise < 0.9, y, 1 - y) * 0.8 + 0.1  # 10% of rows wrong
     weak = np.where(noise < 0.7, y, 1 - y) * 0.8 + 0.1  # 30% wrong
-    cfg = EvaluationConfig(bootstrap_samples=300, min_slice_rows=100)
+    cfg = EvaluationConfig(bootstrap_samples=300, tabular=TabularEvaluationConfig(min_slice_rows=100))
     passed = quality_gate(y, good, weak, {"channel": slices}, cfg)
     assert passed.passed, passed.reason
     blocked = quality_gate(y, weak, good, {"channel": slices}, cfg)
@@ -54,7 +54,7 @@ def test_quality_ci_and_slice_rules() -> None:
     fix = np.flatnonzero((ref >= 0.5) != (y == 1))[:6]
     cand[fix] = y[fix] * 0.8 + 0.1
     strict = EvaluationConfig(bootstrap_samples=300, min_improvement=0.0, require_ci_above_threshold=True,
-                              min_slice_rows=10)
+                              tabular=TabularEvaluationConfig(min_slice_rows=10))
     gate = quality_gate(y, cand, ref, {"channel": slices}, strict)
     assert gate.evidence["bootstrap"]["estimate"] > 0
     assert gate.evidence["bootstrap"]["lower"] >= 0 and gate.passed  # never worse on any row: CI ≥ 0
@@ -62,7 +62,8 @@ def test_quality_ci_and_slice_rules() -> None:
     cand2 = cand.copy()
     cand2[slices == "app"] = 0.0
     loose = EvaluationConfig(bootstrap_samples=100, min_improvement=0.0, improvement_mode="absolute",
-                             require_ci_above_threshold=False, min_slice_rows=10, min_slice_positives=1)
+                             require_ci_above_threshold=False,
+                             tabular=TabularEvaluationConfig(min_slice_rows=10, min_slice_positives=1))
     gate2 = quality_gate(y, cand2, ref, {"channel": slices}, loose)
     assert not gate2.passed and "channel=app" in gate2.reason
 
@@ -76,9 +77,9 @@ def test_a_slice_with_too_few_frauds_is_reported_not_gated() -> None:
     tag[few] = "tap"
     cand[few] = 0.0  # ruined there: F1 0
     frauds = int(y[few].sum())
-    on = EvaluationConfig(bootstrap_samples=100, min_improvement=0.0, min_slice_rows=100,
-                          min_slice_positives=frauds)
-    off = on.model_copy(update={"min_slice_positives": frauds + 1})
+    on = EvaluationConfig(bootstrap_samples=100, min_improvement=0.0,
+                          tabular=TabularEvaluationConfig(min_slice_rows=100, min_slice_positives=frauds))
+    off = on.model_copy(update={"tabular": TabularEvaluationConfig(min_slice_rows=100, min_slice_positives=frauds + 1)})
     gated = quality_gate(y, cand, ref, {"channel": tag}, on)
     assert not gated.passed and "channel=tap" in gated.reason
     assert gated.evidence["slices"]["channel"]["tap"]["positives"] == frauds
@@ -109,8 +110,8 @@ def test_quality_judges_each_model_at_its_recorded_threshold_and_names_an_overri
     cand = np.clip(0.02 + 0.25 * y * (noise < 0.8) + 0.05 * rng.random(len(y)), 0, 1)
     champ = np.clip(0.03 + 0.15 * y * (noise < 0.6) + 0.05 * rng.random(len(y)), 0, 1)
     meta_c, meta_r = {"decision_threshold": {"value": 0.2}}, {"decision_threshold": {"value": 0.12}}
-    cfg = EvaluationConfig(bootstrap_samples=200, min_slice_rows=100)
-    key = "evaluation.decision_threshold"
+    cfg = EvaluationConfig(bootstrap_samples=200, tabular=TabularEvaluationConfig(min_slice_rows=100))
+    key = "evaluation.tabular.decision_threshold"
     gate = quality_gate(y, cand, champ, {"channel": slices}, cfg, reference_name="champion v1",
                         candidate_threshold=resolve_threshold(meta_c, None, override_key=key, model="candidate v2"),
                         reference_threshold=resolve_threshold(meta_r, None, override_key=key, model="champion v1"))
@@ -127,7 +128,7 @@ def test_quality_judges_each_model_at_its_recorded_threshold_and_names_an_overri
                         candidate_threshold=resolve_threshold(meta_c, 0.5, override_key=key, model="candidate v2"),
                         reference_threshold=resolve_threshold(meta_r, 0.5, override_key=key, model="champion v1"))
     assert over.evidence["candidate"]["f1"] == 0.0 and not over.passed
-    assert "evaluation.decision_threshold=0.5 overrides candidate v2's recorded threshold 0.2" in over.reason
+    assert "evaluation.tabular.decision_threshold=0.5 overrides candidate v2's recorded threshold 0.2" in over.reason
     assert "champion v1's recorded threshold 0.12" in over.reason
     # an export that records none is judged at the legacy 0.5, and the reason says so
     legacy = quality_gate(y, cand, champ, {"channel": slices}, cfg, reference_name="champion v1",

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, LMEvaluationConfig, TrackingConfig
 from mlops_evaluation import EvaluationError
 from mlops_evaluation.lm import build_lm, lm_contract_gate, lm_quality_gate, lm_windows, window_nll
 
@@ -91,8 +91,9 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     random_init = register(_state(zero_head=False, seed=3), "random")
     for to in lifecycle.LIFECYCLE:
         lifecycle.promote(tracking, tmp_path, "llm", uniform, to, reason="set-up", actor="t", required_gates={})
-    cfg = EvaluationConfig(lm_windows=8, lm_seq_len=32, lm_corpus_max_bytes=200_000, bootstrap_samples=100,
-                           latency_requests=20, latency_warmup=2, latency_repeats=1, latency_max_noise=100.0)
+    cfg = EvaluationConfig(lm=LMEvaluationConfig(windows=8, seq_len=32, corpus_max_bytes=200_000),
+                           bootstrap_samples=100, latency_requests=20, latency_warmup=2, latency_repeats=1,
+                           latency_max_noise=100.0)
     report = evaluate(model="llm", candidate=str(random_init), evaluation=cfg, tracking=tracking,
                       features=FeaturesConfig(), data=DataConfig(), root=tmp_path, report_dir=tmp_path / "report",
                       gates=("quality", "latency", "contract"))
@@ -125,7 +126,7 @@ def test_byte_lm_latency_gate_times_on_one_torch_thread_and_restores_the_setting
 
     cand = types.SimpleNamespace(module=Recording(), version="2", meta=META)
     champ = types.SimpleNamespace(module=Recording(), version="1", meta=META)
-    cfg = EvaluationConfig(lm_windows=4, lm_seq_len=16, lm_corpus_max_bytes=200_000, latency_requests=20,
+    cfg = EvaluationConfig(lm=LMEvaluationConfig(windows=4, seq_len=16, corpus_max_bytes=200_000), latency_requests=20,
                            latency_warmup=2, latency_repeats=1, latency_max_rounds=1, latency_max_noise=100.0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)

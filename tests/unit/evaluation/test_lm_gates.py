@@ -15,16 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig
+from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, LMEvaluationConfig, TrackingConfig
 from mlops_evaluation import EvaluationError
 from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
 from mlops_evaluation.lm_evaluate import hf_gates, load_hf
 from mlops_evaluation.lm_gates import decode_determinism_gate, perplexity_gate
 
 # latency: shape only here (tolerance 100×, no wall-clock bound); its verdicts are tested in test_lm_latency.py
-SECTION = EvaluationConfig(bootstrap_samples=400, hf_latency_requests=3, hf_latency_warmup=1, hf_max_new_tokens=4,
-                           latency_max_noise=100.0, hf_latency_max_noise=100.0, latency_tolerance=100.0,
-                           hf_latency_wall_max_ratio=None, hf_latency_max_rounds=1, hf_task_max_examples=12)
+SECTION = EvaluationConfig(bootstrap_samples=400, latency_max_noise=100.0, latency_tolerance=100.0,
+                           lm=LMEvaluationConfig(generation_requests=3, generation_warmup=1, max_new_tokens=4,
+                                                 generation_max_noise=100.0, generation_wall_max_ratio=None,
+                                                 generation_max_rounds=1, task_max_examples=12))
 
 
 def test_perplexity_bootstrap_equals_numpy_by_hand() -> None:
@@ -52,11 +53,11 @@ def test_perplexity_gate_hand_built_cases() -> None:
     gate = perplexity_gate(same, same, tokens, SECTION, reference="champion")
     assert gate.evidence["candidate"]["perplexity"] == pytest.approx(10.0)
     assert gate.evidence["bootstrap"]["lower"] == gate.evidence["bootstrap"]["upper"] == 0.0
-    assert gate.passed  # no worse, and hf_min_improvement 0 by default
+    assert gate.passed  # no worse, and lm.min_perplexity_reduction 0 by default
     worse = perplexity_gate(np.log(20.0) * tokens, same, tokens, SECTION, reference="champion")
     assert not worse.passed and worse.evidence["bootstrap"]["estimate"] == pytest.approx(-1.0)
     assert "20.0000 vs champion 10.0000" in worse.reason
-    demanding = SECTION.model_copy(update={"hf_min_improvement": 0.6})
+    demanding = SECTION.model_copy(update={"lm": SECTION.lm.model_copy(update={"min_perplexity_reduction": 0.6})})
     better = perplexity_gate(np.log(5.0) * tokens, same, tokens, demanding, reference="champion")
     assert not better.passed and "+0.5000 < required +0.6000" in better.reason
     with pytest.raises(EvaluationError, match="score no tokens"):
@@ -163,7 +164,7 @@ def test_fine_tune_passes_every_gate_but_an_unreplayable_reproducibility(root: P
     gates = {g.name: g for g in results}
     assert held["reference"] == "base checkpoint" and held["rows"] > 5
     # 40 steps lower the perplexity below the base's, but do not teach the task: the quality gate's task check
-    # (exact match of greedy answers on the held-out prompts, floor hf_min_exact_match) blocks it
+    # (exact match of greedy answers on the held-out prompts, floor lm.min_exact_match) blocks it
     assert gates["quality"].evidence["perplexity_passed"], gates["quality"].reason
     assert gates["quality"].evidence["candidate"]["perplexity"] < gates["quality"].evidence["reference_metrics"][
         "perplexity"]
@@ -172,7 +173,7 @@ def test_fine_tune_passes_every_gate_but_an_unreplayable_reproducibility(root: P
     # gate called two equal greedy decodings "reproducibility" and passed)
     assert not gates["reproducibility"].passed and gates["reproducibility"].reason.startswith("not verifiable")
     assert gates["decode_determinism"].passed, gates["decode_determinism"].reason
-    assert all(len(ids) <= SECTION.hf_max_new_tokens for ids in gates["decode_determinism"].evidence["completion_ids"])
+    assert all(len(ids) <= SECTION.lm.max_new_tokens for ids in gates["decode_determinism"].evidence["completion_ids"])
     assert gates["latency"].evidence["requests"] == 3 and gates["latency"].passed  # tolerance 100×: shape only
     assert gates["latency"].evidence["candidate"]["ttft_ms"]["p50"] > 0
     assert gates["contract"].passed, gates["contract"].reason

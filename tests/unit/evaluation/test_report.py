@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlops_config import EvaluationConfig
+from mlops_config import EvaluationConfig, TabularEvaluationConfig
 from mlops_evaluation import EvaluationReport, GateResult, quality_gate, to_markdown
 from mlops_evaluation.report import write_report
 
@@ -17,7 +17,8 @@ def _report(passed: bool) -> EvaluationReport:
     cand = np.array([0.9, 0.1, 0.2, 0.8] * 50)
     # slice "b" holds negatives only: ROC-AUC is undefined there (NaN) and must not break the JSON
     slices = {"channel": np.array(["a", "b", "b", "a"] * 50)}
-    quality = quality_gate(y, cand, None, slices, EvaluationConfig(bootstrap_samples=100, min_slice_rows=10))
+    cfg = EvaluationConfig(bootstrap_samples=100, tabular=TabularEvaluationConfig(min_slice_rows=10))
+    quality = quality_gate(y, cand, None, slices, cfg)
     other = GateResult("latency", passed, "p99 fine" if passed else "p99 +40% > allowed +12%", {"x": 1})
     return EvaluationReport(model="fraud", registered_model="fraud", candidate={"version": "3", "run_id": None},
                             champion=None, holdout={"rows": 200, "positives": 100, "fingerprint": "ab" * 32},

@@ -21,7 +21,7 @@ from mlops_features.gate import FAILED_COLUMN
 from mlops_features.schema import RAW_SCHEMA
 
 NOW = datetime(2026, 11, 10, tzinfo=UTC)
-DATA = DataConfig(max_amount=10_000.0, min_batch_rows=1, max_batch_rows=1_000)
+DATA = DataConfig(min_batch_rows=1, max_batch_rows=1_000)
 
 
 @pytest.fixture(scope="module")

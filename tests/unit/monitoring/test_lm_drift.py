@@ -50,7 +50,7 @@ def test_without_prompt_text_only_lengths_are_checked_and_said_so() -> None:
     ref = lm_reference(TRAIN, encode)
     report = lm_drift(ref, pd.DataFrame({"prompt_tokens": [3] * 10}), MON, encode=encode)
     assert set(report.columns) == {"prompt_tokens"}
-    assert "token distribution not checked: the log has no prompt_text (serving.llm.log_text: false)" in report.reasons
+    assert "token distribution not checked: the log has no prompt_text (serving.lm.log_text: false)" in report.reasons
     with pytest.raises(MonitoringError, match="lacks 'prompt_tokens'"):
         lm_drift(ref, pd.DataFrame({"x": [1]}), MON)
     with pytest.raises(MonitoringError, match="no reference prompts"):

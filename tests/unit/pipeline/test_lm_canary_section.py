@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 from prometheus_client import generate_latest
 
-from mlops_config import DeliveryConfig, LMSequentialConfig, SequentialCanaryConfig
+from mlops_config import DeliveryConfig, LMDeliveryConfig, LMSequentialConfig
 from mlops_delivery import analyze_lm_canary
 from mlops_pipeline.report import render_report
 from mlops_pipeline.runner import StepResult
@@ -32,8 +32,8 @@ def exposition(version: str, n: int, errors: int) -> str:
 
 
 def test_lm_canary_section_shows_the_verdict_every_check_and_the_intervals(tmp_path: Path) -> None:
-    delivery = DeliveryConfig(min_canary_requests=40, sequential=SequentialCanaryConfig(
-        lm=LMSequentialConfig(error_margin=0.1, ttft_margin=0.1, decode_margin=0.1)))
+    delivery = DeliveryConfig(min_canary_requests=40, lm=LMDeliveryConfig(
+        sequential=LMSequentialConfig(error_margin=0.1, ttft_margin=0.1, decode_margin=0.1)))
     log = pd.DataFrame({"model_version": ["1"] * 30 + ["2"] * 19, "completion_tokens": [8] * 49})
     analysis = analyze_lm_canary(delivery, stable_metrics=exposition("1", 30, 0),
                                  canary_metrics=exposition("2", 19, 11), log=log, stable_version=1, canary_version=2,

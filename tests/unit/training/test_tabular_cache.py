@@ -74,8 +74,9 @@ def test_same_inputs_are_copied_and_each_changed_input_is_prepared_again(repo: t
     assert run("the same again", val_fraction=0.3)[0] is True
     # a config section passed on (as a holdout's fraction may be) is keyed by its fields
     evaluation = load_config(model="fraud", config_dir=root / "configs", environ={}).config.evaluation
+    other = evaluation.model_copy(update={"tabular": evaluation.tabular.model_copy(update={"holdout_fraction": 0.3})})
     assert cache_key(cfg.features, cfg.data, root, evaluation=evaluation) != cache_key(
-        cfg.features, cfg.data, root, evaluation=evaluation.model_copy(update={"holdout_fraction": 0.3}))
+        cfg.features, cfg.data, root, evaluation=other)
     assert len(keys) == 4 and len(builds) == 7
     kept = [p for p in store.iterdir() if not p.name.startswith(".")]
     assert len(kept) == KEEP and not [p for p in store.iterdir() if p.name.startswith(".")]

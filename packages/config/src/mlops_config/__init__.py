@@ -12,6 +12,7 @@ from mlops_config.data import DataConfig
 from mlops_config.delivery import (
     DATA_VERSION,
     DeliveryConfig,
+    LMDeliveryConfig,
     LMSequentialConfig,
     RetrainConfig,
     SequentialCanaryConfig,
@@ -21,7 +22,7 @@ from mlops_config.delivery import (
     require_data_pin,
 )
 from mlops_config.errors import ConfigError, PlatformError
-from mlops_config.evaluation import EvaluationConfig
+from mlops_config.evaluation import EvaluationConfig, LMEvaluationConfig, TabularEvaluationConfig
 from mlops_config.features import FeaturesConfig
 from mlops_config.loader import LoadedConfig, config_schema, find_config_dir, load_config
 from mlops_config.monitoring import MonitoringConfig
@@ -56,6 +57,8 @@ __all__ = [
     "FSDPConfig",
     "FeaturesConfig",
     "LLMServingConfig",
+    "LMDeliveryConfig",
+    "LMEvaluationConfig",
     "LMSequentialConfig",
     "LoRAConfig",
     "LoadedConfig",
@@ -70,6 +73,7 @@ __all__ = [
     "SequentialCanaryConfig",
     "ServingConfig",
     "ShadowConfig",
+    "TabularEvaluationConfig",
     "TrackingConfig",
     "TrainingConfig",
     "WrapPolicyConfig",

@@ -59,9 +59,6 @@ class DataConfig(Section):
     max_batch_rows: int = Field(default=5_000_000, ge=1)
     """A batch with more rows is rejected whole."""
 
-    max_amount: float = Field(default=50_000.0, gt=0)
-    """Not read since the data gate's bounds are the model's ``contract.expectations.ranges`` (issue #26); kept
-    only so that files and tests setting it still load. To be removed with the loader's refusal of old keys."""
 
     @model_validator(mode="after")
     def _bounds_ordered(self) -> DataConfig:

@@ -17,7 +17,7 @@ DATA_VERSION = re.compile(r"^[0-9a-f]{32}(\.dir)?$")
 
 class LMSequentialConfig(Section):
     """The language model's sequential tests (``mlops_delivery.lm_canary``): its own signals and margins; ``alpha``,
-    ``mixture_scale``, ``verdict`` and ``threshold_guard`` are the enclosing section's.
+    ``mixture_scale``, ``verdict`` and ``threshold_guard`` are ``delivery.sequential``'s.
 
     Each is a difference of proportions, canary minus stable, read exactly from the LM server's histograms. An LM
     canary sees tens to thousands of requests, not the tabular model's many thousands, so the margins are wider.
@@ -39,6 +39,38 @@ class LMSequentialConfig(Section):
 
     decode_margin: float = Field(default=0.05, gt=0, lt=1)
     """Non-inferiority margin on the share of slowly decoding requests (absolute)."""
+
+
+class LMDeliveryConfig(Section):
+    """The language-model canary's own settings (``delivery.lm``; ``mlops_delivery.lm_canary``): its sequential
+    tests' signals and margins and the checks only an LM has (response lengths, truncated answers, decode rate).
+    The rest of ``delivery`` (``min_canary_requests``, ``max_error_rate_increase``, ``max_p99_ratio``,
+    ``sequential``'s ``alpha``, ``verdict``, ``threshold_guard``, …) is shared with the tabular canary."""
+
+    sequential: LMSequentialConfig = LMSequentialConfig()
+    """The language-model canary's sequential tests (error rate, slow first token, slow decode) and their margins;
+    its fourth, truncated answers, takes ``max_truncated_increase`` as its margin."""
+
+    max_response_length_psi: float | None = Field(default=0.2, ge=0)
+    """PSI of canary vs stable response lengths (completion tokens) above which the canary is
+    rolled back (a two-sided distance: it also stops a canary that answers better, e.g. one that stopped rambling).
+    ``null``: the PSI and KS are reported, not checked, and ``max_truncated_increase`` guards the harmful
+    direction alone."""
+
+    max_truncated_increase: float = Field(default=0.05, gt=0, le=1)
+    """the most the share of answers cut off at ``max_tokens`` (``finish_reason: length``) may
+    rise, canary minus stable (absolute); beyond it the canary is rolled back (vetoed, under the sequential
+    verdict). Checked whenever the prediction log records ``finish_reason``. Under the sequential verdict it is also
+    the truncation test's margin: a promotion needs the rise shown below it, and a canary shown to truncate more
+    often than stable is rolled back."""
+
+    decode_rate_interval: float = Field(default=0.9, gt=0, lt=1)
+    """the level of the central bootstrap interval of the canary's decode rate (tokens over all
+    its logged answers' decode phases, per second of the decoding thread's CPU time where both sides logged it,
+    else of wall-clock time) divided by stable's. The rate check fails only when the whole interval lies below
+    ``1 / max_p99_ratio``, passes only when it lies at or above it, and otherwise cannot tell yet (``hold``): a
+    rate measured on a shared machine moves with the load (identical weights decoded at 509 vs 798 tokens/s of
+    wall time on a loaded CI runner), so a point estimate alone is no evidence either way."""
 
 
 class SequentialCanaryConfig(Section):
@@ -81,10 +113,6 @@ class SequentialCanaryConfig(Section):
 
     threshold_guard: bool = True
     """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
-
-    lm: LMSequentialConfig = LMSequentialConfig()
-    """The language-model canary's tests (error rate, slow first token, slow decode) and their margins; its fourth,
-    truncated answers, takes ``delivery.max_truncated_increase`` as its margin."""
 
     max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
     """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
@@ -240,27 +268,6 @@ class DeliveryConfig(Section):
     each version's own, recorded in its ``model.json`` (0.5 for an export that records none, reported as such);
     a value set here that disagrees with a recorded one is named in the reason."""
 
-    max_response_length_psi: float | None = Field(default=0.2, ge=0)
-    """Language models: PSI of canary vs stable response lengths (completion tokens) above which the canary is
-    rolled back (a two-sided distance: it also stops a canary that answers better, e.g. one that stopped rambling).
-    ``null``: the PSI and KS are reported, not checked, and :attr:`max_truncated_increase` guards the harmful
-    direction alone."""
-
-    max_truncated_increase: float = Field(default=0.05, gt=0, le=1)
-    """Language models: the most the share of answers cut off at ``max_tokens`` (``finish_reason: length``) may
-    rise, canary minus stable (absolute); beyond it the canary is rolled back (vetoed, under the sequential
-    verdict). Checked whenever the prediction log records ``finish_reason``. Under the sequential verdict it is also
-    the truncation test's margin: a promotion needs the rise shown below it, and a canary shown to truncate more
-    often than stable is rolled back."""
-
-    decode_rate_interval: float = Field(default=0.9, gt=0, lt=1)
-    """Language models: the level of the central bootstrap interval of the canary's decode rate (tokens over all
-    its logged answers' decode phases, per second of the decoding thread's CPU time where both sides logged it,
-    else of wall-clock time) divided by stable's. The rate check fails only when the whole interval lies below
-    ``1 / max_p99_ratio``, passes only when it lies at or above it, and otherwise cannot tell yet (``hold``): a
-    rate measured on a shared machine moves with the load (identical weights decoded at 509 vs 798 tokens/s of
-    wall time on a loaded CI runner), so a point estimate alone is no evidence either way."""
-
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""
 
@@ -294,6 +301,10 @@ class DeliveryConfig(Section):
     """Branch of ``gitops_repo`` whose overlays Argo CD syncs."""
     sequential: SequentialCanaryConfig = SequentialCanaryConfig()
     """The sequential canary verdict (always-valid tests) and its guaranteed error rate."""
+
+    lm: LMDeliveryConfig = LMDeliveryConfig()
+    """The language-model canary's own checks and sequential margins (``delivery.lm.*``); the tabular canary does
+    not read them."""
 
     git_author: str = "mlops-bot <mlops-bot@users.noreply.github.com>"
     """Author of promotion commits."""

@@ -1,7 +1,8 @@
 """Layered loading: defaults ← base.yaml ← profiles/<p>.yaml ← models/<m>.yaml ← env ← ``--set``.
 
 Later layers win key by key. Every leaf remembers which layer set it, so ``mlops config show`` can say
-where a value came from and a bad value's error can name the file it is in.
+where a value came from and a bad value's error can name the file it is in. A key that moved
+(:mod:`mlops_config.moved`) is refused in whichever layer sets it, naming its new place.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mlops_config.errors import ConfigError
+from mlops_config.moved import moved_message
 from mlops_config.platform import PlatformConfig
 
 ENV_PREFIX = "MLOPS__"
@@ -260,6 +262,10 @@ def _check_keys(values: Any, model: type[BaseModel], prefix: tuple[str, ...], la
         path = ".".join((*prefix, str(key)))
         where = layer.origins.get(path, layer.name)
         if key not in fields:
+            leaf = _leaf_paths(val, path)[0] if isinstance(val, dict) and val else path
+            moved = moved_message(path, leaf, layer.origins.get(leaf, layer.name))
+            if moved is not None:
+                raise ConfigError(moved)
             hint = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             did = f"; did you mean {'.'.join((*prefix, hint[0]))!r}?" if hint else ""
             section = ".".join(prefix) or "the top level"

@@ -142,5 +142,5 @@ class ServingConfig(Section):
     """``Retry-After`` (seconds) of an inference request to a model that is not ready (still loading, or refused at
     load): 503, the same for every family."""
 
-    llm: LLMServingConfig = LLMServingConfig()
+    lm: LLMServingConfig = LLMServingConfig()
     """The language-model server (``mlops serve --model-dir`` on a ``hf_causal_lm`` folder)."""

@@ -13,7 +13,7 @@ prediction log's rows of its version (``completion_tokens``):
   answers rule: two tokens that arrive together "decode" at thousands of tokens/s, so a stable version that
   answers shorter looked 5× faster than an equally fast canary), at least stable's ÷ ``max_p99_ratio``. Judged on
   the ratio canary ÷ stable of the decode rates over the logged answers, with its bootstrap interval
-  (``delivery.decode_rate_interval``, requests resampled): failed only when the interval lies wholly below the
+  (``delivery.lm.decode_rate_interval``, requests resampled): failed only when the interval lies wholly below the
   floor, passed only when wholly at or above it, and otherwise it cannot tell yet (``hold``). The rates are
   tokens over the decoding thread's CPU time (``decode_steps`` over ``decode_cpu_ms``, logged by the server) where
   both sides logged it, else over wall-clock time (``completion_tokens − 1`` over ``latency_ms − ttft_ms``). Wall
@@ -33,7 +33,7 @@ passed → ``promote``.
 
 Under ``delivery.sequential.verdict: sequential`` (the default) the decision is the sequential verdict instead
 (:mod:`mlops_delivery.sequential`'s always-valid tests, safe however often the canary is looked at), on these
-differences of proportions, canary minus stable, with ``delivery.sequential.lm``'s margins:
+differences of proportions, canary minus stable, with ``delivery.lm.sequential``'s margins:
 
 - **error rate**: 5xx per request;
 - **slow first token**: the share of time-to-first-token observations above ``ttft_slow_ms`` (exact from the
@@ -44,7 +44,7 @@ differences of proportions, canary minus stable, with ``delivery.sequential.lm``
   (the loop's toy model answered 110 requests with 31 decode rates). A share of slow requests, not the decode
   rate over all tokens: a ratio of two sums has no simple variance.
 - **truncated answers**: the share of logged answers cut off at ``max_tokens`` (``finish_reason: length``), with
-  ``delivery.max_truncated_increase`` as its margin (the rise the threshold check tolerates). A canary that rambles
+  ``delivery.lm.max_truncated_increase`` as its margin (the rise the threshold check tolerates). A canary that rambles
   to the limit where stable stopped is rolled back by this test, not only vetoed by the threshold; one that stops
   where stable rambled is not worse. Made whenever the prediction log records ``finish_reason`` (the LM server
   always does).
@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import DeliveryConfig, SequentialCanaryConfig
+from mlops_config import DeliveryConfig, LMSequentialConfig, SequentialCanaryConfig
 from mlops_delivery.checks import Check, decide_checks, error_rate_check, requests_check
 from mlops_delivery.errors import MetricsError
 from mlops_delivery.metrics import counter_total, histogram_buckets, histogram_quantile, parse_samples
@@ -102,11 +102,11 @@ class LMVariantEvidence:
     first_tokens: float | None = None
     """Time-to-first-token observations in the window (sequential verdict only)..."""
     slow_first_tokens: float | None = None
-    """... of which later than ``delivery.sequential.lm.ttft_slow_ms``."""
+    """... of which later than ``delivery.lm.sequential.ttft_slow_ms``."""
     decoded_requests: float | None = None
     """Requests with a decode rate (two or more tokens) in the window (sequential verdict only)."""
     slow_decodes: float | None = None
-    """Requests decoding at ``delivery.sequential.lm.slow_decode_tokens_per_s`` or fewer (out of ``first_tokens``:
+    """Requests decoding at ``delivery.lm.sequential.slow_decode_tokens_per_s`` or fewer (out of ``first_tokens``:
     a one-token answer is not slow)."""
     truncated_responses: int | None = None
     """Logged answers cut off at ``max_tokens`` (``finish_reason == "length"``), out of ``responses_logged``
@@ -201,7 +201,7 @@ def decode_timings(log: pd.DataFrame, version: int, clock: str = "cpu"
 
 def decode_rate_ratio(delivery: DeliveryConfig, log: pd.DataFrame, stable_version: int,
                       canary_version: int) -> DecodeRateRatio | None:
-    """Canary ÷ stable decode rate over the logged answers with its ``delivery.decode_rate_interval`` bootstrap
+    """Canary ÷ stable decode rate over the logged answers with its ``delivery.lm.decode_rate_interval`` bootstrap
     interval, on the decoding threads' CPU time where both sides logged it for at least
     :data:`MIN_DECODED_ANSWERS` answers, else on wall-clock time (one clock for both sides); ``None`` when a side
     has fewer decoded answers with timings than that."""
@@ -212,12 +212,12 @@ def decode_rate_ratio(delivery: DeliveryConfig, log: pd.DataFrame, stable_versio
     else:
         return None
     try:
-        ratio, low, high = statistics.rate_ratio_interval(*stable, *canary, level=delivery.decode_rate_interval)
+        ratio, low, high = statistics.rate_ratio_interval(*stable, *canary, level=delivery.lm.decode_rate_interval)
     except StatisticsError as exc:
         raise MetricsError(f"decode-rate ratio: {exc}") from None
     return DecodeRateRatio(stable_tokens_per_s=float(stable[0].sum() / stable[1].sum()),
                            canary_tokens_per_s=float(canary[0].sum() / canary[1].sum()), ratio=ratio, low=low,
-                           high=high, level=delivery.decode_rate_interval, stable_answers=int(stable[0].size),
+                           high=high, level=delivery.lm.decode_rate_interval, stable_answers=int(stable[0].size),
                            canary_answers=int(canary[0].size), clock=clock)
 
 
@@ -306,7 +306,7 @@ def lm_evidence(delivery: DeliveryConfig, counts: LMCounts, lengths: np.ndarray,
     slow: dict[str, float | None] = dict.fromkeys(("first_tokens", "slow_first_tokens", "decoded_requests",
                                                    "slow_decodes"))
     if delivery.sequential.verdict == "sequential":
-        slow = _slow_counts(delivery.sequential, ttft, counts.rate, source)
+        slow = _slow_counts(delivery.lm.sequential, ttft, counts.rate, source)
     return LMVariantEvidence(
         version=version, requests=requests, errors=counts.errors,
         error_rate=counts.errors / requests if requests else None,
@@ -353,16 +353,16 @@ def _windowed(samples: list[Any], prior: list[Any], metric: str, labels: dict[st
     return [(le, count - before.get(le, 0.0)) for le, count in histogram_buckets(samples, metric, labels=labels)]
 
 
-def _slow_counts(cfg: SequentialCanaryConfig, ttft: list[tuple[float, float]], rate: list[tuple[float, float]],
+def _slow_counts(cfg: LMSequentialConfig, ttft: list[tuple[float, float]], rate: list[tuple[float, float]],
                  source: str) -> dict[str, float | None]:
     """First tokens later than ``ttft_slow_ms`` and requests decoding at ``slow_decode_tokens_per_s`` or fewer,
     each out of its histogram's count, read exactly from the cumulative buckets."""
     rate_total = rate[-1][1] if rate else 0.0
-    fast = slow_count(rate, cfg.lm.slow_decode_tokens_per_s, source=f"{source} {RATE_METRIC}",
-                      setting="delivery.sequential.lm.slow_decode_tokens_per_s", scale=1.0, unit="tokens/s")
+    fast = slow_count(rate, cfg.slow_decode_tokens_per_s, source=f"{source} {RATE_METRIC}",
+                      setting="delivery.lm.sequential.slow_decode_tokens_per_s", scale=1.0, unit="tokens/s")
     return {"first_tokens": ttft[-1][1] if ttft else 0.0,
-            "slow_first_tokens": slow_count(ttft, cfg.lm.ttft_slow_ms / 1000, source=f"{source} {TTFT_METRIC}",
-                                            setting="delivery.sequential.lm.ttft_slow_ms"),
+            "slow_first_tokens": slow_count(ttft, cfg.ttft_slow_ms / 1000, source=f"{source} {TTFT_METRIC}",
+                                            setting="delivery.lm.sequential.ttft_slow_ms"),
             "decoded_requests": rate_total, "slow_decodes": rate_total - fast}
 
 
@@ -406,18 +406,18 @@ def decide_lm(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVar
             f"(limit x{delivery.max_p99_ratio} + {slack * 1000:g} ms, the bucket's width = {limit * 1000:.1f} ms)",
             canary.ttft_p99_s > limit))
     checks.append(decode_rate_check(delivery, stable, canary, rate))
-    if delivery.max_response_length_psi is not None:
+    if delivery.lm.max_response_length_psi is not None:
         if psi is None:
             checks.append(Check("no logged responses on one side: cannot compare response lengths", None))
         else:
-            checks.append(Check(f"response-length PSI {psi:.4f} (max {delivery.max_response_length_psi})",
-                                psi > delivery.max_response_length_psi))
+            checks.append(Check(f"response-length PSI {psi:.4f} (max {delivery.lm.max_response_length_psi})",
+                                psi > delivery.lm.max_response_length_psi))
     checks.append(truncation_check(delivery, stable, canary))
     return decide_checks(checks)
 
 
 def truncation_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence) -> Check | None:
-    """More answers cut off at ``max_tokens`` than stable's, by more than ``delivery.max_truncated_increase``
+    """More answers cut off at ``max_tokens`` than stable's, by more than ``delivery.lm.max_truncated_increase``
     (absolute share): the harmful direction of a change in response length (an answer that rambles to the limit,
     and costs the most tokens). A canary that stops where stable rambled passes. Not made when the log does not
     record ``finish_reason``."""
@@ -427,13 +427,15 @@ def truncation_check(delivery: DeliveryConfig, stable: LMVariantEvidence, canary
     delta = c_share - s_share
     return Check(f"answers cut at max_tokens canary {canary.truncated_responses}/{canary.responses_logged} vs stable "
                  f"{stable.truncated_responses}/{stable.responses_logged} ({delta:+.4f}, max "
-                 f"+{delivery.max_truncated_increase})", delta > delivery.max_truncated_increase)
+                 f"+{delivery.lm.max_truncated_increase})", delta > delivery.lm.max_truncated_increase)
 
 
-def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence, canary: LMVariantEvidence, *,
-                        truncation_margin: float | None = None) -> list[MetricTest]:
-    """The LM's always-valid tests: error rate, slow first token, slow decode and, with ``truncation_margin`` and a
-    log that records ``finish_reason`` on both sides, truncated answers (``alpha`` split evenly to roll back)."""
+def lm_sequential_tests(cfg: SequentialCanaryConfig, lm: LMSequentialConfig, stable: LMVariantEvidence,
+                        canary: LMVariantEvidence, *, truncation_margin: float | None = None) -> list[MetricTest]:
+    """The LM's always-valid tests: error rate, slow first token, slow decode (margins and signals from ``lm``,
+    ``delivery.lm.sequential``; ``alpha`` and the mixture from ``cfg``, ``delivery.sequential``) and, with
+    ``truncation_margin`` and a log that records ``finish_reason`` on both sides, truncated answers (``alpha``
+    split evenly to roll back)."""
     counts = [(v.slow_first_tokens, v.first_tokens, v.slow_decodes) for v in (stable, canary)]
     if any(c is None for pair in counts for c in pair):
         raise MetricsError("the sequential verdict needs the slow first-token and decode counts: evidence read "
@@ -449,7 +451,7 @@ def lm_sequential_tests(cfg: SequentialCanaryConfig, stable: LMVariantEvidence, 
             if not 0 <= events <= trials:  # type: ignore[operator]
                 raise MetricsError(f"{side} v{v.version}: {name} count {events!r} must lie in [0, {trials!r}]; did "
                                    "the server restart after the before exposition (counters reset)?")
-    lm, share = cfg.lm, cfg.alpha / (4.0 if truncation else 3.0)
+    share = cfg.alpha / (4.0 if truncation else 3.0)
     tests = [
         metric_test(cfg, "error_rate", shift=False, margin=lm.error_margin, alpha_rollback=share,
                     canary_events=canary.errors, canary_trials=canary.requests, stable_events=stable.errors,
@@ -501,14 +503,16 @@ def analyze_lm_counts(delivery: DeliveryConfig, stable_counts: LMCounts, canary_
     threshold_decision, verdict = None, None
     seq = delivery.sequential
     if seq.verdict == "sequential":
-        tests = lm_sequential_tests(seq, stable, canary, truncation_margin=delivery.max_truncated_increase)
+        tests = lm_sequential_tests(seq, delivery.lm.sequential, stable, canary,
+                                    truncation_margin=delivery.lm.max_truncated_increase)
         verdict = verdict_from_tests(seq, tests, canary_requests=canary.requests, stable_requests=stable.requests,
                                      min_requests=delivery.min_canary_requests)
         threshold_decision = decision
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=seq.threshold_guard)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
-                  "p99_slack_ms": delivery.p99_slack_ms, "max_response_length_psi": delivery.max_response_length_psi,
-                  "max_truncated_increase": delivery.max_truncated_increase,
+                  "p99_slack_ms": delivery.p99_slack_ms,
+                  "max_response_length_psi": delivery.lm.max_response_length_psi,
+                  "max_truncated_increase": delivery.lm.max_truncated_increase,
                   "min_canary_requests": float(delivery.min_canary_requests)}
-    thresholds["decode_rate_interval"] = delivery.decode_rate_interval
+    thresholds["decode_rate_interval"] = delivery.lm.decode_rate_interval
     return LMCanaryAnalysis(decision, reasons, stable, canary, psi, ks, thresholds, rate, threshold_decision, verdict)

@@ -6,13 +6,13 @@ of its validation split and records it in ``model.json``; this gate measures the
 (ECE, :func:`mlops_model.statistics.expected_calibration_error`) of the scores ``ExportedModel`` serves (the
 calibrator applied) on the fixed holdout, which training never saw, with a bootstrap interval:
 
-- **pass**: the interval's upper end is at or below ``evaluation.max_calibration_error``;
+- **pass**: the interval's upper end is at or below ``evaluation.tabular.max_calibration_error``;
 - **fail**: its lower end is above the bound (miscalibrated beyond doubt);
 - **inconclusive** (does not pass): the interval straddles the bound, or the holdout holds fewer than
-  ``evaluation.calibration_min_positives`` frauds (ECE of a handful of positives says nothing).
+  ``evaluation.tabular.calibration_min_positives`` frauds (ECE of a handful of positives says nothing).
 
-An export without a calibrator claims no probabilities: with ``evaluation.calibration_required`` (the default)
-it fails (the decision threshold and the estimate read scores as probabilities), else it passes with the raw
+An export without a calibrator claims no probabilities: with ``evaluation.tabular.calibration_required`` (the
+default) it fails (the decision threshold and the estimate read scores as probabilities), else it passes with the raw
 scores' ECE reported and the estimate marked as not to be trusted for this version.
 """
 
@@ -46,7 +46,7 @@ def ece_interval(labels: Any, scores: Any, *, bins: int, samples: int, confidenc
 
 def calibration_gate(labels: Any, scores: Any, meta: Mapping[str, Any], section: EvaluationConfig, *,
                      seed: int = 0) -> GateResult:
-    """Check the holdout ECE of the served (calibrated) ``scores`` against ``section.max_calibration_error``.
+    """Check the holdout ECE of the served (calibrated) ``scores`` against ``section.tabular.max_calibration_error``.
 
     Args:
         labels: the holdout's 0/1 labels.
@@ -58,26 +58,28 @@ def calibration_gate(labels: Any, scores: Any, meta: Mapping[str, Any], section:
     s = np.asarray(scores, dtype=np.float64).ravel()
     if len(y) != len(s) or not len(y):
         raise ValueError(f"calibration gate: {len(y)} labels for {len(s)} scores")  # the runner's bug
-    bound, bins = section.max_calibration_error, section.calibration_bins
+    bound, bins = section.tabular.max_calibration_error, section.tabular.calibration_bins
     recorded = meta.get("calibration") if isinstance(meta.get("calibration"), Mapping) else None
     method = recorded.get("method") if recorded else None
     positives = int(y.sum())
     evidence: dict[str, Any] = {"method": method, "bound": bound, "bins": bins, "rows": len(y),
                                 "positives": positives,
                                 "recorded_ece_after": recorded.get("ece_after") if recorded else None}
-    if positives < section.calibration_min_positives:
+    if positives < section.tabular.calibration_min_positives:
         ece = statistics.expected_calibration_error(y, s, bins)
         return GateResult(NAME, False, f"inconclusive: {positives} frauds in the holdout, fewer than "
-                          f"evaluation.calibration_min_positives={section.calibration_min_positives}; holdout ECE "
+                          f"evaluation.tabular.calibration_min_positives={section.tabular.calibration_min_positives}; "
+                          f"holdout ECE "
                           f"{ece:.4f} cannot be told from noise", {**evidence, "ece": ece}, inconclusive=True)
     ece, low, high = ece_interval(y, s, bins=bins, samples=section.bootstrap_samples,
                                   confidence=section.confidence, seed=seed)
     evidence.update(ece=ece, ci=[low, high], confidence=section.confidence)
     measured = f"holdout ECE {ece:.4f} ({section.confidence:.0%} CI [{low:.4f}, {high:.4f}]) vs bound {bound:g}"
     if recorded is None:
-        if section.calibration_required:
+        if section.tabular.calibration_required:
             return GateResult(NAME, False, "model.json records no calibrator (training.calibration is 'none') and "
-                              "evaluation.calibration_required is set: this profile reads scores as probabilities; "
+                              "evaluation.tabular.calibration_required is set: this profile reads scores as "
+                              "probabilities; "
                               + measured, evidence)
         return GateResult(NAME, True, "not calibrated (training.calibration is 'none'): the scores claim no "
                           "probabilities, so nothing is checked and the performance estimate is not to be trusted "

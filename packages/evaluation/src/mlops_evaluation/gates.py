@@ -70,11 +70,11 @@ def quality_gate(
     candidate_threshold: ThresholdChoice | None = None, reference_threshold: ThresholdChoice | None = None,
 ) -> GateResult:
     """Candidate F1 must beat the reference by ``min_improvement`` (point and, if configured, CI lower bound);
-    no slice with enough rows and frauds (``min_slice_rows``, ``min_slice_positives``) may lose more than
-    ``max_slice_regression`` F1.
+    no slice with enough rows and frauds (``tabular.min_slice_rows``, ``tabular.min_slice_positives``) may lose
+    more than ``tabular.max_slice_regression`` F1.
 
     Each model decides at its own threshold (``candidate_threshold`` / ``reference_threshold``, resolved from
-    its ``model.json`` by :func:`mlops_model.resolve_threshold`; ``None``: ``evaluation.decision_threshold`` or
+    its ``model.json`` by :func:`mlops_model.resolve_threshold`; ``None``: ``evaluation.tabular.decision_threshold`` or
     the legacy 0.5). The reason names both, and an override that disagrees with a recorded threshold.
 
     With ``reference_scores=None`` (no champion yet) the reference is the trivial baseline that flags every
@@ -85,10 +85,10 @@ def quality_gate(
     baseline = reference_scores is None
     ref = np.ones_like(cand) if baseline else np.asarray(reference_scores, dtype=np.float64)
     ref_label = "trivial baseline (flag every transaction)" if baseline else reference_name
-    key = "evaluation.decision_threshold"
-    ct = candidate_threshold or resolve_threshold(None, section.decision_threshold, override_key=key,
+    key = "evaluation.tabular.decision_threshold"
+    ct = candidate_threshold or resolve_threshold(None, section.tabular.decision_threshold, override_key=key,
                                                   model="the candidate")
-    rt = ct if baseline else (reference_threshold or resolve_threshold(None, section.decision_threshold,
+    rt = ct if baseline else (reference_threshold or resolve_threshold(None, section.tabular.decision_threshold,
                                                                        override_key=key, model=reference_name))
     cand_m, ref_m = binary_metrics(y, cand, ct.value), binary_metrics(y, ref, rt.value)
     boot = paired_bootstrap_f1(y, cand >= ct.value, ref >= rt.value, mode=section.improvement_mode,
@@ -104,13 +104,14 @@ def quality_gate(
         table[column] = {}
         for value, m in values.items():
             delta = m["f1"] - ref_s[column][value]["f1"]
-            gated = m["rows"] >= section.min_slice_rows and m["positives"] >= section.min_slice_positives
+            gated = (m["rows"] >= section.tabular.min_slice_rows
+                     and m["positives"] >= section.tabular.min_slice_positives)
             table[column][value] = {"rows": int(m["rows"]), "positives": int(m["positives"]),
                                     "candidate_f1": m["f1"], "reference_f1": ref_s[column][value]["f1"],
                                     "delta": delta, "gated": gated,
                                     "candidate_metrics": {k: m[k] for k in ("precision", "recall", "pr_auc",
                                                                             "roc_auc")}}
-            if gated and -delta > section.max_slice_regression:
+            if gated and -delta > section.tabular.max_slice_regression:
                 regressions.append(f"{column}={value} F1 {_fmt(delta)}")
     unit = "absolute F1" if section.improvement_mode == "absolute" else "relative to the reference's F1"
     at = f"candidate at {ct.value:.4g}" + ("" if baseline else f", {ref_label} at {rt.value:.4g}")
@@ -125,7 +126,7 @@ def quality_gate(
                      f"{'≥' if boot.lower >= need else '<'} {need:+.4f}")
     else:
         parts.append(f"{boot.confidence:.0%} CI [{_fmt(boot.lower)}, {_fmt(boot.upper)}] reported, not gated")
-    parts.append(f"slices regressing by more than {section.max_slice_regression:.3f}: "
+    parts.append(f"slices regressing by more than {section.tabular.max_slice_regression:.3f}: "
                  + (", ".join(regressions) if regressions else "none"))
     return GateResult(
         "quality", point_ok and ci_ok and not regressions, "; ".join(parts),
@@ -134,8 +135,8 @@ def quality_gate(
          "mode": section.improvement_mode,
          "min_improvement": need, "candidate": cand_m, "reference_metrics": ref_m, "bootstrap": boot.as_dict(),
          "require_ci_above_threshold": section.require_ci_above_threshold, "slices": table,
-         "slice_regressions": regressions, "max_slice_regression": section.max_slice_regression,
-         "min_slice_rows": section.min_slice_rows, "min_slice_positives": section.min_slice_positives},
+         "slice_regressions": regressions, "max_slice_regression": section.tabular.max_slice_regression,
+         "min_slice_rows": section.tabular.min_slice_rows, "min_slice_positives": section.tabular.min_slice_positives},
     )
 
 

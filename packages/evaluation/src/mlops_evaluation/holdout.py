@@ -56,7 +56,7 @@ def split_holdout(df: pd.DataFrame, fraction: float) -> Holdout:
     if frame.empty or frame[LABEL].nunique() < 2:
         raise EvaluationError(
             f"the holdout has {len(frame)} rows and labels {sorted(frame[LABEL].unique().tolist())!r}; "
-            "expected both classes: generate more data (data.rows) or raise evaluation.holdout_fraction"
+            "expected both classes: generate more data (data.rows) or raise evaluation.tabular.holdout_fraction"
         )
     return Holdout(frame, fingerprint(frame))
 

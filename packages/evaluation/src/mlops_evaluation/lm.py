@@ -45,7 +45,7 @@ def lm_windows(val: np.ndarray, seq_len: int, count: int) -> tuple[np.ndarray, s
     available = len(val) // width
     if available < 1:
         raise EvaluationError(f"held-out corpus has {len(val)} bytes; a window needs {width}: "
-                              "raise evaluation.lm_corpus_max_bytes or lower evaluation.lm_seq_len")
+                              "raise evaluation.lm.corpus_max_bytes or lower evaluation.lm.seq_len")
     n = min(count, available)
     windows = np.asarray(val[: n * width], dtype=np.uint8).reshape(n, width)
     return windows, hashlib.sha256(windows.tobytes()).hexdigest()
@@ -55,9 +55,9 @@ def load_lm_holdout(section: EvaluationConfig) -> tuple[np.ndarray, dict[str, An
     """The fixed LM holdout from the corpus's held-out tail, with what the report says about it."""
     from mlops_training import load_corpus
 
-    corpus = load_corpus(section.lm_corpus_max_bytes)
-    windows, digest = lm_windows(corpus.val, section.lm_seq_len, section.lm_windows)
-    return windows, {"rows": int(windows.shape[0]), "tokens": int(windows.shape[0] * section.lm_seq_len),
+    corpus = load_corpus(section.lm.corpus_max_bytes)
+    windows, digest = lm_windows(corpus.val, section.lm.seq_len, section.lm.windows)
+    return windows, {"rows": int(windows.shape[0]), "tokens": int(windows.shape[0] * section.lm.seq_len),
                      "fingerprint": digest, "corpus_sha256": corpus.sha256, "positives": None}
 
 

@@ -115,17 +115,17 @@ def quality_on_task(cand: HFModel, ref: HFModel, ids: np.ndarray, labels: np.nda
                     examples: Sequence[dict[str, str]], evaluation: EvaluationConfig, *, ref_name: str,
                     seed: int) -> GateResult:
     """The LM's quality gate: the task (exact match and token accuracy of greedy answers on the held-out
-    examples, at most ``hf_task_max_examples`` evenly spaced, an absolute floor and the reference's rate,
+    examples, at most ``lm.task_max_examples`` evenly spaced, an absolute floor and the reference's rate,
     :mod:`mlops_evaluation.lm_task`) and perplexity on all of them against the reference (:func:`perplexity_gate`);
     both must pass."""
     c_nll, tokens = example_nll(cand.model, ids, labels)
     r_nll, _ = example_nll(ref.model, ids, labels)
     ppl = perplexity_gate(c_nll, r_nll, tokens, evaluation, reference=ref_name, seed=seed)
-    step = -(-len(examples) // evaluation.hf_task_max_examples)
+    step = -(-len(examples) // evaluation.lm.task_max_examples)
     examples = list(examples)[::step]
     task_ok, task_reason, task = task_verdict(task_scores(cand, examples), task_scores(ref, examples),
-                                              floor=evaluation.hf_min_exact_match,
-                                              max_drop=evaluation.hf_max_exact_match_drop, reference_name=ref_name)
+                                              floor=evaluation.lm.min_exact_match,
+                                              max_drop=evaluation.lm.max_exact_match_drop, reference_name=ref_name)
     return GateResult("quality", task_ok and ppl.passed, f"task: {task_reason}; perplexity: {ppl.reason}",
                       {**ppl.evidence, "task": task, "perplexity_passed": ppl.passed})
 
@@ -230,19 +230,19 @@ def interleaved(reference: HFModel, candidate: HFModel, prompts: Sequence[str], 
 
 def generation_latency(ref: HFModel, cand: HFModel, prompts: Sequence[str], evaluation: EvaluationConfig,
                        ref_name: str, seed: int = 0) -> GateResult:
-    """The latency gate (:mod:`mlops_evaluation.lm_latency`): rounds of ``hf_latency_requests`` interleaved
-    generations until it can tell, at most ``hf_latency_max_rounds``; the warm-up runs in the first round only."""
-    rounds = iter(range(evaluation.hf_latency_max_rounds))
+    """The latency gate (:mod:`mlops_evaluation.lm_latency`): rounds of ``lm.generation_requests`` interleaved
+    generations until it can tell, at most ``lm.generation_max_rounds``; the warm-up runs in the first round only."""
+    rounds = iter(range(evaluation.lm.generation_max_rounds))
 
     def measure() -> tuple[list[GenerationTiming], ...]:
-        warm = evaluation.hf_latency_warmup if next(rounds) == 0 else 0
-        return interleaved(ref, cand, prompts, timed=evaluation.hf_latency_requests, warmup=warm,
-                           new_tokens=evaluation.hf_max_new_tokens)
+        warm = evaluation.lm.generation_warmup if next(rounds) == 0 else 0
+        return interleaved(ref, cand, prompts, timed=evaluation.lm.generation_requests, warmup=warm,
+                           new_tokens=evaluation.lm.max_new_tokens)
 
-    return lm_latency_rounds(measure, max_rounds=evaluation.hf_latency_max_rounds,
-                             tolerance=evaluation.latency_tolerance, max_noise=evaluation.hf_latency_max_noise,
-                             reference=ref_name, warmup=evaluation.hf_latency_warmup,
-                             wall_max_ratio=evaluation.hf_latency_wall_max_ratio, confidence=evaluation.confidence,
+    return lm_latency_rounds(measure, max_rounds=evaluation.lm.generation_max_rounds,
+                             tolerance=evaluation.latency_tolerance, max_noise=evaluation.lm.generation_max_noise,
+                             reference=ref_name, warmup=evaluation.lm.generation_warmup,
+                             wall_max_ratio=evaluation.lm.generation_wall_max_ratio, confidence=evaluation.confidence,
                              seed=seed)
 
 
@@ -262,7 +262,7 @@ class HFSuite:
         self.ids, self.labels, self.holdout = held_out_set(cand_meta, training, root, cand.tokenizer)
         self.examples = self.holdout.pop("examples")
         self.holdout["reference"] = self.ref_name
-        self.prompts = list(evaluation.hf_prompts)
+        self.prompts = list(evaluation.lm.prompts)
 
     def quality(self) -> GateResult:
         return quality_on_task(self.cand, self.ref, self.ids, self.labels, self.examples, self.evaluation,
@@ -276,7 +276,7 @@ class HFSuite:
             "reproducibility", False, "not verifiable: no recorded training run to replay (a folder gated "
             "without its registry version); the greedy-decoding check below shows determinism only",
             {"verifiable": False})
-        new_tokens = self.evaluation.hf_max_new_tokens
+        new_tokens = self.evaluation.lm.max_new_tokens
         first = greedy(self.cand, self.prompts, new_tokens)
         second = greedy(load_hf(self.cand.folder), self.prompts, new_tokens)
         return [replayed, decode_determinism_gate(self.prompts, first, second, max_new_tokens=new_tokens)]

@@ -33,13 +33,13 @@ __all__ = ["GenerationTiming", "contract_facts", "decode_determinism_gate", "hf_
 
 def perplexity_gate(cand_nll: Any, ref_nll: Any, tokens: Any, section: EvaluationConfig, *, reference: str,
                     seed: int = 0) -> GateResult:
-    """Candidate perplexity must be lower than the reference's by ``hf_min_improvement`` (relative), point
+    """Candidate perplexity must be lower than the reference's by ``lm.min_perplexity_reduction`` (relative), point
     estimate and (with ``require_ci_above_threshold``) the bootstrap lower bound."""
     boot = paired_bootstrap_perplexity(cand_nll, ref_nll, tokens, samples=section.bootstrap_samples,
                                        confidence=section.confidence, seed=seed)
     n = float(np.sum(tokens))
     ppl_c, ppl_r = float(np.exp(np.sum(cand_nll) / n)), float(np.exp(np.sum(ref_nll) / n))
-    need = section.hf_min_improvement
+    need = section.lm.min_perplexity_reduction
     point_ok = boot.estimate >= need
     ci_ok = boot.lower >= need or not section.require_ci_above_threshold
     ci = (f"{boot.confidence:.0%} paired-bootstrap CI [{boot.lower:+.4f}, {boot.upper:+.4f}]"

@@ -8,8 +8,8 @@ Per held-out example (training's validation split: never trained on, see :func:`
   greedy answer has at the same position. An answer that stops at once scores 0 on every example.
 
 The gate (:func:`task_gate`) passes when the candidate's exact-match rate is at least the absolute floor
-(``evaluation.hf_min_exact_match``, in the model's config) and not below the reference's by more than
-``evaluation.hf_max_exact_match_drop``. The floor is strictly positive by schema, so a model that answers nothing
+(``evaluation.lm.min_exact_match``, in the model's config) and not below the reference's by more than
+``evaluation.lm.max_exact_match_drop``. The floor is strictly positive by schema, so a model that answers nothing
 (0 %) fails whatever the reference does. :func:`mlops_evaluation.lm_evaluate.quality_on_task` joins it with the
 perplexity comparison into the LM's ``quality`` gate.
 """

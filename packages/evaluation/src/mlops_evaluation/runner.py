@@ -232,11 +232,11 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     """Interleaved A B A′ timing of the champion's and candidate's serving path on holdout records.
 
     Each timed call is what serving does per batch (:meth:`mlops_model.ExportedModel.score_records`): encode
-    ``latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
+    ``tabular.latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
     ``latency_requests`` requests are measured until the gate can tell, at most ``latency_max_rounds``
     (:func:`mlops_evaluation.gates.latency_rounds`).
     """
-    n = section.latency_batch_rows
+    n = section.tabular.latency_batch_rows
     ref = champion or candidate
     cand_cols, cand_p = candidate.serving_predictor()
     ref_cols, ref_p = ref.serving_predictor()
@@ -269,19 +269,19 @@ class TabularSuite:
 
     def __init__(self, cand: Scorer, champ: Scorer | None, run: SuiteRun) -> None:
         self.cand, self.champ, self.run = cand, champ, run
-        self.frame = load_holdout(run.features, run.data, run.root, run.evaluation.holdout_fraction)
+        self.frame = load_holdout(run.features, run.data, run.root, run.evaluation.tabular.holdout_fraction)
         self.labels = self.frame.frame[LABEL].to_numpy().astype(np.int64)
         self.holdout = self.frame.describe()
 
     def quality(self) -> GateResult:
         cand, champ, evaluation, holdout = self.cand, self.champ, self.run.evaluation, self.frame.frame
-        missing = [c for c in evaluation.slice_columns if c not in holdout.columns]
+        missing = [c for c in evaluation.tabular.slice_columns if c not in holdout.columns]
         if missing:
             raise EvaluationError(f"slice columns {missing!r} are not in the holdout; "
                                   f"it has {sorted(holdout.columns)!r}")
-        slices = {c: holdout[c].astype(str).to_numpy() for c in evaluation.slice_columns}
+        slices = {c: holdout[c].astype(str).to_numpy() for c in evaluation.tabular.slice_columns}
         champ_name = f"champion v{champ.version}" if champ else "champion"
-        key, override = "evaluation.decision_threshold", evaluation.decision_threshold
+        key, override = "evaluation.tabular.decision_threshold", evaluation.tabular.decision_threshold
         return quality_gate(
             self.labels, cand.score(holdout), champ.score(holdout) if champ else None, slices, evaluation,
             reference_name=champ_name, seed=self.run.seed,

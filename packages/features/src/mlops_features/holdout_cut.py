@@ -1,5 +1,5 @@
 """The cut between the rows a model may learn from and the holdout its gates score it on: the newest
-``evaluation.holdout_fraction`` of the FeatureService training set by event time (ties by ``transaction_id``).
+``evaluation.tabular.holdout_fraction`` of the FeatureService training set by event time (ties by ``transaction_id``).
 
 Evaluation (``mlops_evaluation.holdout``) cuts its holdout here. Training does not yet (issue #30): tabular
 training validates on its own newest ``val_fraction`` of the same set, so with the default fractions the gates'
@@ -39,7 +39,7 @@ def split_off_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFram
     """
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
         raise DataError(f"holdout fraction {fraction!r} must be a number between 0 and 1 (exclusive): "
-                        "evaluation.holdout_fraction")
+                        "evaluation.tabular.holdout_fraction")
     ordered = order_by_time(frame)
     cut = int(len(ordered) * (1 - fraction))
     return ordered.iloc[:cut].reset_index(drop=True), ordered.iloc[cut:].reset_index(drop=True)

@@ -5,7 +5,7 @@ passes that encoder). The current window is the LM prediction log (``mlops_servi
 
 - ``prompt_tokens``: PSI over quantile bins of the reference lengths, with the KS test;
 - ``prompt_token_ids``: PSI over the reference's ``top_k`` most frequent token ids plus one "other" bin, with
-  the chi² test. It needs the prompts' text: the log has ``prompt_text`` only with ``serving.llm.log_text``;
+  the chi² test. It needs the prompts' text: the log has ``prompt_text`` only with ``serving.lm.log_text``;
   without it the column is left out and the report says so (nothing is guessed).
 
 Both are key columns: above ``monitoring.psi_critical`` they are CRITICAL, which the monitor's policy turns into
@@ -116,7 +116,7 @@ def lm_drift(reference: Mapping[str, Any], log: pd.DataFrame, monitoring: Monito
                                            "numeric", int(ref_len.size), int(current.size))
     texts = log["prompt_text"].dropna() if "prompt_text" in log.columns else pd.Series(dtype=object)
     if encode is None or texts.empty:
-        notes.append("token distribution not checked: the log has no prompt_text (serving.llm.log_text: false)"
+        notes.append("token distribution not checked: the log has no prompt_text (serving.lm.log_text: false)"
                      if texts.empty else "token distribution not checked: no tokenizer given")
     else:
         ref_counts = np.asarray(reference["id_counts"], dtype=np.int64)

@@ -398,7 +398,7 @@ def _assess_features(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
 
 
 def _assess_lm(run: MonitorRun, labels: pd.DataFrame | None) -> _Assessed:
-    """A fine-tuned language model: the logged prompts (length; token ids where ``serving.llm.log_text`` keeps
+    """A fine-tuned language model: the logged prompts (length; token ids where ``serving.lm.log_text`` keeps
     their text) against the fine-tuning prompts, encoded by the served version's tokenizer
     (:func:`mlops_monitoring.lm_drift.lm_drift`). ``--reference`` names an :func:`lm_reference` JSON instead."""
     monitoring, root = run.monitoring, run.root

@@ -298,7 +298,7 @@ def step_lm_drift(ctx: PipelineContext) -> dict[str, Any]:
     log_dir = ctx.work_dir / "lm_drift_log"
     prompts = drifted_prompts(60, cfg.project.seed + 1)
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-drift.log",
-                    _serve_args(folder, champion, log_dir, "--set", "serving.llm.log_text=true")) as server:
+                    _serve_args(folder, champion, log_dir, "--set", "serving.lm.log_text=true")) as server:
         traffic = send_prompts({"champion": server}, prompts)["champion"]
     time.sleep(0.6)
     served = _read_log(log_dir, ctx.model)

@@ -35,9 +35,9 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
             traffic = send_traffic(server, rows)
             time.sleep(1.0)  # the sender's last call answers before the server stops (and flushes the log)
             metrics = server.metrics_text()
-    override = ctx.cfg.evaluation.decision_threshold
+    override = ctx.cfg.evaluation.tabular.decision_threshold
     threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, override,
-                                      override_key="evaluation.decision_threshold")
+                                      override_key="evaluation.tabular.decision_threshold")
     analysis = analyze_shadow(log_dir, ctx.model, threshold=override or LEGACY_THRESHOLD,
                               since=datetime.fromtimestamp(started, UTC), versions=[version],
                               threshold_of=lambda v: threshold_of(v).value)

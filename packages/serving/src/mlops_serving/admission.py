@@ -17,7 +17,7 @@ as in any admission controller:
     per round of requests), between a quarter of ``serving.max_inflight`` and ``serving.max_inflight``. The floor
     keeps throughput when the slowness is not the in-flight work's doing (a retry storm saturating the event loop
     with refusals);
-  - **concurrency** (the language model, ``serving.llm``): ``limit`` is fixed at ``max_concurrent + max_queue``
+  - **concurrency** (the language model, ``serving.lm``): ``limit`` is fixed at ``max_concurrent + max_queue``
     and at most ``max_concurrent`` of the admitted requests generate at once (:meth:`Admission.slot`); the others
     wait for a slot in arrival order. A generation takes seconds, not a fraction of the deadline, so the limit does
     not adapt to it;
@@ -104,12 +104,12 @@ class AdmissionLimits:
 
     @classmethod
     def for_generation(cls, serving: Any) -> AdmissionLimits:
-        """The language model's bounds: ``serving.llm.max_concurrent`` generating and ``serving.llm.max_queue``
-        waiting for a slot, ``serving.llm.retry_after_s`` on a refusal; the body's deadline is the server's."""
-        llm = serving.llm
+        """The language model's bounds: ``serving.lm.max_concurrent`` generating and ``serving.lm.max_queue``
+        waiting for a slot, ``serving.lm.retry_after_s`` on a refusal; the body's deadline is the server's."""
+        llm = serving.lm
         return cls(llm.max_concurrent + llm.max_queue, serving.request_deadline_ms, llm.retry_after_s,
                    serving.max_payload_bytes, max_running=llm.max_concurrent,
-                   bound="serving.llm.max_concurrent + serving.llm.max_queue")
+                   bound="serving.lm.max_concurrent + serving.lm.max_queue")
 
 
 @dataclass

@@ -10,7 +10,7 @@ so the official client reads them unchanged:
   ``stream: true`` as server-sent events (``data: {chunk}\\n\\n`` ... ``data: [DONE]\\n\\n``);
 - ``POST /v2/models/{name}/generate`` (KServe's V2 generate extension: ``text_input`` in, ``text_output`` out).
 
-Requests are checked before any work: ``max_tokens`` (1..``serving.llm.max_tokens``), ``temperature`` (0..2),
+Requests are checked before any work: ``max_tokens`` (1..``serving.lm.max_tokens``), ``temperature`` (0..2),
 ``top_p`` (0 < p <= 1), ``stop`` (a string or up to 4), ``n`` (1 only), the model name, and prompt + ``max_tokens``
 against the context length; each refusal is a 400/404 in OpenAI's error shape naming the value and the limit.
 A parameter the server does not implement (``logprobs``, ``presence_penalty``, ``best_of``, ...) is refused with a

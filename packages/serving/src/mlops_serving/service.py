@@ -80,8 +80,8 @@ def create_app(
 def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, version: str,
                   log_dir: str | Path | None, check: Check | None = None) -> Any:
     """The language-model app: a :class:`~mlops_serving.lm.CausalLM` on KServe's app with the OpenAI routes, behind
-    the tabular servers' admission controller in its concurrency mode (``serving.llm.max_concurrent`` generating,
-    ``serving.llm.max_queue`` waiting) and error map (OpenAI's error body on its routes); ``check`` verifies the
+    the tabular servers' admission controller in its concurrency mode (``serving.lm.max_concurrent`` generating,
+    ``serving.lm.max_queue`` waiting) and error map (OpenAI's error body on its routes); ``check`` verifies the
     folder's signature at load (a refused model leaves the app up, not ready, saying why)."""
     from mlops_serving.lm import CausalLM
     from mlops_serving.lm_api import LMMetrics, LMRoutes, lm_error_format, mount_lm_routes
@@ -98,7 +98,7 @@ def create_lm_app(serving: ServingConfig, *, model_name: str, folder: Path, vers
     model = CausalLM(model_name, folder, version, check)
     metrics.model_info.labels(model_name, version, "stable", "").set(1)
     admission = Admission(AdmissionLimits.for_generation(serving), metrics.registry, model_name)
-    routes = LMRoutes(model, metrics, serving.llm, writer, admission)
+    routes = LMRoutes(model, metrics, serving.lm, writer, admission)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
                      status_detail=serving.status_detail,
                      not_ready_retry_after_s=serving.not_ready_retry_after_s, prediction_log=writer,

@@ -24,8 +24,8 @@ def _version_threshold(loaded: Any) -> Callable[[str], float]:
     from mlops_serving import version_thresholds
 
     cfg = loaded.config
-    of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, cfg.evaluation.decision_threshold,
-                            override_key="evaluation.decision_threshold")
+    of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, cfg.evaluation.tabular.decision_threshold,
+                            override_key="evaluation.tabular.decision_threshold")
     return lambda version: of(version).value
 
 
@@ -38,7 +38,7 @@ def analyze(
     ] = None,
     threshold: Annotated[float | None, typer.Option(
         help="Decision threshold of both models; default: each version's own, recorded in its model.json "
-             "(evaluation.decision_threshold, when set, overrides it).")] = None,
+             "(evaluation.tabular.decision_threshold, when set, overrides it).")] = None,
     max_flip_rate: Annotated[float | None, typer.Option(help="Fail when more decisions than this flip.")] = None,
     max_error_rate: Annotated[float | None, typer.Option(help="Fail when the candidate fails more than this.")
                               ] = None,
@@ -67,7 +67,7 @@ def analyze(
                           max_p99_diff_ms=max_p99_diff_ms, min_requests=min_requests)
     result = analyze_shadow_until_enough(
         resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root), cfg.project.model,
-        threshold=threshold or cfg.evaluation.decision_threshold or LEGACY_THRESHOLD, wait_s=wait_s,
+        threshold=threshold or cfg.evaluation.tabular.decision_threshold or LEGACY_THRESHOLD, wait_s=wait_s,
         interval_s=interval_s, limits=limits, since=since, until=until, versions=version or None,
         threshold_of=None if threshold is not None else _version_threshold(loaded))
     if as_json:
