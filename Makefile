@@ -27,9 +27,10 @@ setup: $(STAMP)
 # (--require-hashes: exactly the bytes locked, or nothing); our own packages after it, --no-deps (pip takes no
 # hashes for local folders). torch is the CPU build: from the machine's wheel folder (pip's find-links) when it
 # has one, else from PyTorch's CPU index (TORCH_INDEX); either way its hash is the lock's, and pip installs it.
-# The rest goes through uv (itself from the lock, by pip): the same hashes, installed in parallel and without
-# compiling every module up front (about 30 s against pip's 3 min on a 2-core machine). Where uv cannot be
-# installed or cannot reach the index, pip installs the rest, as before.
+# The rest goes through uv (itself from the lock, by pip): the same hashes, installed in parallel. Where uv cannot
+# be installed or cannot reach the index, pip installs the rest, as before. Bytecode is compiled at install, as pip
+# does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) Python never writes it, and every process would
+# compile every module it imports again (without it, CI's test run took about twice as long).
 TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),,https://download.pytorch.org/whl/cpu)
 PIP_QUIET := 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
@@ -40,7 +41,8 @@ $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject
 	@$(BIN)/python tools/lock_subset.py requirements.lock --except torch uv > $(VENV)/lock-rest.txt
 	$(BIN)/pip install -q --require-hashes --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r $(VENV)/lock-torch.txt $(PIP_QUIET)
 	@{ $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-uv.txt $(PIP_QUIET) && \
-	  $(BIN)/uv pip install -q --python $(BIN)/python --require-hashes --no-deps -r $(VENV)/lock-rest.txt; } || \
+	  $(BIN)/uv pip install -q --python $(BIN)/python --require-hashes --no-deps --compile-bytecode \
+	  -r $(VENV)/lock-rest.txt; } || \
 	  { echo "uv could not install the lock; pip installs it"; \
 	  $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-rest.txt $(PIP_QUIET); }
 	$(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
@@ -108,7 +110,7 @@ checkov-setup: $(CHECKOV_VENV)/.setup-stamp
 
 $(CHECKOV_VENV)/.setup-stamp: tools/checkov/constraints.txt | $(STAMP)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	@{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(CHECKOV_VENV)/bin/python --no-deps \
+	@{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(CHECKOV_VENV)/bin/python --no-deps --compile-bytecode \
 	  -r tools/checkov/constraints.txt; } || \
 	  $(CHECKOV_VENV)/bin/pip install -q --no-deps -r tools/checkov/constraints.txt $(PIP_QUIET)
 	@touch $@

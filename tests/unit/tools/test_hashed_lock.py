@@ -120,6 +120,22 @@ def test_setup_installs_every_entry_of_the_lock_once() -> None:
     assert excepted[0] <= locked
 
 
+def test_setup_compiles_the_bytecode_of_what_uv_installs() -> None:
+    """pip compiles at install; uv only when asked. Where PYTHONDONTWRITEBYTECODE is set (this machine and CI)
+    Python never writes bytecode, so without it every process compiles every module it imports again."""
+    makefile = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    uv_installs = [line for line in makefile.splitlines() if "uv pip install" in line]
+    assert len(uv_installs) == 2, uv_installs  # the lock's rest, and checkov's venv
+    for line in uv_installs:
+        assert "--compile-bytecode" in line, line
+    for module in ("mlflow", "pandas", "feast"):  # installed by uv here: every module's bytecode is in the venv,
+        spec = importlib.util.find_spec(module)   # imported by some test or not
+        assert spec is not None and spec.origin is not None
+        sources = sorted(Path(spec.origin).parent.glob("*.py"))
+        missing = [s.name for s in sources if not Path(importlib.util.cache_from_source(str(s))).is_file()]
+        assert sources and not missing, f"{module}: no bytecode for {missing[:5]} (of {len(sources)})"
+
+
 def _pip_installs(script: str) -> list[str]:
     return [c for c in re.split(r"&&|\n(?!\s)", script.replace("\\\n", " ")) if "pip install" in c]
 
