@@ -156,6 +156,20 @@ def start_server(app: Any, log_dir: Path, *, wait_ready: bool = True) -> Server:
     return Server(url, port, app, log_dir, thread, uv)
 
 
+def settled_readiness(app: Any, log_dir: Path) -> tuple[int, dict[str, Any]]:
+    """Start ``app``, wait (30 s at most) until its readiness no longer says it is loading, stop it; the last answer."""
+    srv = start_server(app, log_dir, wait_ready=False)
+    try:
+        deadline = time.monotonic() + 30
+        r = httpx.get(f"{srv.url}/v2/health/ready")
+        while r.status_code != 200 and "loading" in str(r.json().get("reason")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            r = httpx.get(f"{srv.url}/v2/health/ready")
+        return r.status_code, r.json()
+    finally:
+        srv.stop()
+
+
 def serving_config(**overrides: Any) -> Any:
     from mlops_config import ServingConfig
 
@@ -201,7 +215,8 @@ def kit() -> Any:
 
     return SimpleNamespace(instance=instance, small_encode=small_encode, small_encoder=small_encoder,
                            numpy_score=numpy_score, export_model=export_model, make_app=make_app,
-                           start_server=start_server, free_port=free_port, USERS=USERS, MERCHANTS=MERCHANTS,
+                           start_server=start_server, settled_readiness=settled_readiness, free_port=free_port,
+                           USERS=USERS, MERCHANTS=MERCHANTS,
                            RedisHashFeatures=RedisHashFeatures, serving_config=serving_config)
 
 

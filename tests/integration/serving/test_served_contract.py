@@ -145,23 +145,13 @@ def test_a_fraud_shaped_request_is_refused_naming_the_unknown_fields(churn_serve
 
 def test_a_model_json_with_a_malformed_contract_is_refused_naming_the_field(tmp_path: Path, kit: Any,
                                                                             redis_url: str, redis_prefix: str) -> None:
-    import time
-
     from mlops_serving.service import create_app, folder_loader
 
     bad = {**CHURN.model_dump(mode="json"), "fields": [["tenure_months", "decimal"]]}
     folder = export_churn(tmp_path / "models" / "6", seed=6, contract=bad)
     app = create_app(kit.serving_config(), model_name="churn", loader=folder_loader("churn", folder),
                      source=RedisCustomerFeatures(redis_url, redis_prefix), log_dir=tmp_path / "predlog")
-    srv = kit.start_server(app, tmp_path / "predlog", wait_ready=False)
-    try:
-        deadline = time.monotonic() + 30
-        r = httpx.get(f"{srv.url}/v2/health/ready")
-        while r.status_code != 200 and "loading" in str(r.json().get("reason")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            r = httpx.get(f"{srv.url}/v2/health/ready")
-    finally:
-        srv.stop()
-    assert r.status_code == 503
-    reason = r.json()["reason"]
+    status, body = kit.settled_readiness(app, tmp_path / "predlog")
+    assert status == 503
+    reason = body["reason"]
     assert "invalid contract" in reason and "contract.fields" in reason and "decimal" in reason, reason

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -23,19 +21,6 @@ def _predictor(kit: Any, folder: Path, keys: Path) -> Any:
                                 loader=lambda: load_model(ModelRef("fraud", "7", folder), check))
 
 
-def _readiness(kit: Any, app: Any, tmp: Path) -> tuple[int, dict[str, Any]]:
-    srv = kit.start_server(app, tmp, wait_ready=False)
-    try:
-        deadline = time.monotonic() + 30
-        r = httpx.get(f"{srv.url}/v2/health/ready")
-        while r.status_code != 200 and "loading" in str(r.json().get("reason")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            r = httpx.get(f"{srv.url}/v2/health/ready")
-        return r.status_code, r.json()
-    finally:
-        srv.stop()
-
-
 def _signed(kit: Any, folder: Path, keys: Path) -> Path:
     from mlops_config import ProvenanceConfig
     from mlops_model import model_signer
@@ -47,7 +32,7 @@ def _signed(kit: Any, folder: Path, keys: Path) -> Path:
 
 def test_honest_model_is_ready(tmp_path: Path, kit: Any) -> None:
     folder = _signed(kit, tmp_path / "m", tmp_path / "keys")
-    status, body = _readiness(kit, _predictor(kit, folder, tmp_path / "keys"), tmp_path)
+    status, body = kit.settled_readiness(_predictor(kit, folder, tmp_path / "keys"), tmp_path)
     assert status == 200, body
 
 
@@ -64,6 +49,6 @@ def test_altered_model_is_not_ready_with_the_reason(tmp_path: Path, kit: Any, ta
         (folder / "model.safetensors").write_bytes(bytes(data))
     elif tamper == "file":
         (folder / "notes.txt").write_text("added after signing\n")
-    status, body = _readiness(kit, _predictor(kit, folder, tmp_path / "keys"), tmp_path)
+    status, body = kit.settled_readiness(_predictor(kit, folder, tmp_path / "keys"), tmp_path)
     assert status == 503
     assert reason in body["reason"] and "'7'" in body["reason"]
