@@ -136,6 +136,17 @@ def test_setup_compiles_the_bytecode_of_what_uv_installs() -> None:
         assert sources and not missing, f"{module}: no bytecode for {missing[:5]} (of {len(sources)})"
 
 
+def test_setup_compiles_our_own_packages_which_the_editable_install_does_not() -> None:
+    """Our packages are installed editable (no bytecode); ``make setup`` compiles every package's sources, and
+    every module of ``mlops_config`` (the first package every ``mlops`` process imports) has its bytecode."""
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\nsetup: $(STAMP)\n", 1)[1].split("\n\n", 1)[0]
+    assert "-m compileall" in recipe and "$(addsuffix src,$(PACKAGES))" in recipe, recipe
+    sources = sorted((REPO / "packages/config/src/mlops_config").glob("*.py"))
+    missing = [s.name for s in sources if not Path(importlib.util.cache_from_source(str(s))).is_file()]
+    assert sources and not missing, f"mlops_config: no bytecode for {missing[:5]} (run `make setup`)"
+
+
 def _pip_installs(script: str) -> list[str]:
     return [c for c in re.split(r"&&|\n(?!\s)", script.replace("\\\n", " ")) if "pip install" in c]
 
