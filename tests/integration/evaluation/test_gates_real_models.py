@@ -149,9 +149,8 @@ def test_larger_model_is_caught_by_latency(world: Any, tmp_path: Path) -> None:
 
     _make_champion(world)
     cfg = world.loaded.config
-    report = evaluate(model="fraud", candidate=world.versions["slow"], evaluation=cfg.evaluation,
-                      tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=world.root,
-                      report_dir=tmp_path, gates=("latency",), log_to_run=False)
+    report = evaluate(cfg, world.root, world.versions["slow"], report_dir=tmp_path, gates=("latency",),
+                      log_to_run=False)
     gate = report.gates[0]
     assert not report.passed and report.exit_code == 1
     assert "too noisy" not in gate.reason, gate.reason

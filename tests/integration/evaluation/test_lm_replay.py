@@ -55,9 +55,7 @@ def _evaluate(world: dict[str, Any], tmp: Path, *sets: str) -> dict[str, Any]:
     from mlops_evaluation import evaluate
 
     cfg = _config(world["root"], *sets)
-    report = evaluate(model=cfg.project.model, candidate="1", evaluation=cfg.evaluation, tracking=cfg.tracking,
-                      features=cfg.features, data=cfg.data, root=world["root"], report_dir=tmp, training=cfg.training,
-                      gates=("reproducibility",), log_to_run=False)
+    report = evaluate(cfg, world["root"], "1", report_dir=tmp, gates=("reproducibility",), log_to_run=False)
     return {g.name: g for g in report.gates}
 
 
@@ -121,9 +119,7 @@ def test_a_lora_export_is_re_run_whole_or_is_not_verifiable(world: dict[str, Any
         from mlops_evaluation import evaluate
 
         cfg = _config(world["root"], *sets, *more)
-        report = evaluate(model=cfg.project.model, candidate="2", evaluation=cfg.evaluation, tracking=cfg.tracking,
-                          features=cfg.features, data=cfg.data, root=world["root"], report_dir=tmp_path,
-                          training=cfg.training, gates=("reproducibility",), log_to_run=False)
+        report = evaluate(cfg, world["root"], "2", report_dir=tmp_path, gates=("reproducibility",), log_to_run=False)
         return report.gates[0]
 
     prefix = gate()

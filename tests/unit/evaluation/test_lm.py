@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, LMEvaluationConfig, TrackingConfig
+from mlops_config import EvaluationConfig, LMEvaluationConfig, PlatformConfig, ProjectConfig, TrackingConfig
 from mlops_evaluation import EvaluationError
 from mlops_evaluation.lm import build_lm, lm_contract_gate, lm_quality_gate, lm_windows, window_nll
 
@@ -94,8 +94,8 @@ def test_evaluate_runs_lm_gates_on_registered_versions(tmp_path: Path) -> None:
     cfg = EvaluationConfig(lm=LMEvaluationConfig(windows=8, seq_len=32, corpus_max_bytes=200_000),
                            bootstrap_samples=100, latency_requests=20, latency_warmup=2, latency_repeats=1,
                            latency_max_noise=100.0)
-    report = evaluate(model="llm", candidate=str(random_init), evaluation=cfg, tracking=tracking,
-                      features=FeaturesConfig(), data=DataConfig(), root=tmp_path, report_dir=tmp_path / "report",
+    platform = PlatformConfig(project=ProjectConfig(model="llm", seed=0), evaluation=cfg, tracking=tracking)
+    report = evaluate(platform, tmp_path, str(random_init), report_dir=tmp_path / "report",
                       gates=("quality", "latency", "contract"))
     gates = {g.name: g for g in report.gates}
     assert report.champion["version"] == str(uniform)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, LMEvaluationConfig, TrackingConfig
+from mlops_config import EvaluationConfig, LMEvaluationConfig, PlatformConfig, ProjectConfig, TrackingConfig
 from mlops_evaluation import EvaluationError
 from mlops_evaluation.bootstrap import paired_bootstrap_perplexity
 from mlops_evaluation.lm_evaluate import hf_gates, load_hf
@@ -292,9 +292,9 @@ def test_evaluate_dispatches_a_registered_hf_version(root: Path, tmp_path: Path)
         mlflow.log_artifacts(str(work / "damaged"), "model")
     client.create_registered_model("hf")
     client.create_model_version("hf", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id)
-    report = evaluate(model="hf", candidate="latest", evaluation=SECTION, tracking=tracking,
-                      features=FeaturesConfig(), data=DataConfig(), root=work, report_dir=tmp_path / "report",
-                      gates=("quality", "contract"), log_to_run=False)
+    cfg = PlatformConfig(project=ProjectConfig(model="hf", seed=0), evaluation=SECTION, tracking=tracking)
+    report = evaluate(cfg, work, "latest", report_dir=tmp_path / "report", gates=("quality", "contract"),
+                      log_to_run=False)
     gates = {g.name: g for g in report.gates}
     assert report.holdout["reference"] == "base checkpoint"
     assert not gates["quality"].passed and gates["contract"].passed

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from mlops_config import DataConfig, EvaluationConfig, FeaturesConfig, TrackingConfig, TrainingConfig
+from mlops_config import EvaluationConfig, FeaturesConfig, PlatformConfig
 from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name, restore_credentials
 from mlops_evaluation.calibration_gate import calibration_gate
 from mlops_evaluation.errors import EvaluationError
@@ -400,15 +400,16 @@ def gate_suite(kind: ModelKind) -> SuiteFactory:
 
 
 def evaluate(
-    *, model: str, candidate: str, evaluation: EvaluationConfig, tracking: TrackingConfig,
-    features: FeaturesConfig, data: DataConfig, root: Path, report_dir: Path, seed: int = 0,
-    gates: Sequence[str] = GATES, reproduce_fn: Reproduce | None = None, log_to_run: bool = True,
-    check: Callable[[Path], object] | None = None, training: TrainingConfig | None = None,
+    cfg: PlatformConfig, root: Path, candidate: str, *, report_dir: Path, gates: Sequence[str] = GATES,
+    reproduce_fn: Reproduce | None = None, log_to_run: bool = True, check: Callable[[Path], object] | None = None,
 ) -> EvaluationReport:
-    """Evaluate registry version ``candidate`` (or ``latest``) of ``model`` against the champion (or a baseline).
+    """Evaluate registry version ``candidate`` (or ``latest``) of ``cfg.project.model`` against its champion (or a
+    baseline), with the gates of the candidate's family (:func:`gate_suite`).
 
-    ``check`` (:func:`mlops_model.model_verifier`) verifies each version's signature before it is scored.
-    ``training`` (``training.causal_lm``) tells an ``hf_causal_lm``'s held-out set where its ``model.json`` does not.
+    The family's suite reads the sections it needs from ``cfg`` (``evaluation`` and its family's subsection;
+    ``features``, ``data`` and ``training`` where its held-out set or replay needs them); ``tracking`` names the
+    registry and ``project.seed`` seeds the bootstrap. ``check`` (:func:`mlops_model.model_verifier`) verifies each
+    version's signature before it is scored.
 
     Raises:
         EvaluationError: unknown gate, version or model; an unusable holdout. LifecycleError: no such model.
@@ -418,6 +419,7 @@ def evaluate(
     unknown = [g for g in gates if g not in GATES]
     if unknown or not gates:
         raise EvaluationError(f"unknown gates {unknown!r}; expected some of {list(GATES)}")
+    model, tracking, evaluation, seed = cfg.project.model, cfg.tracking, cfg.evaluation, cfg.project.seed
     started = time.perf_counter()
     client = mlflow_client(tracking, root)
     name = registered_model_name(tracking, model)
@@ -437,7 +439,7 @@ def evaluate(
         if champ is not None and champ.kind != cand.kind:
             raise EvaluationError(f"candidate v{cand.version} is a {cand.kind.value!r} model but champion "
                                   f"v{champ.version} is {champ.kind.value!r}; they cannot be compared")
-        run = SuiteRun(evaluation, features, data, training, root, seed, reproduce_fn, client)
+        run = SuiteRun(evaluation, cfg.features, cfg.data, cfg.training, root, seed, reproduce_fn, client)
         suite = gate_suite(cand.kind)(cand, champ, run)
         results = run_suite(suite, gates)
         report = EvaluationReport(

@@ -184,10 +184,9 @@ def _evaluate(ctx: PipelineContext, version: str, label: str) -> Any:
     from mlops_model import model_verifier
 
     cfg = ctx.cfg
-    return evaluate(model=ctx.model, candidate=version, evaluation=_evaluation_section(ctx), tracking=cfg.tracking,
-                    features=cfg.features, data=cfg.data, root=ctx.root,
+    return evaluate(cfg.model_copy(update={"evaluation": _evaluation_section(ctx)}), ctx.root, version,
                     report_dir=ctx.root / cfg.project.reports_dir / "latest" / f"gates-{label}-v{version}",
-                    seed=cfg.project.seed, check=model_verifier(cfg.provenance, ctx.root), training=cfg.training)
+                    check=model_verifier(cfg.provenance, ctx.root))
 
 
 def bootstrap_champion(ctx: PipelineContext) -> dict[str, Any] | None:

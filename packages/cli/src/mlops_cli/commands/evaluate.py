@@ -33,10 +33,8 @@ def run(
     default_dir = loaded.resolve_path(cfg.project.reports_dir) / "evaluation" / f"{cfg.project.model}-v{candidate}"
     out = report_dir or default_dir
     try:
-        report = evaluate(model=cfg.project.model, candidate=candidate, evaluation=cfg.evaluation,
-                          tracking=cfg.tracking, features=cfg.features, data=cfg.data, root=loaded.root,
-                          report_dir=out, seed=cfg.project.seed, gates=tuple(gate) if gate else GATES,
-                          check=model_verifier(cfg.provenance, loaded.root), training=cfg.training)
+        report = evaluate(cfg, loaded.root, candidate, report_dir=out, gates=tuple(gate) if gate else GATES,
+                          check=model_verifier(cfg.provenance, loaded.root))
     except PlatformError:
         raise
     except Exception as exc:  # exit 1 means "blocked by a gate"; anything unforeseen must exit 2, not 1
