@@ -59,7 +59,9 @@ def run(
 @app.command("rehearse")
 def rehearse(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the one JSON line on stdout.")] = False,
-    fast: Annotated[bool, typer.Option("--fast", help="A smaller sample, shorter training, less traffic.")] = False,
+    fast: Annotated[bool, typer.Option("--fast", help=(
+        "Less traffic, fewer gate resamples, a shorter alert wait, no HTML drift report; the same sample and "
+        "training as the demo (a shorter one does not beat the baseline's CI)."))] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """The staging topology on this machine (real servers, started and stopped here) and the whole loop through it.
