@@ -22,9 +22,8 @@ What is compared (:func:`paired_regression`), and why not p99:
 * **tail**: ``p95(B) / p95(A)``. A p99 over a few hundred samples rests on its top three or four values, and
   on a shared 2-core machine ~1 % of samples are hiccups (a neighbour takes the core for 1.5-2× the call):
   the p99 *is* the hiccups (a CI run saw +45 % between two wall-clock tails of one model; CPU time has
-  fewer). The p95 sits on ~20 values above
-  it, so a handful of hiccups move it by a few percent, while a candidate slower in its tail still moves it.
-  p99 is computed and reported, not gated.
+  fewer). The p95 sits on ~20 values above it, so a handful of hiccups move it by a few percent, while a
+  candidate slower in its tail still moves it. p99 is computed and reported, not gated.
 * **A/A**: the same two statistics for A′ against A. Two series of one model differ only by noise; when
   they differ by more than ``latency_max_noise`` the run cannot be trusted to tell models apart.
 
