@@ -154,6 +154,8 @@ def test_larger_model_is_caught_by_latency(world: Any, tmp_path: Path) -> None:
     gate = report.gates[0]
     assert not report.passed and report.exit_code == 1
     assert "too noisy" not in gate.reason, gate.reason
+    # judged on the CPU time the 3×1536 network burns, not only on the wall-clock backstop
+    assert gate.evidence["clock"] == "cpu" and gate.reason.startswith("slower than allowed: CPU-time"), gate.reason
     assert gate.evidence["p99_regression"] > 1.0  # > 2× the champion's p99
     assert gate.evidence["candidate"]["p50"] > 2 * gate.evidence["champion"]["p50"]
     assert np.isfinite(gate.evidence["aa_noise"])

@@ -10,6 +10,7 @@ from scipy import stats
 
 from mlops_config import EvaluationConfig, TabularEvaluationConfig
 from mlops_evaluation import (
+    EvaluationError,
     LatencyRun,
     latency_gate,
     measure_interleaved,
@@ -18,6 +19,7 @@ from mlops_evaluation import (
     reproducibility_gate,
     tabular_contract_gate,
 )
+from tests.support.cpu import burn
 
 
 def _data(n: int = 4000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -205,24 +207,55 @@ def test_a_consistently_slower_candidate_fails_despite_the_interval() -> None:
     assert not gate.passed
 
 
-def test_interleaved_measurement_catches_a_slow_predictor() -> None:
+def test_interleaved_measurement_times_cpu_and_wall_clock() -> None:
+    """The judged series are CPU time: 4× the work shows as 4× (the call overhead aside); a 3 ms sleep does not,
+    but every wall-clock sample holds it."""
     calls: list[str] = []
 
     def fast(_: object) -> None:
         calls.append("f")
-        time.sleep(0.0005)
+        burn(2000)
 
     def slow(_: object) -> None:
         calls.append("s")
+        burn(8000)
         time.sleep(0.003)
 
     run = measure_interleaved(fast, slow, [1, 2, 3], timed=30, warmup=4)
-    assert len(run.a_ms) == len(run.b_ms) == len(run.a2_ms) == 30
+    assert len(run.a_ms) == len(run.b_ms) == len(run.a2_ms) == len(run.b_wall_ms) == len(run.a2_wall_ms) == 30
     assert len(calls) == 3 * 34 and calls.count("s") == 34  # every round calls each series once
     assert calls[:3] != calls[3:6]  # the order rotates
     summary = run.summary()  # medians are robust to the odd scheduler hiccup on a shared machine
-    assert summary["candidate"]["p50"] > 3 * summary["champion"]["p50"]
-    assert min(run.b_ms) >= 3.0 and min(run.a_ms) >= 0.5
+    assert summary["clock"] == "cpu"
+    assert 3 * summary["champion"]["p50"] < summary["candidate"]["p50"] < 3.0  # 4× the work, none of the sleep
+    assert min(run.b_wall_ms) >= 3.0 and summary["wall"]["candidate"]["p50"] >= 3.0
+
+
+def test_the_wall_clock_backstop_on_hand_built_series() -> None:
+    """Equal CPU time; the candidate's wall-clock is 2× the champion's on every request (it waits): the backstop
+    (bound 1.5×) fails it. 1.2× holds; without a bound the ratio is reported and nothing more is claimed."""
+    a = [1.0 + 0.001 * (i % 7) for i in range(200)]
+
+    def run(wall_factor: float) -> LatencyRun:
+        return LatencyRun(a, a, a, warmup=0, a_wall_ms=[2 * x for x in a], b_wall_ms=[2 * wall_factor * x for x in a],
+                          a2_wall_ms=[2 * x for x in a])
+
+    waits = latency_gate(run(2.0), tolerance=0.10, wall_max_ratio=1.5)
+    assert waits.verdict == "fail" and waits.evidence["backstop"] == "fail"
+    assert waits.evidence["wall"]["ratio"] == pytest.approx(2.0) and waits.evidence["wall"]["ratio_ci"][0] > 1.5
+    assert "wall-clock backstop (paired ratio CI lower end 2.00× > bound 1.50×" in waits.reason
+    assert "CPU-time" not in waits.reason.split(";")[0]  # the CPU time was not what failed it
+    ok = latency_gate(run(1.2), tolerance=0.10, wall_max_ratio=1.5)
+    assert ok.passed and ok.evidence["clock"] == "cpu", ok.reason
+    assert ok.reason.startswith("within tolerance: both CPU-time CI upper ends ≤ +10.0% and the wall-clock backstop "
+                                "holds")
+    unbound = latency_gate(run(2.0), tolerance=0.10)
+    assert unbound.passed and "the wall-clock backstop holds" not in unbound.reason
+    assert "wall-clock paired ratio 2.00× CI [2.00, 2.00] (reported, no backstop bound)" in unbound.reason
+    bare = latency_gate(LatencyRun(a, a, a, warmup=0), tolerance=0.10)
+    assert bare.passed and "wall-clock not measured (no backstop)" in bare.reason
+    with pytest.raises(EvaluationError, match=r"wall_max_ratio=1\.5 bounds the wall-clock backstop, but the run"):
+        latency_gate(LatencyRun(a, a, a, warmup=0), tolerance=0.10, wall_max_ratio=1.5)
 
 
 def test_contract_gate() -> None:
@@ -255,13 +288,17 @@ def test_latency_gate_refuses_to_judge_a_noisy_run() -> None:
 
 
 def test_repeats_take_the_median_of_back_to_back_calls() -> None:
+    """Every third call burns ~100× a plain call's CPU and sleeps 20 ms: one slow call in three is never the
+    median, on either clock."""
     n = {"calls": 0}
 
     def hiccup_every_third(_: object) -> None:
         n["calls"] += 1
         if n["calls"] % 3 == 0:
+            burn(200_000)
             time.sleep(0.02)
 
     run = measure_interleaved(hiccup_every_third, hiccup_every_third, [0], timed=10, warmup=0, repeats=3)
     assert n["calls"] == 3 * 3 * 10
-    assert max(run.a_ms + run.b_ms + run.a2_ms) < 20.0  # one slow call in three never is the median
+    assert max(run.a_wall_ms + run.b_wall_ms + run.a2_wall_ms) < 20.0
+    assert max(run.a_ms + run.b_ms + run.a2_ms) < 1.0  # a plain call's CPU time; the hiccup's is several ms

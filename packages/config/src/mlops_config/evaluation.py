@@ -151,9 +151,10 @@ class EvaluationConfig(Section):
     """Require the interval's lower bound (not just the point estimate) to clear ``min_improvement``."""
 
     latency_tolerance: float = Field(default=0.10, ge=0)
-    """Allowed regression of the candidate over the champion, at the centre (median per-request ratio) and in the
-    tail (p95): the gate passes when both paired-bootstrap CIs end at or below it, fails when either begins above
-    it, and measures another round otherwise (the CIs hold the noise; nothing is added for it)."""
+    """Allowed regression of the candidate over the champion in CPU time of the timing thread, at the centre
+    (median per-request ratio) and in the tail (p95): the gate passes when both paired-bootstrap CIs end at or
+    below it, fails when either begins above it, and measures another round otherwise (the CIs hold the noise;
+    nothing is added for it)."""
 
     latency_requests: int = Field(default=400, ge=20)
     """Timed requests per model in one round of the interleaved latency run."""
@@ -172,6 +173,13 @@ class EvaluationConfig(Section):
 
     latency_warmup: int = Field(default=50, ge=0)
     """Requests per model discarded before timing."""
+
+    latency_wall_max_ratio: float | None = Field(default=1.5, gt=1)
+    """The wall-clock backstop of the tabular and byte-level LM latency gates, which judge CPU time: the candidate
+    fails when the CI lower end of its paired wall-clock ratio (median over requests of candidate / champion) is
+    above this, and passes only with the upper end at or below it. CPU time does not see a call that waits (a lock,
+    I/O, a sleep, work on another thread); wide, as the neighbours' load is in wall-clock (as
+    ``lm.generation_wall_max_ratio`` for the Hugging Face LM). ``null`` reports the ratio without a bound."""
 
     repro_steps: int = Field(default=20, ge=1)
     """Optimizer steps of the short re-run for the reproducibility gate."""

@@ -188,10 +188,11 @@ def _ci(x: Sequence[float]) -> str:
 
 
 def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 0.25, *, confidence: float = 0.95,
-                 seed: int = 0) -> GateResult:
+                 seed: int = 0, wall_max_ratio: float | None = None) -> GateResult:
     """Three outcomes from one interleaved run: pass, fail, or inconclusive (measure more).
 
-    Judged on two paired statistics (:func:`mlops_evaluation.latency.paired_regression`): the **centre**,
+    Judged on the CPU time of the calling thread (``run.a_ms`` …; :mod:`mlops_evaluation.latency` says why not
+    wall-clock), on two paired statistics (:func:`mlops_evaluation.latency.paired_regression`): the **centre**,
     the median over requests of the per-request ratio candidate / champion, and the **tail**, p95 against p95.
     The per-request ratio cancels what the machine did while both ran (a slow spell hits A and B of one request
     alike) and its median does not see hiccups; the p95 rests on ~5 % of the samples, so the ~1 % of samples a
@@ -199,44 +200,90 @@ def latency_gate(run: LatencyRun, tolerance: float, max_noise: float = 0.25, *, 
     not judged). Each statistic has a paired bootstrap ``confidence`` interval, which already holds the run's
     noise; the allowance is ``tolerance`` alone.
 
+    The **wall-clock backstop**: the median over requests of the paired wall-clock ratio B / A, with its CI. CPU
+    time does not see a candidate that waits (a lock, I/O, a sleep, work on another thread); with
+    ``wall_max_ratio`` set, a ratio whose CI lower end is above it fails the candidate, and a pass needs its upper
+    end at or below it. The bound is wide: the neighbours' load is in wall-clock. ``None``: the ratio is reported,
+    not judged (a run without wall-clock samples then says so).
+
     * **pass**: the upper ends of both intervals are ≤ ``tolerance`` (the run shows the candidate is at most
-      that much slower) and the A/A spread (champion against its own control series) is ≤ ``max_noise``;
+      that much slower), the A/A spread (champion against its own control series) is ≤ ``max_noise``, and the
+      backstop holds;
     * **fail**: the lower end of either interval is > ``tolerance`` (the run shows it is slower than allowed)
-      and, when the A/A spread is beyond ``max_noise``, above ``tolerance`` plus that spread too;
+      and, when the A/A spread is beyond ``max_noise``, above ``tolerance`` plus that spread too; or the
+      backstop's lower end is > ``wall_max_ratio``;
     * **inconclusive** otherwise (``passed`` false, ``inconclusive`` true): :func:`latency_rounds` measures more.
     """
+    if wall_max_ratio is not None and not run.has_wall:
+        raise EvaluationError(f"wall_max_ratio={wall_max_ratio!r} bounds the wall-clock backstop, but the run has no "
+                              "wall-clock samples: measure it with measure_interleaved, or pass wall_max_ratio=None")
     s = run.summary(confidence=confidence, seed=seed)
     c_low, c_high = s["centre_regression_ci"]
     t_low, t_high = s["tail_regression_ci"]
     noise = s["aa_noise"]
     noisy = noise > max_noise + _EPS
     bar = tolerance + (noise if noisy else 0.0)
-    slower = [f"{name} (CI lower end {low:+.1%} > {bar:+.1%})" for name, low in (("centre", c_low), ("tail", t_low))
-              if low > bar + _EPS]
+    slower = [f"CPU-time {name} (CI lower end {low:+.1%} > {bar:+.1%})"
+              for name, low in (("centre", c_low), ("tail", t_low)) if low > bar + _EPS]
     within = c_high <= tolerance + _EPS and t_high <= tolerance + _EPS
-    verdict: Verdict = "fail" if slower else "pass" if within and not noisy else "inconclusive"
-    figures = (f"centre (median per-request ratio) {s['centre_regression']:+.1%}, {confidence:.0%} CI "
-               f"{_ci(s['centre_regression_ci'])}; tail p95 {s['candidate']['p95']:.3f} vs {s['champion']['p95']:.3f}"
-               f" ms {s['tail_regression']:+.1%}, CI {_ci(s['tail_regression_ci'])}; A/A spread {noise:.1%} "
-               f"(limit {max_noise:.0%}); tolerance {tolerance:.0%}; p99 {s['p99_regression']:+.1%} reported, not "
-               f"judged; {s['requests']} interleaved requests per model, {s['warmup']} warm-up dropped")
-    if verdict == "fail":
-        head = "slower than allowed: " + " and ".join(slower)
-    elif verdict == "pass":
-        head = f"within tolerance: both CI upper ends ≤ {tolerance:+.1%}"
-    elif noisy:
-        head = (f"too noisy to judge: the champion differed by {noise:.0%} from its own interleaved control series "
-                f"(limit {max_noise:.0%})")
-    else:
-        head = f"undecided: a CI straddles the tolerance {tolerance:+.1%}"
+    backstop = _backstop(s["wall"], wall_max_ratio)
+    if backstop == "fail":
+        slower.append(f"the wall-clock backstop (paired ratio CI lower end {s['wall']['ratio_ci'][0]:.2f}× > bound "
+                      f"{wall_max_ratio:.2f}×: the candidate waits, not computes)")
+    verdict: Verdict = ("fail" if slower else
+                        "pass" if within and not noisy and backstop in ("pass", None) else "inconclusive")
     evidence = {**s, "tolerance": tolerance, "allowed_regression": tolerance, "max_noise": max_noise,
-                "verdict": verdict}
-    return GateResult("latency", verdict == "pass", f"{head}; {figures}", evidence,
-                      inconclusive=verdict == "inconclusive")
+                "wall_max_ratio": wall_max_ratio, "backstop": backstop, "verdict": verdict}
+    reason = f"{_latency_head(verdict, slower, evidence)}; {_latency_figures(evidence)}"
+    return GateResult("latency", verdict == "pass", reason, evidence, inconclusive=verdict == "inconclusive")
+
+
+def _backstop(wall: Mapping[str, Any], bound: float | None) -> str | None:
+    """``pass`` / ``fail`` / ``undecided`` of the paired wall-clock ratio's CI against ``bound``; ``None`` unjudged."""
+    if bound is None or not wall:
+        return None
+    low, high = wall["ratio_ci"]
+    return "fail" if low > bound + _EPS else "pass" if high <= bound + _EPS else "undecided"
+
+
+def _latency_head(verdict: Verdict, slower: Sequence[str], e: Mapping[str, Any]) -> str:
+    tolerance, noise, max_noise = e["tolerance"], e["aa_noise"], e["max_noise"]
+    if verdict == "fail":
+        return "slower than allowed: " + " and ".join(slower)
+    if verdict == "pass":
+        return (f"within tolerance: both CPU-time CI upper ends ≤ {tolerance:+.1%}"
+                + (" and the wall-clock backstop holds" if e["backstop"] == "pass" else ""))
+    if noise > max_noise + _EPS:
+        return (f"too noisy to judge: the champion's CPU time differed by {noise:.0%} from its own interleaved control "
+                f"series (limit {max_noise:.0%})")
+    undecided = []
+    if max(e["centre_regression_ci"][1], e["tail_regression_ci"][1]) > tolerance + _EPS:
+        undecided.append(f"a CPU-time CI straddles the tolerance {tolerance:+.1%}")
+    if e["backstop"] == "undecided":
+        undecided.append(f"the wall-clock backstop's CI straddles its bound {e['wall_max_ratio']:.2f}×")
+    return "undecided: " + " and ".join(undecided)
+
+
+def _latency_figures(e: Mapping[str, Any]) -> str:
+    """What was compared: CPU-time figures, then the wall-clock backstop's (or that it was not measured/bound)."""
+    wall, bound = e["wall"], e["wall_max_ratio"]
+    if not wall:
+        wall_text = "wall-clock not measured (no backstop)"
+    else:
+        wall_text = (f"wall-clock paired ratio {wall['ratio']:.2f}× CI [{wall['ratio_ci'][0]:.2f}, "
+                     f"{wall['ratio_ci'][1]:.2f}]" + (f" (backstop bound {bound:.2f}×)" if bound is not None else
+                                                     " (reported, no backstop bound)"))
+    return (f"judged on CPU time of the calling thread: centre (median per-request ratio) "
+            f"{e['centre_regression']:+.1%}, {e['confidence']:.0%} CI {_ci(e['centre_regression_ci'])}; tail p95 "
+            f"{e['candidate']['p95']:.3f} vs {e['champion']['p95']:.3f} ms {e['tail_regression']:+.1%}, CI "
+            f"{_ci(e['tail_regression_ci'])}; A/A spread {e['aa_noise']:.1%} (limit {e['max_noise']:.0%}); tolerance "
+            f"{e['tolerance']:.0%}; p99 {e['p99_regression']:+.1%} reported, not judged; {wall_text}; "
+            f"{e['requests']} interleaved requests per model, {e['warmup']} warm-up dropped")
 
 
 def latency_rounds(measure: Callable[[], LatencyRun], tolerance: float, max_noise: float = 0.25, *,
-                   max_rounds: int = 5, confidence: float = 0.95, seed: int = 0) -> GateResult:
+                   max_rounds: int = 5, confidence: float = 0.95, seed: int = 0,
+                   wall_max_ratio: float | None = None) -> GateResult:
     """Measure rounds (``measure()``: one interleaved run) and judge all requests so far after each, until
     :func:`latency_gate` passes or fails, at most ``max_rounds`` rounds.
 
@@ -253,11 +300,12 @@ def latency_rounds(measure: Callable[[], LatencyRun], tolerance: float, max_nois
     for i in range(1, max_rounds + 1):
         one = measure()
         run = one if run is None else run + one
-        gate = latency_gate(run, tolerance, max_noise, confidence=confidence, seed=seed)
+        gate = latency_gate(run, tolerance, max_noise, confidence=confidence, seed=seed, wall_max_ratio=wall_max_ratio)
         history.append({"round": i, "requests": gate.evidence["requests"], "verdict": gate.verdict,
                         "centre_regression_ci": gate.evidence["centre_regression_ci"],
                         "tail_regression_ci": gate.evidence["tail_regression_ci"],
-                        "aa_noise": gate.evidence["aa_noise"]})
+                        "aa_noise": gate.evidence["aa_noise"],
+                        "wall_ratio_ci": gate.evidence["wall"].get("ratio_ci")})
         if not gate.inconclusive:
             return GateResult("latency", gate.passed, gate.reason,
                               {**gate.evidence, "rounds": history, "max_rounds": max_rounds})

@@ -234,7 +234,8 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
     Each timed call is what serving does per batch (:meth:`mlops_model.ExportedModel.score_records`): encode
     ``tabular.latency_batch_rows`` row dicts with the model's own encoder, forward, sigmoid (and calibration). Rounds of
     ``latency_requests`` requests are measured until the gate can tell, at most ``latency_max_rounds``
-    (:func:`mlops_evaluation.gates.latency_rounds`).
+    (:func:`mlops_evaluation.gates.latency_rounds`), judged on the CPU time of the timing thread with a wall-clock
+    backstop bounded by ``latency_wall_max_ratio``.
     """
     n = section.tabular.latency_batch_rows
     ref = champion or candidate
@@ -251,9 +252,10 @@ def check_latency(candidate: Scorer, champion: Scorer | None, holdout: Holdout, 
 
     with one_torch_thread():
         gate = latency_rounds(one_round, section.latency_tolerance, section.latency_max_noise,
-                              max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed)
+                              max_rounds=section.latency_max_rounds, confidence=section.confidence, seed=seed,
+                              wall_max_ratio=section.latency_wall_max_ratio)
     gate.evidence["timed"] = ("ExportedModel.score_records per batch (encode + forward) on one torch thread, as "
-                              "serving scores")
+                              "serving scores; CPU time of that thread judged, wall-clock the backstop")
     if champion is None:
         return GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                           + gate.reason, {**gate.evidence, "champion": None})
@@ -352,8 +354,10 @@ class ByteLMSuite:
             result = latency_rounds(
                 one_round,
                 evaluation.latency_tolerance, evaluation.latency_max_noise,
-                max_rounds=evaluation.latency_max_rounds, confidence=evaluation.confidence, seed=self.run.seed)
-        result.evidence["timed"] = "the module's forward per one-window request, on one torch thread"
+                max_rounds=evaluation.latency_max_rounds, confidence=evaluation.confidence, seed=self.run.seed,
+                wall_max_ratio=evaluation.latency_wall_max_ratio)
+        result.evidence["timed"] = ("the module's forward per one-window request, on one torch thread; CPU time of "
+                                    "that thread judged, wall-clock the backstop")
         if self.champ is None:
             result = GateResult("latency", True, "no champion to regress against: candidate measured alone; "
                                 + result.reason, {**result.evidence, "champion": None})
