@@ -52,6 +52,8 @@ Getter = Callable[[list[dict[str, str]]], object]
 _SAMPLE = DataConfig()
 AS_OF = datetime.fromisoformat(_SAMPLE.start_date).replace(tzinfo=UTC) + timedelta(days=_SAMPLE.days)
 """The day after the sample data's last event: what ``features.online_ttl_as_of`` pins in the ``local`` profile."""
+SERVICE = "fraud_v1"
+"""The reference model's FeatureService (``features.feature_service`` in configs/base.yaml)."""
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
@@ -173,7 +175,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-features-") as tmp:
         root = Path(tmp)
         _copy_repo(root)
-        sqlite = FeaturesConfig(repo_path=repo, online_ttl_as_of=AS_OF)
+        sqlite = FeaturesConfig(repo_path=repo, feature_service=SERVICE, online_ttl_as_of=AS_OF)
         t0 = time.perf_counter()
         prepared = prepare_local_data(DataConfig(), sqlite, root)
         result["prepare_local_data_s"] = round(time.perf_counter() - t0, 2)
@@ -187,7 +189,8 @@ def main() -> int:
         result["sqlite"] = _rounds(OnlineFeatures(sqlite, root).get, singles, 200, args.rounds)
 
         redis_cfg = FeaturesConfig(repo_path=repo, online_store="redis", redis_url=redis_url, feast_project=project,
-                                   registry=".mlops/feast/registry-redis.db", online_ttl_as_of=AS_OF)
+                                   feature_service=SERVICE, registry=".mlops/feast/registry-redis.db",
+                                   online_ttl_as_of=AS_OF)
         try:
             apply_repo(redis_cfg, root)
             t0 = time.perf_counter()

@@ -40,7 +40,7 @@ def main() -> None:
     try:
         shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
         data = DataConfig(rows=args.rows, days=args.days)
-        features = FeaturesConfig()
+        features = FeaturesConfig(feature_service="fraud_v1")  # configs/base.yaml's
         t0 = time.perf_counter()
         paths = generate_transactions(root / data.raw_dir, rows=args.rows, days=args.days, seed=42)
         validate_batches(paths, data, root)

@@ -50,7 +50,7 @@ def features_section(root: Path, redis_port: int, online_reader: str | None = No
     data = DataConfig(days=3)
     as_of = date.fromisoformat(data.start_date) + timedelta(days=data.days)
     extra = {"online_reader": online_reader} if online_reader is not None else {}
-    return FeaturesConfig(repo_path="feature_repo", online_store="redis",
+    return FeaturesConfig(repo_path="feature_repo", feature_service="fraud_v1", online_store="redis",
                           redis_url=f"redis://127.0.0.1:{redis_port}/0", online_store_path=".mlops/feast/online.db",
                           registry=".mlops/feast/registry.db", source_dir="data/features",
                           online_ttl_as_of=f"{as_of.isoformat()}T00:00:00Z", **extra)

@@ -193,7 +193,7 @@ MATERIALIZE_WORKER = textwrap.dedent(
                     os.kill(os.getpid(), signal.SIGKILL)
             return fsync(fd)
         os.fsync = dying_fsync
-    materialize(FeaturesConfig(feast_project=project), root, incremental=True, end=end)
+    materialize(FeaturesConfig(feature_service="fraud_v1", feast_project=project), root, incremental=True, end=end)
     print("done", flush=True)
     """
 )
@@ -207,7 +207,8 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     root = workdir / f"materialize-{seed}"
     shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     data = DataConfig()
-    features = FeaturesConfig(feast_project=f"chaos_{seed}", online_ttl_as_of=sample_as_of())
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              feast_project=f"chaos_{seed}", online_ttl_as_of=sample_as_of())
     raw = generate_transactions(root / data.raw_dir, rows=600, days=2, seed=seed, users=40, merchants=15)
     validate_batches(raw, data, root)
     ingest(root / data.validated_dir, root / features.source_dir)

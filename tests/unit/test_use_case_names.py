@@ -3,20 +3,26 @@
 A use case's names (its label ``is_fraud``, its money field ``amount``, the word ``fraud`` in an identifier or a
 string) belong in ``configs/models/<m>.yaml`` and ``feature_repo/``. Docstrings and comments may still use the
 reference model as their example; code may not. :data:`ALLOWED` lists the files that still do, with why: it only
-shrinks (a file that no longer needs its entry fails the test until the entry goes).
+shrinks (a file that no longer needs its entry fails the test until the entry goes). The config schema's defaults
+name no use case either (#26): :data:`DEFAULTS_ALLOWED` lists the keys that still do.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
+from typing import Any
+
+from mlops_config import PlatformConfig
 
 REPO = Path(__file__).resolve().parents[2]
 USE_CASE = re.compile(r"fraud|amount", re.IGNORECASE)
 """``fraud``, ``is_fraud``, ``FraudModel``, ``train_fraud``, ``amount``, ``user_amount_mean``, …"""
 
-_DEFAULTS = "the section's defaults are the reference model's; tests build the section bare and expect them"
+_DEFAULTS = ("the section's defaults are the reference model's, resolved as such for the models without a "
+             "contract (the language models): see DEFAULTS_ALLOWED")
 _REHEARSAL = "the rehearsal's topology names the reference deployment (fraud-serving, its Feast users, alerts)"
 ALLOWED: dict[str, str] = {
     "packages/model/src/mlops_model/contract.py": "DEFAULT_CONTRACT: the fallback of callers handed no contract",
@@ -24,12 +30,8 @@ ALLOWED: dict[str, str] = {
     "packages/features/src/mlops_features/pipeline.py": "passes data.fraud_rate to the generator",
     "packages/cli/src/mlops_cli/commands/data.py": "passes data.fraud_rate to the generator",
     "packages/config/src/mlops_config/data.py": "fraud_rate (generator)",
-    "packages/config/src/mlops_config/features.py": _DEFAULTS + " (feature_service, feast_project)",
-    "packages/config/src/mlops_config/loader.py": "the default model file when project.model is unset",
     "packages/config/src/mlops_config/moved.py": "data.max_amount, refused at load with its replacement's path",
     "packages/config/src/mlops_config/monitoring.py": _DEFAULTS + " (key_features, ignore_columns)",
-    "packages/config/src/mlops_config/project.py": _DEFAULTS + " (name, model)",
-    "packages/config/src/mlops_config/tracking.py": _DEFAULTS + " (experiment)",
     "packages/delivery/src/mlops_delivery/shadow_stage.py": "names the shadow overlay under infra/",
     "packages/evaluation/src/mlops_evaluation/calibration_gate.py": "'frauds' in the inconclusive verdict (tested)",
     "packages/pipeline/src/mlops_pipeline/steps.py": "the demo's steps: the reference model's drift and bad rows",
@@ -42,6 +44,14 @@ ALLOWED: dict[str, str] = {
     "packages/serving/src/mlops_serving/metrics.py": "the score histogram's HELP text",
 }
 """File (relative to the repo) → why it still names the use case; only shrinks."""
+
+DEFAULTS_ALLOWED: dict[str, str] = {
+    "data.fraud_rate": "the key's name (the sample generator's), not a default value; renaming it is a moved key",
+    "monitoring.key_features": "a model without a contract (the language models) resolves these; an empty default "
+                               "would change their resolved config",
+    "monitoring.ignore_columns": "as monitoring.key_features",
+}
+"""Dotted config key → why its name or default value still names the use case; only shrinks."""
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -104,3 +114,22 @@ def test_packages_hold_no_use_case_name_outside_the_allowlist() -> None:
         h for hits in new.values() for h in hits)
     cleaned = sorted(set(ALLOWED) - set(offenders))
     assert not cleaned, f"{cleaned!r} no longer name a use case: drop them from ALLOWED"
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        out.update(_flat(value, path) if isinstance(value, dict) and value else {path: value})
+    return out
+
+
+def test_the_config_defaults_name_no_use_case() -> None:
+    """The schema's defaults (every section built bare) are generic: the reference model's names (its project,
+    model file, experiment, FeatureService, Feast project) come from configs/ (#26)."""
+    defaults = _flat(PlatformConfig().model_dump(mode="json"))
+    named = {key: value for key, value in defaults.items() if USE_CASE.search(f"{key} {json.dumps(value)}")}
+    new = {key: value for key, value in named.items() if key not in DEFAULTS_ALLOWED}
+    assert not new, f"config defaults that name a use case (set them in configs/ instead): {new!r}"
+    cleaned = sorted(set(DEFAULTS_ALLOWED) - set(named))
+    assert not cleaned, f"{cleaned!r} no longer name a use case: drop them from DEFAULTS_ALLOWED"

@@ -35,7 +35,8 @@ def _count_1h(tx: pd.DataFrame, user: str, at: pd.Timestamp) -> int:
 def test_new_transactions_reach_the_online_1h_count_within_the_bound(redis_url: str, tmp_path: Path) -> None:
     shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     project = f"t_{uuid.uuid4().hex[:10]}"
-    features = FeaturesConfig(online_store="redis", redis_url=redis_url, feast_project=project,
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              online_store="redis", redis_url=redis_url, feast_project=project,
                               stream_key=f"{project}:transactions", online_ttl_as_of=sample_as_of())
     data = DataConfig(rows=800, days=2, users=30, merchants=10)
     client = redis.Redis.from_url(redis_url)

@@ -167,7 +167,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     root = tmp_path_factory.mktemp("online_direct")
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "feature_repo" / "all_types.py").write_text(ALL_TYPES_VIEW)
-    features = FeaturesConfig(online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}",
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}",
                               online_ttl_as_of=FRESH, online_parity_sample=0.0)
     groups = _write_sources(root, features.source_dir)
     apply_repo(features, root)

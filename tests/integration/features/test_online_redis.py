@@ -52,7 +52,8 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
     own_redis_server: RedisServer, tmp_path: Path
 ) -> None:
     _copy_repo(tmp_path)
-    features = FeaturesConfig(online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0",
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0",
                               online_ttl_as_of=sample_as_of())
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
     online = OnlineFeatures(features, tmp_path)
@@ -77,7 +78,8 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
 def test_teardown_removes_this_projects_keys(redis_url: str, tmp_path: Path) -> None:
     project = f"t_{uuid.uuid4().hex[:10]}"
     _copy_repo(tmp_path)
-    features = FeaturesConfig(online_store="redis", redis_url=redis_url, feast_project=project)
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              online_store="redis", redis_url=redis_url, feast_project=project)
     prepare_local_data(DataConfig(rows=300, days=1, users=20, merchants=5), features, tmp_path, seed=4)
     client = redis.Redis.from_url(redis_url)
     mine = [k for k in client.scan_iter(count=10_000) if project.encode() in k]

@@ -99,7 +99,8 @@ def secure(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo",
                         ignore=shutil.ignore_patterns("__pycache__"))
         port = servers[0].port
-        writer = FeaturesConfig(online_store="redis", redis_url=f"rediss://writer@127.0.0.1:{port}/0",
+        writer = FeaturesConfig(feature_service="fraud_v1",
+                                online_store="redis", redis_url=f"rediss://writer@127.0.0.1:{port}/0",
                                 redis_password_env=WRITER_VAR, redis_ca_cert=str(tls.ca),
                                 redis_type="redis_cluster" if cluster else "redis",
                                 feast_project=f"t_{uuid.uuid4().hex[:10]}", online_ttl_as_of=FRESH,

@@ -46,7 +46,8 @@ def store_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         pytest.fail(f"Redis at {url} is not reachable ({exc}); start it (see .ci/run)")
     root = tmp_path_factory.mktemp("online_ttl")
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
-    features = FeaturesConfig(online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
     prepare_local_data(DATA, features, root, seed=21)
     tx = read_validated(root / DATA.validated_dir)
     last = pd.to_datetime(tx["event_timestamp"], utc=True).groupby(tx["user_id"].astype(str)).max().sort_values()

@@ -31,7 +31,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Fe
         pytest.fail("java is not installed; Spark needs a JVM: run `make java`")
     root = tmp_path_factory.mktemp("spark-engine")
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo")
-    common = {"online_store": "redis", "redis_url": "redis://127.0.0.1:6379/0", "online_ttl_as_of": sample_as_of()}
+    common = {"feature_service": "fraud_v1",
+              "online_store": "redis", "redis_url": "redis://127.0.0.1:6379/0", "online_ttl_as_of": sample_as_of()}
     local = FeaturesConfig(**common, feast_project=f"t_{uuid.uuid4().hex[:10]}", registry=".mlops/feast/local.db")
     spark = FeaturesConfig(**common, feast_project=f"t_{uuid.uuid4().hex[:10]}", registry=".mlops/feast/spark.db",
                            batch_engine="spark", spark_master="local[2]", spark_partitions=3)

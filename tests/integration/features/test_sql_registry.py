@@ -24,7 +24,8 @@ def test_apply_materialize_and_read_through_a_sql_registry(
     registry = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
     registry += f"?options=-csearch_path%3D{postgres_schema}"
     shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
-    features = FeaturesConfig(registry_type="sql", registry=registry, online_ttl_as_of=sample_as_of(),
+    features = FeaturesConfig(feature_service="fraud_v1",
+                              registry_type="sql", registry=registry, online_ttl_as_of=sample_as_of(),
                               online_store="redis", redis_url=redis_url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
     data = DataConfig(rows=600, days=2, users=40, merchants=10)
     try:

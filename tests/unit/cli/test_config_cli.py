@@ -59,7 +59,7 @@ def test_bad_input_exits_2_with_one_line(config_dir: Path, args: list[str], env:
 
 
 def test_debug_adds_traceback(config_dir: Path) -> None:
-    (config_dir / "base.yaml").write_text("project: {name: 'Bad Name'}\n")
+    (config_dir / "base.yaml").write_text("project: {name: 'Bad Name', model: fraud}\n")
     res = run(["--debug", "config", "show"], cwd=config_dir.parent)
     assert res.returncode == 2
     assert "Traceback" in res.stderr

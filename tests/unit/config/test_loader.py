@@ -35,7 +35,8 @@ def test_every_section_is_present(config_dir: Path) -> None:
 
 
 def test_precedence_base_profile_model_env_set(config_dir: Path) -> None:
-    (config_dir / "base.yaml").write_text("training:\n  max_steps: 1\n  lr: 0.5\n  eval_every: 3\n  warmup_steps: 4\n")
+    (config_dir / "base.yaml").write_text(
+        "project:\n  model: fraud\ntraining:\n  max_steps: 1\n  lr: 0.5\n  eval_every: 3\n  warmup_steps: 4\n")
     (config_dir / "profiles" / "local.yaml").write_text("training:\n  max_steps: 2\n  lr: 0.25\n  eval_every: 5\n")
     (config_dir / "models" / "fraud.yaml").write_text("training:\n  max_steps: 3\n  lr: 0.125\n")
     env = {"MLOPS__TRAINING__MAX_STEPS": "4"}

@@ -33,6 +33,8 @@ def features_cfg(root: Path, *, ttl_days: int | None = None, **over: object) -> 
         definitions.write_text(text)
     base = {
         "repo_path": "feature_repo",
+        "feature_service": "fraud_v1",  # configs/base.yaml's
+        "feast_project": "fraud_detection",  # the project feature_repo/feature_store.yaml (plain `feast`) names
         "online_store_path": ".mlops/feast/online.db",
         "registry": ".mlops/feast/registry.db",
         "source_dir": "data/features",

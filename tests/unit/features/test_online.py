@@ -44,7 +44,7 @@ def _cfg(root: Path, overrides: dict[str, Any], **more: Any) -> FeaturesConfig:
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     # served as the demo serves the sample (its dates are fixed): as of the day after it, inside every view's ttl
-    return FeaturesConfig(**{"online_ttl_as_of": sample_as_of(), **overrides, **more})
+    return FeaturesConfig(**{"feature_service": "fraud_v1", "online_ttl_as_of": sample_as_of(), **overrides, **more})
 
 
 class OnlineSuite:

@@ -24,8 +24,9 @@ SMALL = {"rows": 3_000, "days": 2, "users": 120, "merchants": 30}
 def features_cfg(root: Path) -> FeaturesConfig:
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    return FeaturesConfig(repo_path="feature_repo", online_store_path=".mlops/feast/online.db",
-                          registry=".mlops/feast/registry.db", source_dir="data/features")
+    return FeaturesConfig(repo_path="feature_repo", feature_service="fraud_v1",
+                          online_store_path=".mlops/feast/online.db", registry=".mlops/feast/registry.db",
+                          source_dir="data/features")
 
 
 @pytest.fixture(scope="module")

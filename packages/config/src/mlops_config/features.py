@@ -9,14 +9,17 @@ from pydantic import Field, field_validator, model_validator
 
 from mlops_config._base import Section
 from mlops_config._spark import check_spark_conf
+from mlops_config.errors import ConfigError
 
 
 class FeaturesConfig(Section):
     repo_path: str = "feature_repo"
     """Folder of the Feast repository (features as code)."""
 
-    feature_service: str = "fraud_v1"
-    """FeatureService the fraud model trains and serves with; recorded on every model version."""
+    feature_service: str | None = None
+    """FeatureService the model trains and serves with (one of ``repo_path``'s definitions); recorded on every model
+    version. No default: a model that reads features names its service in a file (``configs/base.yaml`` names the
+    reference model's), and :meth:`require_feature_service` fails, saying so, where none is named."""
 
     offline_store: Literal["file", "duckdb"] = "duckdb"
     """Feast offline store type for point-in-time joins."""
@@ -59,8 +62,9 @@ class FeaturesConfig(Section):
     source_dir: str = "data/features"
     """Folder the ingestion step writes the feature tables to; the Feast sources read from here."""
 
-    feast_project: str = Field(default="fraud_detection", pattern=r"^[A-Za-z0-9_]+$")
-    """Feast project name (letters, digits, underscores); namespaces registry entries and online keys."""
+    feast_project: str = Field(default="mlops", pattern=r"^[A-Za-z0-9_]+$")
+    """Feast project name (letters, digits, underscores); namespaces registry entries and online keys. Unset in
+    every layer: ``project.name`` with its dashes as underscores."""
 
     redis_timeout_s: float = Field(default=0.5, gt=0, le=30)
     """Connect and read timeout (seconds) of the Redis online store: a down Redis fails fast, not hangs."""
@@ -118,6 +122,15 @@ class FeaturesConfig(Section):
     over the platform's defaults (``spark.driver.memory: 4g``, ``spark.sql.shuffle.partitions: 8``,
     ``spark.sql.session.timeZone: UTC``, Arrow on, UI off; ``mlops_config.SPARK_DEFAULTS``);
     ``spark_master`` wins over a ``spark.master`` here."""
+
+    def require_feature_service(self) -> str:
+        """``feature_service``, or a :class:`ConfigError` saying where to name it when no layer does."""
+        if not self.feature_service:
+            raise ConfigError(
+                f"features.feature_service is not set (got {self.feature_service!r}); expected the name of the "
+                f"FeatureService the model trains and serves with, one defined in {self.repo_path}/: set "
+                "features.feature_service in configs/base.yaml or configs/models/<model>.yaml")
+        return self.feature_service
 
     @model_validator(mode="after")
     def _spark_reads_beside_duckdb(self) -> FeaturesConfig:

@@ -102,15 +102,20 @@ def load_config(
     layers.append(_file_layer(_named_file(cdir, "profiles", profile), root))
     env_layer = _env_layer(env)
     set_layer = _set_layer(overrides)
+    for layer in (*layers, env_layer, set_layer):  # a bad key says so before a missing model does
+        _check_keys(layer.values, PlatformConfig, (), layer)
     if model is None:
         merged_so_far = _merge_all([*layers, env_layer, set_layer])
-        model = merged_so_far.get("project", {}).get("model") or "fraud"
+        model = (merged_so_far.get("project") or {}).get("model")
+        if not model:
+            known = sorted(p.stem for p in (cdir / "models").glob("*.yaml"))
+            raise ConfigError(f"no model selected: project.model = {model!r} in every layer and no --model; expected "
+                              f"one of {known} (configs/models/), named by project.model in configs/base.yaml or "
+                              "by --model")
     layers.append(_file_layer(_named_file(cdir, "models", model), root))
     layers += [env_layer, set_layer]
     layers.append(Layer("loader", {"project": {"profile": profile, "model": model}}))
-
-    for layer in layers:
-        _check_keys(layer.values, PlatformConfig, (), layer)
+    _check_keys(layers[2].values, PlatformConfig, (), layers[2])
     sources: dict[str, str] = {}
     merged = _merge_all(layers, sources)
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from typing import Any
+
+from pydantic import BaseModel, model_validator
 
 from mlops_config._base import Section
 from mlops_config.contract import ContractConfig
@@ -53,6 +55,26 @@ class PlatformConfig(Section):
     """The tabular model's contract (request fields, entity keys, label, data expectations, encoder columns, key
     features), declared in its ``configs/models/<m>.yaml``; ``None`` for models without one (language models)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _names_from_project(cls, data: Any) -> Any:
+        """``tracking.experiment`` and ``features.feast_project`` follow ``project.name`` unless set (before the
+        sections are built, so a bare ``PlatformConfig(project=...)`` gets them too)."""
+        if not isinstance(data, dict):
+            return data
+        name = _given(data.get("project"), "name", ProjectConfig.model_fields["name"].default)
+        if not isinstance(name, str):
+            return data  # validation names the bad project.name
+        data = dict(data)
+        for section, key, value in (("tracking", "experiment", name), ("features", "feast_project",
+                                                                       name.replace("-", "_"))):
+            given = data.get(section)
+            if isinstance(given, BaseModel) and key not in given.model_fields_set:
+                data[section] = given.model_copy(update={key: value})
+            elif (given is None or isinstance(given, dict)) and key not in (given or {}):
+                data[section] = {**(given or {}), key: value}
+        return data
+
     @model_validator(mode="after")
     def _monitoring_from_contract(self) -> PlatformConfig:
         """``monitoring.key_features`` and ``monitoring.ignore_columns`` follow the contract unless set."""
@@ -69,3 +91,10 @@ class PlatformConfig(Section):
         if not update:
             return self
         return self.model_copy(update={"monitoring": self.monitoring.model_copy(update=update)})
+
+
+def _given(section: Any, key: str, default: Any) -> Any:
+    """``key`` of a section given as a model (when set) or a mapping, else ``default``."""
+    if isinstance(section, BaseModel):
+        return getattr(section, key) if key in section.model_fields_set else default
+    return section.get(key, default) if isinstance(section, dict) else default

@@ -8,11 +8,14 @@ from mlops_config._base import Section
 
 
 class ProjectConfig(Section):
-    name: str = Field(default="fraud-detection", pattern=r"^[a-z0-9][a-z0-9-]*$")
-    """Project name; used for MLflow experiment and Kubernetes resource names (lowercase, digits, dashes)."""
+    name: str = Field(default="mlops", pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """Project name (lowercase, digits, dashes); used for Kubernetes resource names, and the MLflow experiment
+    (``tracking.experiment``) and Feast project (``features.feast_project``) unless a layer sets those."""
 
-    model: str = "fraud"
-    """Name of the model config under ``configs/models/`` that this run uses."""
+    model: str = ""
+    """Name of the model config under ``configs/models/`` that this run uses: ``--model``, else this key in a
+    file (``configs/base.yaml`` names the reference model). The loader always sets it and fails when no layer
+    does; only a section built bare has none (``""``)."""
 
     profile: str = "local"
     """Profile the config was loaded with; set by the loader, not by files."""

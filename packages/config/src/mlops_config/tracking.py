@@ -17,8 +17,9 @@ class TrackingConfig(Section):
     artifact_location: str = ".mlops/mlartifacts"
     """Where new experiments store artifacts (a folder, or ``s3://bucket/prefix`` on a cluster)."""
 
-    experiment: str = "fraud-detection"
-    """MLflow experiment that runs are logged to."""
+    experiment: str = "mlops"
+    """MLflow experiment that runs are logged to. Unset in every layer: ``project.name`` (a model file that shares
+    the base's project names its own, as ``configs/models/llm-sft.yaml`` does)."""
 
     registered_model_prefix: str = ""
     """Prefix for registered model names (e.g. ``team-a-``), so several teams can share one registry."""

@@ -303,7 +303,7 @@ class TabularSuite:
 
     def contract(self) -> GateResult:
         features = self.run.features
-        return tabular_contract_gate(self.cand.meta, feature_service=features.feature_service,
+        return tabular_contract_gate(self.cand.meta, feature_service=features.require_feature_service(),
                                      available=serving_inputs(features, self.run.root))
 
     def calibration(self) -> GateResult:

@@ -109,7 +109,7 @@ def service_defaults(store: Any, service_name: str) -> dict[str, float]:
 
 def service_features(features: FeaturesConfig, root: str | Path) -> list[str]:
     """Feature names of ``features.feature_service``, read from the Feast registry (their source of truth)."""
-    return feature_names(open_store(features, root), features.feature_service)
+    return feature_names(open_store(features, root), features.require_feature_service())
 
 
 def historical_features(features: FeaturesConfig, root: str | Path, entity_df: pd.DataFrame) -> pd.DataFrame:
@@ -119,10 +119,11 @@ def historical_features(features: FeaturesConfig, root: str | Path, entity_df: p
     views of the service run their udf on the joined rows (their request fields come from ``entity_df``).
     """
     store = open_store(features, root)
-    views = service_views(store, features.feature_service)
+    service = features.require_feature_service()
+    views = service_views(store, service)
     missing = [n for n in request_fields(views) if n not in entity_df.columns]
     if missing:
-        raise FeatureStoreError(f"FeatureService {features.feature_service!r} computes request-time features from "
+        raise FeatureStoreError(f"FeatureService {service!r} computes request-time features from "
                                 f"{missing!r}: expected those columns in the entity frame")
     stored, refs = _retrieval_plan(store, views)
     job = store._get_provider().get_historical_features(  # the store's own path, with views read from backfills
@@ -150,7 +151,8 @@ def training_set(
     entity_df = labels[[*LEADING_COLUMNS, LABEL]].copy()
     entity_df["event_timestamp"] = entity_df["event_timestamp"] - JUST_BEFORE
     store = open_store(features, root)
-    names = feature_names(store, features.feature_service)
+    service = features.require_feature_service()
+    names = feature_names(store, service)
     joined = historical_features(features, root, entity_df)
     if len(joined) != len(entity_df):
         raise FeatureStoreError(
@@ -159,7 +161,7 @@ def training_set(
         )
     joined["event_timestamp"] = pd.to_datetime(joined["event_timestamp"], utc=True) + JUST_BEFORE
     if fill_defaults:
-        defaults = service_defaults(store, features.feature_service)
+        defaults = service_defaults(store, service)
         joined = joined.fillna({n: defaults[n] for n in names if n in defaults})
     out = joined[[*LEADING_COLUMNS, *names, LABEL]]
     out = out.sort_values(["event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)

@@ -80,7 +80,7 @@ class OnlineFeatures:
         self.registry = RegistryRefresher(self._store, features.registry_cache_ttl_s)
         """Refreshes the registry Feast's reader (and the sampled comparison) resolves each lookup against, every
         ``registry_cache_ttl_s`` on a thread of its own: no lookup re-reads the registry."""
-        self.service_name = features.feature_service
+        self.service_name = features.require_feature_service()
         self.names = feature_names(self._store, self.service_name)
         self._service = self._store.get_feature_service(self.service_name)
         defaults = service_defaults(self._store, self.service_name)  # every feature has one, or this raised

@@ -140,7 +140,7 @@ def retrain_changed(features: FeaturesConfig, root: Path, tracking: TrackingConf
     champion's FeatureService as the predecessor (``before``, a FeatureStore or ``None``) defines it."""
     found, note = champion_service(tracking, root, model)
     notes = [note] if note else []
-    champion = found or features.feature_service
+    champion = found or features.require_feature_service()
     now, was = Definitions.of_repo(repo), Definitions.of_store(before) if before is not None else None
     old = was if was is not None and champion in was.services else now
     if champion not in old.services:

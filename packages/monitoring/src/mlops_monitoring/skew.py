@@ -187,7 +187,7 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
     from mlops_features import OnlineFeatures, historical_features, offline_views, open_store
 
     store = open_store(features, root)
-    views, on_demand = _views(store, features.feature_service, lambda vs: offline_views(features, root, vs))
+    views, on_demand = _views(store, features.require_feature_service(), lambda vs: offline_views(features, root, vs))
     names = [n for v in views for n in v.features] + list(on_demand.features)
     needed = ["ts", *(v.join_key for v in views), *on_demand.request, *names]
     lacking = [c for c in needed if c not in log.columns]

@@ -1,0 +1,87 @@
+"""Moving the use-case defaults out of ``packages/`` (#26) left every resolved config as it was.
+
+``resolved_before_26.json`` is a snapshot written once from main's code before the move (commit 5b73505, by this
+module's :func:`_snapshot` run on that code, never since): for every profile and every ``configs/models/*.yaml`` (and
+the model the loader picks when none is named: the demo), the resolved values and the layer that set each. It holds
+the demo (``local/(default)``) whole and every other pair as its differences from the demo, flattened to dotted
+keys. The only change #26 meant is :data:`CHANGED`; the demo's entry must match to the source, since DVC's
+``config`` stage writes both (``dvc.lock`` holds its md5).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_config import load_config
+
+REPO = Path(__file__).resolve().parents[3]
+SNAPSHOT = Path(__file__).with_name("resolved_before_26.json")
+DEMO = "local/(default)"
+ABSENT = "<absent>"
+CHANGED: dict[str, dict[str, dict[str, Any]]] = {
+    f"{profile}/llm-tiny": {"config": {"tracking.experiment": "llm-tiny"},
+                            "sources": {"tracking.experiment": "configs/models/llm-tiny.yaml"}}
+    for profile in ("local", "staging", "production")
+}
+"""Entry → part → key → the new value: llm-tiny logs to its own experiment, no longer the reference model's."""
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        out.update(_flat(value, path) if isinstance(value, dict) and value else {path: value})
+    return out
+
+
+def _resolved(profile: str, model: str | None) -> dict[str, dict[str, Any]]:
+    loaded = load_config(profile, model, config_dir=REPO / "configs", environ={}, check_secrets=False)
+    return {"config": _flat(loaded.config.model_dump(mode="json")), "sources": dict(loaded.sources)}
+
+
+def _diff(entry: dict[str, dict[str, Any]], demo: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {part: {k: entry[part].get(k, ABSENT) for k in sorted(entry[part].keys() | demo[part].keys())
+                   if entry[part].get(k, ABSENT) != demo[part].get(k, ABSENT)} for part in ("config", "sources")}
+
+
+def _snapshot() -> dict[str, dict[str, dict[str, Any]]]:
+    """The demo whole, every other (profile, model) as its differences from the demo."""
+    models = (None, *sorted(p.stem for p in (REPO / "configs" / "models").glob("*.yaml")))
+    entries = {f"{p}/{m or '(default)'}": _resolved(p, m) for p in ("local", "staging", "production") for m in models}
+    demo = entries[DEMO]
+    return {name: demo if name == DEMO else _diff(entry, demo) for name, entry in entries.items()}
+
+
+def _expected() -> dict[str, dict[str, dict[str, Any]]]:
+    expected: dict[str, dict[str, dict[str, Any]]] = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    for name, parts in CHANGED.items():
+        for part, values in parts.items():
+            expected[name][part].update(values)
+    return expected
+
+
+@pytest.fixture(scope="module")
+def now() -> dict[str, dict[str, dict[str, Any]]]:
+    return _snapshot()
+
+
+def test_the_snapshot_covers_every_model_file_in_every_profile(now: dict[str, Any]) -> None:
+    assert set(now) == set(_expected())
+
+
+def test_the_demo_resolves_as_before_value_by_value_and_source_by_source(now: dict[str, Any]) -> None:
+    expected = _expected()[DEMO]
+    for part in ("config", "sources"):
+        changed = {k: (expected[part].get(k, ABSENT), now[DEMO][part].get(k, ABSENT))
+                   for k in expected[part].keys() | now[DEMO][part].keys()
+                   if expected[part].get(k, ABSENT) != now[DEMO][part].get(k, ABSENT)}
+        assert not changed, f"the demo's {part} changed (before, now): {changed}"
+
+
+@pytest.mark.parametrize("name", sorted(set(_expected()) - {DEMO}))
+def test_every_model_file_resolves_as_before_but_llm_tiny_s_experiment(name: str, now: dict[str, Any]) -> None:
+    assert now[name] == _expected()[name]
