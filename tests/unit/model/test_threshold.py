@@ -21,12 +21,14 @@ from mlops_model import (
 
 
 def _sklearn_best(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
-    """The F1-optimal threshold by scikit-learn (ties: the highest threshold) and its F1."""
+    """The F1-optimal threshold by scikit-learn (ties: the highest threshold) and its F1, moved to the midpoint
+    between that score and the next lower distinct score (numpy's unique), as the platform records it."""
     p, r, t = precision_recall_curve(y, s)
     p, r = p[:-1], r[:-1]  # the last point (recall 0) has no threshold
     f1 = np.where(p + r > 0, 2 * p * r / np.where(p + r > 0, p + r, 1), 0.0)
     best = np.flatnonzero(np.isclose(f1, f1.max(), rtol=0, atol=1e-12))[-1]  # ascending t: the last is highest
-    return float(t[best]), float(f1[best])
+    lower = np.unique(s)[np.unique(s) < t[best]]
+    return float((t[best] + lower[-1]) / 2 if len(lower) else t[best]), float(f1[best])
 
 
 def test_hand_built_scores_pick_the_cut_sklearn_picks() -> None:
@@ -36,8 +38,24 @@ def test_hand_built_scores_pick_the_cut_sklearn_picks() -> None:
     expected_t, expected_f1 = _sklearn_best(y, s)
     assert t == pytest.approx(expected_t) and figures["f1"] == pytest.approx(expected_f1)
     assert figures["f1"] == pytest.approx(f1_score(y, s >= t))
-    # by hand: cutting at 0.35 flags 4 rows holding 3 of the 4 frauds: F1 = 2·3 / (4 + 4) = 0.75
-    assert (t, figures["f1"], figures["precision"], figures["recall"]) == pytest.approx((0.35, 0.75, 0.75, 0.75))
+    # by hand: cutting at 0.35 flags 4 rows holding 3 of the 4 frauds: F1 = 2·3 / (4 + 4) = 0.75; the next lower
+    # score is 0.3, so the threshold recorded is 0.325
+    assert (t, figures["f1"], figures["precision"], figures["recall"]) == pytest.approx((0.325, 0.75, 0.75, 0.75))
+
+
+def test_no_validation_row_sits_on_the_threshold_so_a_last_bit_difference_decides_the_same() -> None:
+    """The row at the best cut, scored again with a last-bit difference (another batch size or CPU), is still
+    flagged, and the row below it still not (on the old threshold, the cut itself, the first flipped)."""
+    y = np.array([1, 1, 0, 1, 0, 0, 0, 1, 0, 0])
+    s = np.array([0.9, 0.8, 0.7, 0.35, 0.3, 0.3, 0.2, 0.15, 0.1, 0.05])
+    t, _ = f1_optimal_threshold(y, s)
+    rescored = s.copy()
+    rescored[3] = np.nextafter(0.35, 0.0)
+    rescored[4] = np.nextafter(0.3, 1.0)
+    assert ((rescored >= t) == (s >= t)).all() and not np.isin(t, s)
+    assert f1_score(y, rescored >= t) == pytest.approx(0.75)
+    only = np.array([0.4, 0.4])  # one distinct score: nothing lower, the cut itself
+    assert f1_optimal_threshold(np.array([1, 0]), only)[0] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -6,8 +6,11 @@ are probabilities of fraud (a few percent here), so the F1-optimal threshold sit
 with every retraining. Training chooses it on the validation split, on the scores the export serves
 (calibrated, if it is), by ``training.decision_threshold.criterion``:
 
-- ``f1``: the score that maximises F1 over every distinct validation score used as threshold (the points of
-  scikit-learn's ``precision_recall_curve``); among equal F1, the highest threshold (fewer flags);
+- ``f1``: the cut that maximises F1 over every distinct validation score used as threshold (the points of
+  scikit-learn's ``precision_recall_curve``); among equal F1, the highest (fewer flags). The threshold recorded is
+  the midpoint between that score and the next lower distinct one: the same decisions on validation, and no row
+  sits on the edge, where a score recomputed in another batch or on another CPU (a last-bit difference) would
+  flip its decision;
 - ``fixed``: ``training.decision_threshold.value``, recorded with the F1 it gives on validation.
 
 ``model.json`` gains ``decision_threshold: {"value", "criterion", "split", "rows", "positives", "f1",
@@ -41,9 +44,11 @@ META_KEY = "decision_threshold"
 
 
 def f1_optimal_threshold(labels: Any, scores: Any) -> tuple[float, dict[str, float]]:
-    """The score ``t`` maximising F1 of ``score >= t`` over the distinct ``scores``, and the counts there.
+    """A threshold ``t`` maximising F1 of ``score >= t`` over the distinct ``scores``, and the counts there.
 
-    Ties in F1 go to the highest threshold. Raises :class:`ExportedModelError` without positives (no F1 to
+    The best cut is a distinct score (ties in F1 go to the highest); ``t`` is the midpoint between it and the next
+    lower distinct score (the cut itself when none is lower), so ``score >= t`` makes the same decisions on these
+    scores while none of them lies at ``t``. Raises :class:`ExportedModelError` without positives (no F1 to
     maximise) or on mismatched lengths.
     """
     y = np.asarray(labels, dtype=np.int64).ravel()
@@ -61,7 +66,8 @@ def f1_optimal_threshold(labels: Any, scores: Any) -> tuple[float, dict[str, flo
     tp, flagged, cut = tp[last], flagged[last], s_desc[last]
     f1 = 2 * tp / (flagged + y.sum())
     best = int(np.flatnonzero(f1 == f1.max())[0])  # descending thresholds: the first best is the highest
-    t, n_tp, n_flag = float(cut[best]), int(tp[best]), int(flagged[best])
+    t = float(cut[best]) if best + 1 == len(cut) else float((cut[best] + cut[best + 1]) / 2)
+    n_tp, n_flag = int(tp[best]), int(flagged[best])
     return t, {"f1": float(f1[best]), "precision": n_tp / n_flag, "recall": n_tp / int(y.sum())}
 
 
