@@ -57,8 +57,8 @@ def _holdout_f1(world: Any, version: str) -> float:
     hold = world.holdout
     # served as the export says: the float32 sigmoid score, its Platt calibrator (sigmoid(a * logit(score) + b), in
     # float64, the score clipped to (1e-6, 1 - 1e-6)), decided at its recorded threshold (0.5 without). The
-    # threshold is one of the validation scores, which are these rows: the arithmetic must be the served one, or the
-    # row at the threshold flips
+    # threshold lies midway between two validation scores (these rows), so a last-bit difference of this one-batch
+    # forward from the served batches flips no decision
     cal = meta.get("calibration")
     threshold = (meta.get("decision_threshold") or {}).get("value", 0.5)
     with torch.no_grad():
