@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from mlops_model import DEFAULT_CONTRACT
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows
 from mlops_pipeline.rehearsal import datapath, mlflow_roles, topology
@@ -391,7 +390,7 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
     ctx.facts["drifted_batch"] = str(paths[0])  # lands later as new data (step ingest-drifted)
     drifted = pd.read_parquet(paths[0])
-    contract = cfg.contract or DEFAULT_CONTRACT
+    contract = cfg.declared_contract("the drift step (labels learn the drifted day's truth by its record_id)")
     ctx.facts["drifted_truth"] = drifted[[contract.record_id, contract.label]]  # its labels arrive a week later
     since = datetime.now(UTC)
     ctx.facts["drift_since"] = since
