@@ -288,7 +288,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
             "--set", f"serving.prediction_log_uri={log_dir}", "--set", f"serving.prediction_log_flush_s={flush_s}"]
     budget = 8_000 if ctx.fast else 16_000
     chunk = 1_000
-    rows = request_rows(ctx.validated(), budget, ctx.cfg.project.seed)
+    rows = request_rows(ctx.validated(), budget, ctx.cfg.project.seed, ctx.cfg.declared_contract("the demo's traffic"))
     looks: list[dict[str, Any]] = []
     traffic: dict[str, Any] = {"requests": 0, "statuses": {}}
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
@@ -345,7 +345,7 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
     n = 600 if ctx.fast else 1_500
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-drift.log",
                     ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}"]) as server:
-        traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
+        traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1, contract), batch=10)
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(MonitorRun(
         cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h", html=not ctx.fast,
