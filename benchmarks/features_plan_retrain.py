@@ -35,6 +35,7 @@ def main() -> None:
     from mlops_features import generate_transactions, ingest, validate_batches
     from mlops_features.repo import load_repo
     from mlops_features.retrain import Definitions, quick_retrain
+    from mlops_model import DEFAULT_CONTRACT  # the reference model's contract: the bench retrains fraud's services
 
     root = Path(tempfile.mkdtemp(prefix="plan_retrain_"))
     try:
@@ -51,7 +52,7 @@ def main() -> None:
         times, row = [], {}
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            row = quick_retrain(defs, "fraud_rt_v1", defs, "fraud_v1", raw)
+            row = quick_retrain(defs, "fraud_rt_v1", defs, "fraud_v1", raw, DEFAULT_CONTRACT)
             times.append(time.perf_counter() - t0)
         print(json.dumps({"benchmark": "features_plan_retrain", "rows": len(raw), "repeats": args.repeats,
                           "seconds_min": round(min(times), 3),

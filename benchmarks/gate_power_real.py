@@ -95,8 +95,9 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
         cfg = load_config(model="fraud", config_dir=root / "configs", overrides=["data.rows=20000"],
                           environ={}).config
         prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
-        df = training_set(cfg.features, cfg.data, root)
-        holdout = split_holdout(df, cfg.evaluation.tabular.holdout_fraction)
+        contract = cfg.declared_contract("the gate-power bench")
+        df = training_set(cfg.features, cfg.data, root, contract=contract)
+        holdout = split_holdout(df, cfg.evaluation.tabular.holdout_fraction, label=contract.label)
         train = df[~df["transaction_id"].isin(holdout.frame["transaction_id"])]
         encoder = EncoderSpec.fit(train)
         x, y = encoder.encode_frame(train), train["is_fraud"].to_numpy().astype(np.float64)

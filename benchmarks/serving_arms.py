@@ -63,12 +63,13 @@ def prepare(root: Path, redis_port: int, rows: int) -> dict[str, Any]:
 
     from mlops_config import DataConfig
     from mlops_features import prepare_local_data, training_set
-    from mlops_model import REQUIRED_FIELDS, EncoderSpec, build_tabular_mlp, save_exported
+    from mlops_model import DEFAULT_CONTRACT, EncoderSpec, build_tabular_mlp, save_exported
 
     features = features_section(root, redis_port)
     data = DataConfig(rows=rows, days=3, users=max(50, rows // 20), merchants=max(20, rows // 100))
     prepare_local_data(data, features, root, seed=11)
-    df = training_set(features, data, root)
+    contract = DEFAULT_CONTRACT  # the reference model's (configs/models/fraud.yaml): this bench serves fraud
+    df = training_set(features, data, root, contract=contract)
     encoder = EncoderSpec.fit(df)
     arch = {"input_dim": encoder.input_dim, "hidden_sizes": HIDDEN, "dropout": 0.0}
     torch.manual_seed(11)
@@ -77,7 +78,7 @@ def prepare(root: Path, redis_port: int, rows: int) -> dict[str, Any]:
         "kind": "tabular_mlp", "architecture": arch, "lineage": {"seed": 11},
         "features": {"feature_service": features.feature_service, "encoder": encoder.to_dict()}})
     sample = df.sample(n=min(512, len(df)), random_state=0).reset_index(drop=True)
-    fields = list(REQUIRED_FIELDS)
+    fields = list(contract.required_fields)
     entity = [json.dumps({"instances": [{**{k: (float(r[k]) if k == "amount" else str(r[k])) for k in fields},
                                          "transaction_id": str(r["transaction_id"])}]}) for _, r in sample.iterrows()]
     x = encoder.encode_frame(sample)

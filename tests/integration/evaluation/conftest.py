@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mlops_config import LoadedConfig, load_config
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 REPO = Path(__file__).resolve().parents[3]
 SETS = [
@@ -107,7 +108,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, prepared_fraud_data: Any) ->
     from mlops_model import read_meta
 
     encoder = read_meta(result.export_dir)["features"]["encoder"]
-    df = training_set(cfg.features, cfg.data, root).sort_values(["event_timestamp", "transaction_id"])
+    df = training_set(cfg.features, cfg.data, root, contract=FRAUD_CONTRACT)
+    df = df.sort_values(["event_timestamp", "transaction_id"])
     train = df.iloc[: int(len(df) * (1 - cfg.evaluation.tabular.holdout_fraction))]
     x, y = EncoderSpec.from_dict(encoder).encode_frame(train), train["is_fraud"].to_numpy().astype(np.int64)
     versions = {"better": str(result.model_version)}

@@ -28,6 +28,7 @@ from mlops_features import (
     read_validated,
     training_set,
 )
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +104,7 @@ def test_online_value_equals_offline_value_equals_the_hand_computation(env: tupl
 
 def test_training_rows_use_each_transactions_own_amount(env: tuple[Path, FeaturesConfig, Any]) -> None:
     root, features, tx = env
-    train = training_set(features, DATA, root)
+    train = training_set(features, DATA, root, contract=FRAUD_CONTRACT)
     assert len(train) == len(tx) and FEATURE in train.columns
     sample = train.sample(300, random_state=1)
     expected = [_by_hand(tx, r.user_id, r.event_timestamp, r.amount) for r in sample.itertuples()]
@@ -139,7 +140,7 @@ def test_the_serving_lookup_passes_the_request_amount(env: tuple[Path, FeaturesC
 
     root, features, tx = env
     lookup = FeatureLookup(OnlineFeatures(features, root))
-    lookup.configure(EncoderSpec.fit(training_set(features, DATA, root)))
+    lookup.configure(EncoderSpec.fit(training_set(features, DATA, root, contract=FRAUD_CONTRACT)))
     latest = tx["event_timestamp"].max()
     users = tx.loc[tx["event_timestamp"] > latest - pd.Timedelta(hours=12), "user_id"].drop_duplicates().head(5)
     rows = [{**tx.iloc[-1][["merchant_id", "currency", "category", "country", "device", "channel"]].to_dict(),

@@ -11,6 +11,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, open_store, prepare_local_data, training_set
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def test_apply_materialize_and_read_through_a_sql_registry(
             cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (postgres_schema,))
             tables = {r[0] for r in cur.fetchall()}
         assert {"feature_views", "entities", "feature_services"} <= tables
-        df = training_set(features, data, tmp_path)
+        df = training_set(features, data, tmp_path, contract=FRAUD_CONTRACT)
         assert len(df) == 600
         got = OnlineFeatures(features, tmp_path).get([{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
         assert got[0]["unknown_user"] is False

@@ -12,7 +12,9 @@ import pytest
 from sklearn.metrics import f1_score
 
 from mlops_config import MonitoringConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD  # equal to configs/models/fraud.yaml's (test_contract_config)
 from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures
+from tests.support.contracts import CHURN
 
 pytestmark = pytest.mark.integration
 # Yesterday at noon: the served rows span NOW - 30 min to NOW - 17 min and performance_of scores whole days
@@ -40,11 +42,11 @@ def test_labels_a_week_late_give_each_versions_realized_f1(tmp_path: Path, lande
     truth = _served(uri)
     unknown = pd.DataFrame({"transaction_id": ["never-served"], "is_fraud": [1]})  # not served: not labelled
     gated = labels_a_week_later(uri, "fraud", pd.concat([truth, unknown]), tmp_path / "work",
-                                landing_uri=str(tmp_path / "landing") if landed else None)
+                                landing_uri=str(tmp_path / "landing") if landed else None, contract=FRAUD)
     assert (gated["input_rows"], gated["accepted_rows"], gated["quarantined_rows"]) == (800, 800, 0)
     arrived = datetime.fromisoformat(gated["arrived"])
     assert arrived - truth["ts"].max() == timedelta(days=7, minutes=1)  # the last label, a minute before the gate
-    report = performance_of(uri, "fraud", MonitoringConfig(), fallback_f1=0.5)
+    report = performance_of(uri, "fraud", MonitoringConfig(), fallback_f1=0.5, contract=FRAUD)
     figures = version_figures(report["windows"])
     for version in ("1", "2"):
         mine = truth[truth["model_version"] == version]
@@ -62,7 +64,7 @@ def test_each_version_is_compared_with_its_validation_f1_at_its_threshold_not_va
 
     uri = str(tmp_path / "log")
     truth = _served(uri)
-    labels_a_week_later(uri, "fraud", truth, tmp_path / "work")
+    labels_a_week_later(uri, "fraud", truth, tmp_path / "work", contract=FRAUD)
     v1, v2 = (truth[truth["model_version"] == v] for v in ("1", "2"))
     realized_1 = f1_score(v1["is_fraud"], v1["score"] >= 0.3)
     realized_2 = f1_score(v2["is_fraud"], v2["score"] >= 0.5)
@@ -73,7 +75,8 @@ def test_each_version_is_compared_with_its_validation_f1_at_its_threshold_not_va
         return resolve_threshold(metas[version], None, override_key="monitoring.decision_threshold",
                                  model=f"v{version}")
 
-    report = performance_of(uri, "fraud", MonitoringConfig(performance_min_labelled=50), val_f1, threshold_of)
+    report = performance_of(uri, "fraud", MonitoringConfig(performance_min_labelled=50), val_f1, threshold_of,
+                            contract=FRAUD)
     one, two = report["verdicts"]["1"], report["verdicts"]["2"]
     assert one["verdict"] == "drop" and one["realized_drop"] == pytest.approx(0.2)
     assert one["reference_f1"] == pytest.approx(realized_1 / 0.8)
@@ -86,11 +89,11 @@ def test_each_version_is_compared_with_its_validation_f1_at_its_threshold_not_va
 
 
 def test_the_week_late_batch_reads_the_contracts_record_id_and_label(tmp_path: Path) -> None:
-    """A churn model's log holds ``event_id``; its truth ``event_id, churned``: the batch carries those ids and
-    labels (in the label batch format's columns), a week after each prediction."""
+    """A churn model's log holds ``event_id``; its truth ``event_id, churned``: the batch carries those ids under
+    ``event_id`` (the label batch format keyed by the contract's record id) and the labels, a week after each
+    prediction."""
     from mlops_pipeline.labels_step import land_week_late_labels
     from mlops_serving import write_prediction_log
-    from tests.support.contracts import CHURN
 
     uri = str(tmp_path / "log")
     log = pd.DataFrame({"request_id": ["r0", "r1", "r2"], "ts": [NOW, NOW + timedelta(minutes=1), NOW],
@@ -99,7 +102,40 @@ def test_the_week_late_batch_reads_the_contracts_record_id_and_label(tmp_path: P
     write_prediction_log(uri, "churn", log)
     truth = pd.DataFrame({"event_id": ["e1", "e0", "e9"], "churned": [1, 0, 1]})  # e2 unknown, e9 never served
     path, arrived = land_week_late_labels(uri, "churn", truth, tmp_path / "batch", contract=CHURN)
-    batch = pd.read_parquet(path).sort_values("transaction_id").reset_index(drop=True)
-    assert batch["transaction_id"].tolist() == ["e0", "e1"] and batch["label"].tolist() == [0, 1]
+    batch = pd.read_parquet(path).sort_values("event_id").reset_index(drop=True)
+    assert list(batch.columns) == ["event_id", "label", "label_time"]
+    assert batch["event_id"].tolist() == ["e0", "e1"] and batch["label"].tolist() == [0, 1]
     assert (batch["label_time"] - pd.Series([NOW, NOW + timedelta(minutes=1)])).tolist() == [timedelta(days=7)] * 2
     assert arrived == pd.Timestamp(NOW + timedelta(days=7, minutes=2))
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_a_churn_models_labels_are_gated_and_joined_on_its_record_id(tmp_path: Path, landed: bool) -> None:
+    """A churn model (record id ``event_id``, label ``churned``) served 300 predictions, logged under its contract
+    (no ``transaction_id`` anywhere): its week-late labels pass the gate and join the log on ``event_id``, and each
+    version's realized F1 is scikit-learn's on the same rows."""
+    from mlops_features import read_labels
+    from mlops_serving import write_prediction_log
+
+    rng = np.random.default_rng(11)
+    n = 300
+    uri = str(tmp_path / "log")
+    log = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)],
+                        "ts": [NOW - timedelta(minutes=30) + timedelta(seconds=i) for i in range(n)],
+                        "model_name": "churn", "model_version": ["1"] * (n // 2) + ["2"] * (n // 2),
+                        "event_id": [f"e{i}" for i in range(n)], "customer_id": [f"c{i % 7}" for i in range(n)],
+                        "score": rng.beta(0.8, 2.0, n)})
+    write_prediction_log(uri, "churn", log)
+    truth = log[["event_id"]].assign(churned=(rng.random(n) < log["score"]).astype(int))
+    gated = labels_a_week_later(uri, "churn", truth, tmp_path / "work", contract=CHURN,
+                                landing_uri=str(tmp_path / "landing") if landed else None)
+    assert (gated["input_rows"], gated["accepted_rows"], gated["quarantined_rows"]) == (n, n, 0)
+    stored = read_labels(uri, "churn", record_id="event_id")
+    assert sorted(stored["event_id"]) == sorted(truth["event_id"])
+    report = performance_of(uri, "churn", MonitoringConfig(), fallback_f1=0.5, contract=CHURN)
+    figures = version_figures(report["windows"])
+    expected = log.merge(truth, on="event_id")
+    for version in ("1", "2"):
+        mine = expected[expected["model_version"] == version]
+        assert figures[f"v{version}"]["labelled"] == n // 2
+        assert figures[f"v{version}"]["realized_f1"] == pytest.approx(f1_score(mine["churned"], mine["score"] >= 0.5))

@@ -305,7 +305,7 @@ def _served(uri: str, days: dict[str, int], *, labelled: bool, flipped: str | No
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mlops_features import LABEL_SCHEMA
+    from mlops_features import label_schema
     from mlops_monitoring import ingest_label_batches
     from mlops_serving import write_prediction_log
 
@@ -323,11 +323,12 @@ def _served(uri: str, days: dict[str, int], *, labelled: bool, flipped: str | No
     p = np.where(log["model_version"] == flipped, 1 - log["score"], log["score"])
     log["label"] = (rng.random(len(log)) < p).astype(int)
     if labelled:
+        rid = "transaction_id"  # fraud's contract record_id
         log["label_time"] = log["ts"] + timedelta(days=2)
         batch = Path(uri).parent / "labels.parquet"
-        pq.write_table(pa.Table.from_pandas(log[["transaction_id", "label", "label_time"]], schema=LABEL_SCHEMA,
+        pq.write_table(pa.Table.from_pandas(log[[rid, "label", "label_time"]], schema=label_schema(rid),
                                             preserve_index=False), batch)
-        summary = ingest_label_batches([batch], uri, "fraud", now=DAY1 + timedelta(days=30))
+        summary = ingest_label_batches([batch], uri, "fraud", record_id=rid, now=DAY1 + timedelta(days=30))
         assert summary.quarantined_rows == 0
     return log
 

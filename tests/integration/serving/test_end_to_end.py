@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -62,7 +63,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
     cfg = load_config(config_dir=config_dir, overrides=sets).config
     data = DataConfig(rows=3000, days=3, users=150, merchants=40)
     prepare_local_data(data, cfg.features, root, seed=5)
-    df = training_set(cfg.features, data, root)
+    df = training_set(cfg.features, data, root, contract=FRAUD_CONTRACT)
     encoder = EncoderSpec.fit(df)
     arch = {"input_dim": encoder.input_dim, "hidden_sizes": [16], "dropout": 0.0}
     torch.manual_seed(5)
@@ -167,7 +168,8 @@ def test_serving_and_the_gates_score_the_holdout_byte_identically(world: dict[st
     from mlops_serving.service import folder_loader
 
     cfg = world["cfg"]
-    holdout = load_holdout(cfg.features, world["data"], world["root"], cfg.evaluation.tabular.holdout_fraction)
+    holdout = load_holdout(cfg.features, world["data"], world["root"], cfg.evaluation.tabular.holdout_fraction,
+                           contract=FRAUD_CONTRACT)
     gate = load_version(MlflowClient(), "fraud", world["version"], tmp_path / "gate")
     served, _ = folder_loader("fraud", gate.folder, version=world["version"])()
     records = holdout.frame.to_dict("records")

@@ -155,3 +155,52 @@ def test_a_model_json_with_a_malformed_contract_is_refused_naming_the_field(tmp_
     assert status == 503
     reason = body["reason"]
     assert "invalid contract" in reason and "contract.fields" in reason and "decimal" in reason, reason
+
+
+def test_the_shadow_log_records_the_contracts_record_id_and_joins_the_prediction_log_on_it(
+        tmp_path: Path, kit: Any, redis_url: str, redis_prefix: str) -> None:
+    """A churn transformer mirrors every request to a churn candidate (a predictor app of other weights): each
+    shadow row carries the request's ``event_id`` under that name (no ``transaction_id`` column), and joined to the
+    prediction log on ``event_id`` alone, its live score is the logged one and its candidate score the hand-computed
+    forward pass of the candidate's weights."""
+    import time
+
+    from mlops_serving import read_prediction_log, read_shadow_log
+    from mlops_serving.service import create_app, create_predictor_app, folder_loader
+
+    live_dir = export_churn(tmp_path / "models" / "5", seed=5)
+    cand_dir = export_churn(tmp_path / "models" / "6", seed=6)
+    cand = kit.start_server(create_predictor_app(kit.serving_config(), model_name="churn",
+                                                 loader=lambda: folder_loader("churn", cand_dir)()[0]),
+                            tmp_path / "cand")
+    log_dir = tmp_path / "predlog"
+    app = create_app(kit.serving_config(shadow={"fraction": 1.0, "url": cand.url, "timeout_s": 5.0}),
+                     model_name="churn", loader=folder_loader("churn", live_dir),
+                     source=RedisCustomerFeatures(redis_url, redis_prefix), log_dir=log_dir, retry_s=0.3)
+    srv = kit.start_server(app, log_dir)
+    n = 3
+    instances = [churn_instance(i) for i in range(2 * n)]  # every customer in the store once
+    try:
+        for i in range(n):
+            body = {"instances": instances[2 * i : 2 * i + 2]}
+            r = httpx.post(f"{srv.url}/v1/models/churn:predict", json=body, headers={"x-request-id": f"req-{i}"},
+                           timeout=10)
+            assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 30
+        while len(read_shadow_log(log_dir, "churn")) < 2 * n and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        srv.stop()
+        cand.stop()
+    shadow = read_shadow_log(log_dir, "churn")
+    assert len(shadow) == 2 * n and set(shadow["status"]) == {"ok"}
+    assert "transaction_id" not in shadow.columns
+    assert sorted(shadow["event_id"]) == sorted(inst["event_id"] for inst in instances)
+    live = read_prediction_log(log_dir, "churn")
+    joined = shadow.merge(live[["event_id", "score"]], on="event_id", suffixes=("", "_live"), validate="one_to_one")
+    assert len(joined) == 2 * n
+    np.testing.assert_allclose(joined["live_score"], joined["score_live"], rtol=1e-6)
+    by_id = {inst["event_id"]: inst for inst in instances}
+    want = hand_scores(cand_dir, kit, [by_id[e] for e in joined["event_id"]])
+    np.testing.assert_allclose(joined["score"], want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(joined["score"], joined["live_score"])  # two models: the comparison means something

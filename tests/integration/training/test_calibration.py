@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mlops_config import load_config
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import Calibration, ExportedModel, build_tabular_mlp, load_exported
 from mlops_training import TrainResult, train_tabular
 
@@ -60,7 +61,6 @@ def test_by_default_platt_scores_are_decided_at_a_recorded_threshold_that_beats_
     from sklearn.metrics import f1_score
 
     from mlops_evaluation.holdout import load_holdout
-    from mlops_model import LABEL
 
     overrides = [o for o in FRAUD if not o.startswith("training.calibration=")]
     cfg = load_config(model="fraud", config_dir=root / "configs", overrides=overrides, environ={}).config
@@ -73,6 +73,7 @@ def test_by_default_platt_scores_are_decided_at_a_recorded_threshold_that_beats_
     chosen = model.meta["decision_threshold"]
     assert chosen["criterion"] == "f1" and model.decision_threshold == chosen["value"]
     assert 0 < chosen["value"] < 0.5  # calibrated probabilities of a rare class: far below the old fixed 0.5
-    holdout = load_holdout(cfg.features, cfg.data, root, cfg.evaluation.tabular.holdout_fraction)
-    y, served = holdout.frame[LABEL].to_numpy().astype(int), model.score_frame(holdout.frame)
+    holdout = load_holdout(cfg.features, cfg.data, root, cfg.evaluation.tabular.holdout_fraction,
+                           contract=FRAUD_CONTRACT)
+    y, served = holdout.frame[FRAUD_CONTRACT.label].to_numpy().astype(int), model.score_frame(holdout.frame)
     assert f1_score(y, served >= chosen["value"]) > f1_score(y, served >= 0.5)

@@ -17,6 +17,7 @@ import torch
 from scipy.stats import mannwhitneyu
 
 from mlops_config import load_config
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import build_tabular_mlp, load_exported
 from mlops_training import TrainResult, reproduce_weights_hash
 
@@ -61,7 +62,7 @@ def test_train_fraud_end_to_end_with_lineage_and_reproducible_hash(fraud_root: P
     model = build_tabular_mlp(meta["architecture"])
     model.load_state_dict(tensors)
     cfg = load_config(model="fraud", config_dir=fraud_root / "configs", overrides=FRAUD, environ={}).config
-    df = training_set(cfg.features, cfg.data, fraud_root)
+    df = training_set(cfg.features, cfg.data, fraud_root, contract=FRAUD_CONTRACT)
     with torch.no_grad():
         x = EncoderSpec.from_dict(meta["features"]["encoder"]).encode_frame(df)
         scores = torch.sigmoid(model(torch.from_numpy(x)).squeeze(-1)).numpy()

@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import f1_score
 
-from mlops_features import LABEL_SCHEMA
+from mlops_features import label_schema
 from mlops_serving import write_prediction_log
+
+FRAUD_LABELS = label_schema("transaction_id")  # fraud's contract record_id (configs/models/fraud.yaml)
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -39,7 +41,7 @@ def test_ingest_then_performance(config_dir: Path, tmp_path: Path) -> None:
     labels = [int(s > 0.3) if i % 5 else int(s < 0.5) for i, s in enumerate(scores)]
     pq.write_table(pa.Table.from_pydict({
         "transaction_id": [*log["transaction_id"], "ghost", "t0"], "label": [*labels, 1, 1 - labels[0]],
-        "label_time": [T0 + timedelta(days=3)] * (n + 2)}, schema=LABEL_SCHEMA), tmp_path / "b1.parquet")
+        "label_time": [T0 + timedelta(days=3)] * (n + 2)}, schema=FRAUD_LABELS), tmp_path / "b1.parquet")
     sets = ["--set", f"serving.prediction_log_uri={log_dir}"]
     res = _run(["data", "labels", "ingest", str(tmp_path / "b1.parquet"), "--json", *sets], cwd=root)
     assert res.returncode == 0, res.stderr
@@ -75,7 +77,7 @@ def test_ingest_from_the_landing_area_takes_each_batch_once(config_dir: Path, tm
     for name, ids in (("a", range(0, 20)), ("b", range(20, 50))):
         pq.write_table(pa.Table.from_pydict({
             "transaction_id": [f"t{i}" for i in ids], "label": [i % 2 for i in ids],
-            "label_time": [T0 + timedelta(days=3)] * len(ids)}, schema=LABEL_SCHEMA),
+            "label_time": [T0 + timedelta(days=3)] * len(ids)}, schema=FRAUD_LABELS),
             landing / "2026-11-08" / f"{name}.parquet")
     sets = ["--set", f"serving.prediction_log_uri={log_dir}", "--set", f"data.labels_landing_uri={landing.as_uri()}"]
     first = _run(["data", "labels", "ingest", "--json", *sets], cwd=root)

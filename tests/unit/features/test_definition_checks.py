@@ -15,6 +15,7 @@ from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, plan_features
 from mlops_features.checks import definition_problems, object_files
 from mlops_features.repo import load_repo
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 Prepared = tuple[Path, DataConfig, FeaturesConfig]
 
@@ -92,7 +93,7 @@ def test_a_view_reading_an_unknown_source_column_is_a_plan_problem(prepared: Pre
     (root / "feature_repo" / "bad.py").write_text(HEAD + (
         'typo = FeatureView(name="user_amount_typo", source=transactions, entities=[user], ttl=TTL, schema=[\n'
         '    Field(name="user_id", dtype=String), Field(name="amout", dtype=Float64, tags={"default": "0"})])\n'))
-    report = plan_features(features, root)
+    report = plan_features(features, root, contract=FRAUD_CONTRACT)
     assert any(p.startswith("feature_repo/bad.py: 'user_amount_typo': reads column(s) ['amout'] that its source "
                             "'transactions' does not have") for p in report.problems), report.problems
     assert not report.ok

@@ -14,6 +14,7 @@ import pytest
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, historical_features, training_set
 from mlops_features.schema import RAW_SCHEMA
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
                  "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
@@ -93,7 +94,8 @@ def hand_built(tmp_path_factory: pytest.TempPathFactory, make_features: MakeFeat
 
 def test_no_feature_value_from_the_label_time_or_later_is_used(hand_built: Built, make_features: MakeFeatures) -> None:
     root, data = hand_built
-    df = training_set(make_features(root, ttl_days=1), data, root, fill_defaults=False).set_index("transaction_id")
+    df = training_set(make_features(root, ttl_days=1), data, root, fill_defaults=False,
+                      contract=FRAUD_CONTRACT).set_index("transaction_id")
     for tid, expected in EXPECTED_USER.items():
         got = df.loc[tid, "user_txn_count_1h"]
         assert (pd.isna(got) if expected is None else got == expected), (tid, got, expected)
@@ -107,7 +109,7 @@ def test_no_feature_value_from_the_label_time_or_later_is_used(hand_built: Built
 
 def test_output_keeps_every_label_its_time_and_columns(hand_built: Built, make_features: MakeFeatures) -> None:
     root, data = hand_built
-    df = training_set(make_features(root, ttl_days=1), data, root)
+    df = training_set(make_features(root, ttl_days=1), data, root, contract=FRAUD_CONTRACT)
     assert len(df) == len(LABELS)
     assert list(df.columns) == [
         "transaction_id", "event_timestamp", "user_id", "merchant_id", "amount", "currency", "category", "country",
@@ -120,7 +122,7 @@ def test_output_keeps_every_label_its_time_and_columns(hand_built: Built, make_f
 
 def test_missing_values_get_the_repo_defaults(hand_built: Built, make_features: MakeFeatures) -> None:
     root, data = hand_built
-    df = training_set(make_features(root, ttl_days=1), data, root).set_index("transaction_id")
+    df = training_set(make_features(root, ttl_days=1), data, root, contract=FRAUD_CONTRACT).set_index("transaction_id")
     assert not df.isna().any().any()
     assert df.loc["expired", "user_txn_count_1h"] == 0
     assert df.loc["unknown", "merchant_fraud_rate_7d"] == pytest.approx(0.03)
@@ -130,7 +132,7 @@ def test_a_longer_ttl_reaches_older_values(tmp_path: Path, hand_built: Built, ma
     root, data = hand_built
     cfg = make_features(root, ttl_days=3, registry=str(tmp_path / "registry.db"))
     apply_repo(cfg, root)
-    df = training_set(cfg, data, root, fill_defaults=False).set_index("transaction_id")
+    df = training_set(cfg, data, root, fill_defaults=False, contract=FRAUD_CONTRACT).set_index("transaction_id")
     assert df.loc["expired", "user_txn_count_1h"] == 4  # 2 days old, inside a 3-day TTL
     assert pd.isna(df.loc["unknown", "user_txn_count_1h"])
 
@@ -153,4 +155,4 @@ def test_file_offline_store_would_drop_rows_and_training_set_refuses(
     entity_df = LABELS[["user_id", "merchant_id", "event_timestamp"]]
     assert len(historical_features(cfg, root, entity_df)) < len(entity_df)
     with pytest.raises(FeatureStoreError, match="drops rows"):
-        training_set(cfg, data, root)
+        training_set(cfg, data, root, contract=FRAUD_CONTRACT)

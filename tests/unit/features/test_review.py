@@ -9,6 +9,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig, TrackingConfig
 from mlops_features import plan_features
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 Prepared = tuple[Path, DataConfig, FeaturesConfig]
 
@@ -63,7 +64,7 @@ def _copy(prepared: Prepared, tmp_path: Path, extra: str | None = None) -> tuple
 def test_a_new_feature_is_reported_with_its_statistics(prepared: Prepared, tmp_path: Path) -> None:
     root, features = _copy(prepared, tmp_path, NEW_VIEW.format(fn="max_udf", body=MAX_24H, feature="amt_max_24h",
                                                                view="user_amount_max"))
-    report = plan_features(features, root)
+    report = plan_features(features, root, contract=FRAUD_CONTRACT)
     assert report.ok, report.to_markdown()
     assert report.changes["user_amount_max"][0].startswith("new view: amt_max_24h (Float64)")
     assert set(report.changes) == {"user_amount_max"}  # fraud_v1's views unchanged
@@ -82,7 +83,7 @@ def test_a_new_feature_is_reported_with_its_statistics(prepared: Prepared, tmp_p
 def test_a_feature_reading_the_future_is_leakage(prepared: Prepared, tmp_path: Path) -> None:
     root, features = _copy(prepared, tmp_path, NEW_VIEW.format(fn="next_udf", body=FUTURE, feature="next_fraud",
                                                                view="user_next"))
-    report = plan_features(features, root)
+    report = plan_features(features, root, contract=FRAUD_CONTRACT)
     assert not report.ok
     assert any("feature_repo/new_feature.py: 'user_next'" in item and "future" in item for item in report.leakage)
 
@@ -90,7 +91,7 @@ def test_a_feature_reading_the_future_is_leakage(prepared: Prepared, tmp_path: P
 def test_a_feature_that_is_the_label_is_leakage(prepared: Prepared, tmp_path: Path) -> None:
     root, features = _copy(prepared, tmp_path, NEW_VIEW.format(fn="label_udf", body=LABEL, feature="is_fraud_now",
                                                                view="user_label"))
-    report = plan_features(features, root)
+    report = plan_features(features, root, contract=FRAUD_CONTRACT)
     assert not report.ok
     assert any("'user_label'" in item and "'is_fraud_now' alone predicts the label with ROC AUC 1.000" in item
                for item in report.leakage), report.leakage
@@ -107,7 +108,7 @@ def test_changing_a_view_a_registered_model_serves_is_breaking(prepared: Prepare
     name = f"{tracking.registered_model_prefix}fraud"
     client.create_registered_model(name)
     client.create_model_version(name, source=str(tmp_path), tags={"mlops.feature_service": "fraud_v1"})
-    report = plan_features(features, root, tracking=tracking, model="fraud")
+    report = plan_features(features, root, tracking=tracking, model="fraud", contract=FRAUD_CONTRACT)
     assert not report.ok
     assert any("'fraud_v1'" in b and "changed view(s) ['merchant_risk', 'user_transactions']" in b
                for b in report.breaking), report.breaking
@@ -119,11 +120,11 @@ def test_a_bad_definition_names_its_file_and_object(prepared: Prepared, tmp_path
         "features=[user_transactions, merchant_risk, user_amount_max]",
         "features=[user_transactions, user_transactions]")
     root, features = _copy(prepared, tmp_path, bad)
-    report = plan_features(features, root)
+    report = plan_features(features, root, contract=FRAUD_CONTRACT)
     assert any(p.startswith("feature_repo/new_feature.py: 'fraud_v2'") and "name clash" in p
                for p in report.problems), report.problems
     root2, _ = _copy(prepared, tmp_path / "b", NEW_VIEW.format(
         fn="max_udf", body=MAX_24H.replace('["amount"]', '["amount_typo"]'), feature="amt_max_24h",
         view="user_amount_max"))
-    report = plan_features(features, root2)
+    report = plan_features(features, root2, contract=FRAUD_CONTRACT)
     assert any("'user_amount_max'" in p and "amount_typo" in p for p in report.problems), report.problems

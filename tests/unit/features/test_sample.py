@@ -14,6 +14,7 @@ from scipy.optimize import minimize
 
 from mlops_features import DataError, generate_transactions, training_set
 from mlops_features.schema import ALLOWED_VALUES, RAW_SCHEMA
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import EncoderSpec
 
 ARGS = {"rows": 20_000, "days": 2, "users": 800, "merchants": 120}
@@ -113,7 +114,7 @@ def test_bad_arguments_name_the_value(tmp_path: Path, kwargs: dict[str, object],
 def test_label_is_learnable_from_the_feature_service(prepared: tuple) -> None:
     """Logistic regression (scipy) on the encoded training set, split by time, beats the trivial F1 by far."""
     root, data, features = prepared
-    df = training_set(features, data, root)
+    df = training_set(features, data, root, contract=FRAUD_CONTRACT)
     cut = int(len(df) * 0.7)
     encoder = EncoderSpec.fit(df.iloc[:cut])
     x = np.hstack([encoder.encode_frame(df).astype(np.float64), np.ones((len(df), 1))])

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import f1_score, precision_score, recall_score, roc_auc_score
 
-from mlops_features import LABEL_SCHEMA
+from mlops_features import label_schema
 from mlops_model.statistics import expected_calibration_error
 from mlops_monitoring import (
     MonitoringError,
@@ -24,6 +24,9 @@ from mlops_monitoring import (
     performance_report,
 )
 from mlops_serving import write_prediction_log
+
+RID = "transaction_id"  # fraud's contract record_id (configs/models/fraud.yaml)
+FRAUD_LABELS = label_schema(RID)
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -78,16 +81,16 @@ def _log_and_labels(tmp_path: Path) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     labelled["label"] = (rng.random(300) < labelled["score"]).astype(int)
     labelled["label_time"] = labelled["ts"] + pd.to_timedelta(rng.integers(1, 200, 300), unit="h")
     batch = tmp_path / "labels.parquet"
-    pq.write_table(pa.Table.from_pandas(labelled[["transaction_id", "label", "label_time"]], schema=LABEL_SCHEMA,
+    pq.write_table(pa.Table.from_pandas(labelled[["transaction_id", "label", "label_time"]], schema=FRAUD_LABELS,
                                         preserve_index=False), batch)
-    summary = ingest_label_batches([batch], uri, "fraud", now=T0 + timedelta(days=30))
+    summary = ingest_label_batches([batch], uri, "fraud", record_id=RID, now=T0 + timedelta(days=30))
     assert (summary.accepted_rows, summary.quarantined_rows) == (300, 0)
     return uri, log, labelled
 
 
 def test_report_per_window_and_version_matches_sklearn(tmp_path: Path) -> None:
     uri, log, labelled = _log_and_labels(tmp_path)
-    report = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.9, min_labelled=20)
+    report = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", reference_f1=0.9, min_labelled=20)
     keys = [(w.window_start[:10], w.version) for w in report.windows]
     assert keys == [("2026-11-01", "1"), ("2026-11-01", "2"), ("2026-11-02", "1"), ("2026-11-02", "2")]
     day = pd.to_datetime(log["ts"], utc=True).dt.strftime("%Y-%m-%d")
@@ -114,12 +117,12 @@ def test_report_per_window_and_version_matches_sklearn(tmp_path: Path) -> None:
 
 def test_verdict_is_inconclusive_without_enough_labels_or_a_reference(tmp_path: Path) -> None:
     uri, _, _ = _log_and_labels(tmp_path)
-    few = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.1, min_labelled=10_000)
+    few = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", reference_f1=0.1, min_labelled=10_000)
     assert {v["verdict"] for v in few.verdicts.values()} == {"inconclusive"}
-    none = performance_report(uri, "fraud", 0.5, window="1D", min_labelled=1)
+    none = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", min_labelled=1)
     assert {v["reason"] for v in none.verdicts.values()} == {
         "no reference F1 to compare with: no reference F1 was given"}
-    ok = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.01, min_labelled=20)
+    ok = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", reference_f1=0.01, min_labelled=20)
     assert {v["verdict"] for v in ok.verdicts.values()} == {"ok"}
 
 
@@ -127,8 +130,8 @@ def test_labels_for_ids_never_served_are_quarantined(tmp_path: Path) -> None:
     uri, _, _ = _log_and_labels(tmp_path)
     batch = tmp_path / "late.parquet"
     pq.write_table(pa.Table.from_pydict({"transaction_id": ["t399", "ghost"], "label": [1, 1],
-                                         "label_time": [T0 + timedelta(days=10)] * 2}, schema=LABEL_SCHEMA), batch)
-    result = ingest_label_batches([batch], uri, "fraud", now=T0 + timedelta(days=30)).batches[0]
+                                         "label_time": [T0 + timedelta(days=10)] * 2}, schema=FRAUD_LABELS), batch)
+    result = ingest_label_batches([batch], uri, "fraud", record_id=RID, now=T0 + timedelta(days=30)).batches[0]
     assert result.row_failures == {"unknown_transaction_id": 1}
     assert result.accepted_rows == 1
 
@@ -141,7 +144,8 @@ def test_each_version_is_judged_against_its_own_reference_and_the_reason_names_i
     realized = {v: f1_score(g["label"], g["score"] >= 0.5) for v, g in last_day.groupby("model_version")}
     refs = {"1": ReferenceF1(realized["1"] / 0.7, "model", 0.5, "v1's validation F1 at its recorded threshold"),
             "2": ReferenceF1(realized["2"] / 0.97, "model", 0.5, "v2's validation F1 at its recorded threshold")}
-    report = performance_report(uri, "fraud", 0.5, window="1D", min_labelled=20, reference_of=refs.__getitem__)
+    report = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", min_labelled=20,
+                                reference_of=refs.__getitem__)
     one, two = report.verdicts["1"], report.verdicts["2"]
     assert (one["verdict"], two["verdict"]) == ("drop", "ok")  # 30 % and 3 % below their own references
     assert one["realized_drop"] == pytest.approx(0.3) and two["realized_drop"] == pytest.approx(0.03)

@@ -10,11 +10,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlops_features import LABEL_SCHEMA
+from mlops_features import label_schema
 from mlops_monitoring import ingest_label_batches, performance_report
 from mlops_pipeline.performance_section import performance_section
 from mlops_pipeline.report import render_report
 from mlops_serving import write_prediction_log
+
+RID = "transaction_id"  # fraud's contract record_id (configs/models/fraud.yaml)
+FRAUD_LABELS = label_schema(RID)
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -29,9 +32,9 @@ def test_section_lists_realized_and_estimated_f1_per_version(tmp_path: Path) -> 
     batch = tmp_path / "labels.parquet"
     pq.write_table(pa.Table.from_pydict({"transaction_id": list(log["transaction_id"]),
                                          "label": [int(i % 10 >= 6) for i in range(n)],
-                                         "label_time": [T0 + timedelta(days=7)] * n}, schema=LABEL_SCHEMA), batch)
-    ingest_label_batches([batch], uri, "fraud", now=T0 + timedelta(days=8))
-    report = performance_report(uri, "fraud", 0.5, window="1D", reference_f1=0.8, min_labelled=10)
+                                         "label_time": [T0 + timedelta(days=7)] * n}, schema=FRAUD_LABELS), batch)
+    ingest_label_batches([batch], uri, "fraud", record_id=RID, now=T0 + timedelta(days=8))
+    report = performance_report(uri, "fraud", 0.5, record_id=RID, window="1D", reference_f1=0.8, min_labelled=10)
     section = performance_section(SimpleNamespace(facts={"performance": report.to_dict()}))  # type: ignore[arg-type]
     assert section is not None
     assert [r[1] for r in section.table["rows"]] == ["v3", "v4"]

@@ -20,7 +20,8 @@ def offer_many(fraction: float, n: int) -> list[bool]:
                           metrics=ShadowMetrics(CollectorRegistry()), log_writer=None)
     try:
         return [sender.offer(request_id=str(i), ts=0.0, live_version="1", live_variant="stable", rows=[{}],
-                             features={}, live_scores=[0.5], live_predict_ms=1.0) for i in range(n)]
+                             features={}, live_scores=[0.5], live_predict_ms=1.0, record_id="transaction_id")
+                for i in range(n)]
     finally:
         sender.close(timeout=1.0)
 
@@ -90,7 +91,8 @@ def test_the_candidates_tensor_from_the_columns_is_byte_identical_to_the_merged_
     rows = [{"amount": round(rng.uniform(0.5, 900), 2), "device": "ignored",
              **({"currency": rng.choice(["EUR", "GBP", "JPY"])} if rng.random() < 0.7 else {})} for _ in range(total)]
     starts = [0, n + 2, 2 * n + 2]
-    items = [_Mirrored(str(k), 0.0, "1", "stable", rows[s : s + n], columns, s, [0.5] * n, 1.0)
+    items = [_Mirrored(str(k), 0.0, "1", "stable", rows[s : s + n], columns, s, [0.5] * n, 1.0,
+                       "transaction_id")
              for k, s in enumerate(starts)]
     merged = [{**row, **{name: values[s + j] for name, values in columns.items()}}
               for s in starts for j, row in enumerate(rows[s : s + n])]
@@ -111,7 +113,8 @@ def test_the_shadow_log_rows_are_built_by_column_with_every_rows_values(scores: 
     from mlops_serving.shadow import _log_rows, _Mirrored
 
     rows = [{"transaction_id": "t1", "amount": 1.0}, {"amount": 2.0}, {"transaction_id": "t3"}]
-    item = _Mirrored("req-9", 1_700_000_000.5, "4", "stable", rows, {}, 0, np.array([0.1, 0.2, 0.3]), 2.5)
+    item = _Mirrored("req-9", 1_700_000_000.5, "4", "stable", rows, {}, 0, np.array([0.1, 0.2, 0.3]), 2.5,
+                     "transaction_id")
     status, error = ("ok", None) if scores else ("timeout", "no answer in 1 s")
     block = _log_rows("fraud", "5", item, scores, status, error, 12.0)
     assert isinstance(block, LogColumns)

@@ -97,7 +97,8 @@ class MonitoringConfig(Section):
     """Realized label rate more than this many times above (or below) the reference's raises WARNING."""
 
     labels_path: str | None = None
-    """Delayed labels: parquet/CSV file or folder with ``transaction_id``, ``is_fraud`` (relative to the repo root)."""
+    """Delayed labels: parquet/CSV file or folder with the contract's ``record_id`` and ``label`` columns (fraud:
+    ``transaction_id``, ``is_fraud``), relative to the repo root."""
 
     performance_window: str = Field(default="1D", min_length=1)
     """Window of realized and estimated performance (``mlops monitor performance``): a pandas frequency."""

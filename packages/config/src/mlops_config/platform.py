@@ -10,6 +10,7 @@ from mlops_config._base import Section
 from mlops_config.contract import ContractConfig
 from mlops_config.data import DataConfig
 from mlops_config.delivery import DeliveryConfig
+from mlops_config.errors import ConfigError
 from mlops_config.evaluation import EvaluationConfig
 from mlops_config.features import FeaturesConfig
 from mlops_config.monitoring import SERVING_COLUMNS, MonitoringConfig
@@ -74,6 +75,18 @@ class PlatformConfig(Section):
             elif (given is None or isinstance(given, dict)) and key not in (given or {}):
                 data[section] = {**(given or {}), key: value}
         return data
+
+    def declared_contract(self, use: str) -> ContractConfig:
+        """:attr:`contract`, for ``use`` (what needs it, said in the error).
+
+        Raises:
+            ConfigError: the model declares no contract.
+        """
+        if self.contract is None:
+            raise ConfigError(f"{use} needs the model's contract, and model {self.project.model!r} declares none; "
+                              f"expected a section contract in configs/models/{self.project.model}.yaml (a tabular "
+                              "model's record_id, entity keys, fields and label)")
+        return self.contract
 
     @model_validator(mode="after")
     def _monitoring_from_contract(self) -> PlatformConfig:

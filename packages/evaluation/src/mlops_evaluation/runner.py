@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from mlops_config import EvaluationConfig, FeaturesConfig, PlatformConfig
+from mlops_config import ContractConfig, EvaluationConfig, FeaturesConfig, PlatformConfig
 from mlops_core import PlatformError, mlflow_client, now_iso, registered_model_name, restore_credentials
 from mlops_evaluation.calibration_gate import calibration_gate
 from mlops_evaluation.errors import EvaluationError
@@ -33,7 +34,7 @@ from mlops_evaluation.gates import (
     reproducibility_gate,
     tabular_contract_gate,
 )
-from mlops_evaluation.holdout import LABEL, Holdout, load_holdout
+from mlops_evaluation.holdout import Holdout, load_holdout
 from mlops_evaluation.latency import measure_interleaved, one_torch_thread
 from mlops_evaluation.lm import lm_contract_gate, lm_quality_gate, load_lm_holdout, window_nll
 from mlops_evaluation.lm_evaluate import HFModel, HFSuite
@@ -41,7 +42,9 @@ from mlops_evaluation.report import EvaluationReport, log_report, write_report
 from mlops_evaluation.scorer import Scorer, load_version
 from mlops_evaluation.suite import GateSuite, Reproduce, SuiteRun, run_suite
 from mlops_evaluation.trajectory import NAME, check_trajectory, export_transform, recorded_differences
-from mlops_model import REQUEST_FIELDS, ModelKind, load_exported, resolve_threshold
+from mlops_model import DEFAULT_CONTRACT, ModelKind, contract_of, load_exported, resolve_threshold
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -53,12 +56,24 @@ def _default_reproduce(recorded: dict[str, Any], root: Path, max_steps: int | No
     return reproduce(recorded, root, max_steps=max_steps)
 
 
-def serving_inputs(features: FeaturesConfig, root: Path) -> list[str]:
-    """Columns the serving transformer provides: request-time fields plus the FeatureService's features, as the
-    Feast registry (the source of truth) lists them."""
+def serving_inputs(features: FeaturesConfig, root: Path, contract: ContractConfig) -> list[str]:
+    """Columns the serving transformer provides: the ``contract``'s request-time fields plus the FeatureService's
+    features, as the Feast registry (the source of truth) lists them."""
     from mlops_features import service_features
 
-    return [*REQUEST_FIELDS, *service_features(features, root)]
+    return [*contract.request_fields, *service_features(features, root)]
+
+
+def recorded_contract(cand: Scorer) -> ContractConfig:
+    """The contract the candidate's ``model.json`` records; :data:`mlops_model.DEFAULT_CONTRACT` for an export made
+    before models recorded one (said in the log)."""
+    source = f"candidate v{cand.version}'s model.json"
+    contract = contract_of(cand.meta, source=source)
+    if contract is None:
+        logger.warning("%s records no contract (exported before models carried one): evaluating it under the "
+                       "default contract", source)
+        return DEFAULT_CONTRACT
+    return contract
 
 
 def check_reproducibility(candidate: Scorer, root: Path, section: EvaluationConfig,
@@ -271,8 +286,10 @@ class TabularSuite:
 
     def __init__(self, cand: Scorer, champ: Scorer | None, run: SuiteRun) -> None:
         self.cand, self.champ, self.run = cand, champ, run
-        self.frame = load_holdout(run.features, run.data, run.root, run.evaluation.tabular.holdout_fraction)
-        self.labels = self.frame.frame[LABEL].to_numpy().astype(np.int64)
+        self.declared = recorded_contract(cand)
+        self.frame = load_holdout(run.features, run.data, run.root, run.evaluation.tabular.holdout_fraction,
+                                  contract=self.declared)
+        self.labels = self.frame.frame[self.declared.label].to_numpy().astype(np.int64)
         self.holdout = self.frame.describe()
 
     def quality(self) -> GateResult:
@@ -304,7 +321,7 @@ class TabularSuite:
     def contract(self) -> GateResult:
         features = self.run.features
         return tabular_contract_gate(self.cand.meta, feature_service=features.require_feature_service(),
-                                     available=serving_inputs(features, self.run.root))
+                                     available=serving_inputs(features, self.run.root, self.declared))
 
     def calibration(self) -> GateResult:
         return calibration_gate(self.labels, self.cand.score(self.frame.frame), self.cand.meta, self.run.evaluation,

@@ -16,7 +16,7 @@ from mlops_features.instructions import (
     read_examples,
     validate_instructions,
 )
-from mlops_features.labels import LABEL_SCHEMA, fetch_landed_labels, ingest_labels, read_labels
+from mlops_features.labels import fetch_landed_labels, ingest_labels, label_reasons, label_schema, read_labels
 from mlops_features.landing import (
     IngestReport,
     accepted_md5,
@@ -37,7 +37,6 @@ from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_te
 __all__ = [
     "DRIFT_MODES",
     "IGNORE_INDEX",
-    "LABEL_SCHEMA",
     "BatchResult",
     "DataError",
     "FeatureStoreError",
@@ -69,6 +68,8 @@ __all__ = [
     "ingest",
     "ingest_labels",
     "ingest_landed",
+    "label_reasons",
+    "label_schema",
     "materialize",
     "offline_views",
     "open_store",

@@ -18,18 +18,22 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_config import DataConfig, FeaturesConfig
+from mlops_config import ContractConfig, DataConfig, FeaturesConfig
 from mlops_features.aggregates import read_validated
 from mlops_features.backfill import offline_views
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import feature_defaults_of
 from mlops_features.store import open_store
-from mlops_model import ENTITY_KEYS, LABEL, REQUEST_FIELDS
 
 logger = logging.getLogger(__name__)
 
 JUST_BEFORE = pd.Timedelta(microseconds=1)
-LEADING_COLUMNS = ("transaction_id", "event_timestamp", *ENTITY_KEYS, *REQUEST_FIELDS)
+
+
+def leading_columns(contract: ContractConfig) -> tuple[str, ...]:
+    """The training set's columns before the features: the record id, ``event_timestamp``, the entity keys and the
+    request-time fields, as ``contract`` names them."""
+    return (contract.record_id, "event_timestamp", *contract.entity_keys, *contract.request_fields)
 
 
 def _service(store: Any, service_name: str) -> Any:
@@ -133,7 +137,8 @@ def historical_features(features: FeaturesConfig, root: str | Path, entity_df: p
 
 
 def training_set(
-    features: FeaturesConfig, data: DataConfig, root: str | Path, *, fill_defaults: bool = True
+    features: FeaturesConfig, data: DataConfig, root: str | Path, *, contract: ContractConfig,
+    fill_defaults: bool = True,
 ) -> pd.DataFrame:
     """One row per labelled transaction in the validated area, with the FeatureService's features.
 
@@ -141,14 +146,16 @@ def training_set(
         features: The ``features`` section (store, FeatureService, TTL).
         data: The ``data`` section (where validated batches are).
         root: Repo root both sections' paths are relative to.
+        contract: The model's contract: its record id, entity keys, request fields and label name the columns.
         fill_defaults: Replace nulls (no value within the TTL) by each feature's ``default`` tag.
 
     Returns:
-        Columns ``transaction_id, event_timestamp, user_id, merchant_id``, the request-time fields,
-        the feature columns (plain names) and ``is_fraud``, sorted by event time.
+        Columns :func:`leading_columns` (record id, ``event_timestamp``, entity keys, request-time fields), the
+        feature columns (plain names) and the label, sorted by event time (ties by record id).
     """
     labels = read_validated(Path(root) / data.validated_dir)
-    entity_df = labels[[*LEADING_COLUMNS, LABEL]].copy()
+    lead, label = leading_columns(contract), contract.label
+    entity_df = labels[[*lead, label]].copy()
     entity_df["event_timestamp"] = entity_df["event_timestamp"] - JUST_BEFORE
     store = open_store(features, root)
     service = features.require_feature_service()
@@ -163,7 +170,7 @@ def training_set(
     if fill_defaults:
         defaults = service_defaults(store, service)
         joined = joined.fillna({n: defaults[n] for n in names if n in defaults})
-    out = joined[[*LEADING_COLUMNS, *names, LABEL]]
-    out = out.sort_values(["event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
-    logger.info("training set: %d rows, %d features, positives %.4f", len(out), len(names), out[LABEL].mean())
+    out = joined[[*lead, *names, label]]
+    out = out.sort_values(["event_timestamp", contract.record_id], kind="stable").reset_index(drop=True)
+    logger.info("training set: %d rows, %d features, positives %.4f", len(out), len(names), out[label].mean())
     return out

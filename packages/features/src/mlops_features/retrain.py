@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import FeaturesConfig, TrackingConfig
+from mlops_config import ContractConfig, FeaturesConfig, TrackingConfig
 from mlops_features.backfill import compute_view
 from mlops_features.repo import feature_defaults_of
 
@@ -45,14 +45,14 @@ class Definitions:
                    {v.name: v for v in [*store.list_feature_views(), *store.list_on_demand_feature_views()]})
 
 
-def service_frame(defs: Definitions, service: str, raw: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """``(rows, feature names)``: one row per labelled transaction of ``raw`` with the service's features as known
-    strictly before it (see the module doc), the request fields and ``is_fraud``, sorted by event time."""
-    from mlops_model import LABEL, REQUEST_FIELDS
-
-    tx = raw.sort_values(["event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
+def service_frame(defs: Definitions, service: str, raw: pd.DataFrame, contract: ContractConfig
+                  ) -> tuple[pd.DataFrame, list[str]]:
+    """``(rows, feature names)``: one row per labelled record of ``raw`` with the service's features as known
+    strictly before it (see the module doc), the ``contract``'s ids, request fields and label, sorted by event time."""
+    rid = contract.record_id
+    tx = raw.sort_values(["event_timestamp", rid], kind="stable").reset_index(drop=True)
     tx = tx.assign(event_timestamp=pd.to_datetime(tx["event_timestamp"], utc=True).dt.as_unit("us"))
-    out = tx[["transaction_id", "event_timestamp", "user_id", "merchant_id", *REQUEST_FIELDS, LABEL]].copy()
+    out = tx[[rid, "event_timestamp", *contract.entity_keys, *contract.request_fields, contract.label]].copy()
     names: list[str] = []
     views = []
     on_demand = []
@@ -88,30 +88,32 @@ def _join(out: pd.DataFrame, view: Any, rows: pd.DataFrame, wanted: list[str]) -
     return joined.sort_values("_order").drop(columns=["_order", "_feature_ts"]).reset_index(drop=True)
 
 
-def quick_auc(frame: pd.DataFrame, names: list[str], *, seed: int = 0) -> dict[str, Any]:
-    """ROC AUC on the later ``1 - TRAIN_FRACTION`` of ``frame`` of a logistic regression fitted on the earlier part."""
+def quick_auc(frame: pd.DataFrame, names: list[str], contract: ContractConfig, *, seed: int = 0) -> dict[str, Any]:
+    """ROC AUC on the later ``1 - TRAIN_FRACTION`` of ``frame`` of a logistic regression fitted on the earlier part
+    (the ``contract``'s label; its numeric request fields and ``names`` as inputs)."""
     from sklearn.linear_model import LogisticRegression
 
-    from mlops_model import LABEL, NUMERIC_FIELDS, EncoderSpec, statistics
+    from mlops_model import EncoderSpec, statistics
 
+    label = contract.label
     cut = int(len(frame) * TRAIN_FRACTION)
     train, test = frame.iloc[:cut], frame.iloc[cut:]
     result = {"train_rows": len(train), "test_rows": len(test), "auc": math.nan}
-    if train[LABEL].nunique() < 2 or test[LABEL].nunique() < 2:
+    if train[label].nunique() < 2 or test[label].nunique() < 2:
         return result
-    encoder = EncoderSpec.fit(train, numeric=[*NUMERIC_FIELDS, *names])
+    encoder = EncoderSpec.fit(train, numeric=[*contract.numeric_fields, *names], contract=contract)
     model = LogisticRegression(C=1.0, max_iter=500, random_state=seed)
-    model.fit(encoder.encode_frame(train).astype(np.float64), train[LABEL].to_numpy())
+    model.fit(encoder.encode_frame(train).astype(np.float64), train[label].to_numpy())
     scores = model.decision_function(encoder.encode_frame(test).astype(np.float64))
-    return {**result, "auc": float(statistics.roc_auc(test[LABEL].to_numpy(), scores))}
+    return {**result, "auc": float(statistics.roc_auc(test[label].to_numpy(), scores))}
 
 
 def quick_retrain(candidate: Definitions, service: str, champion: Definitions, champion_service: str,
-                  raw: pd.DataFrame) -> dict[str, Any]:
+                  raw: pd.DataFrame, contract: ContractConfig) -> dict[str, Any]:
     """The quick retrain of ``service`` (as the pull request declares it) against ``champion_service`` (as the
     champion was trained: the predecessor's definitions): both AUCs on the same split and their delta."""
-    new = quick_auc(*service_frame(candidate, service, raw))
-    old = quick_auc(*service_frame(champion, champion_service, raw))
+    new = quick_auc(*service_frame(candidate, service, raw, contract), contract)
+    old = quick_auc(*service_frame(champion, champion_service, raw, contract), contract)
     return {"service": service, "champion_service": champion_service, "train_rows": new["train_rows"],
             "test_rows": new["test_rows"], "auc": new["auc"], "champion_auc": old["auc"],
             "delta_auc": new["auc"] - old["auc"]}
@@ -135,7 +137,7 @@ def champion_service(tracking: TrackingConfig | None, root: Path, model: str | N
 
 def retrain_changed(features: FeaturesConfig, root: Path, tracking: TrackingConfig | None, model: str | None,
                     repo: Any, before: Any, old_services: dict[str, Any], changed: dict[str, dict[str, str]],
-                    raw: pd.DataFrame) -> tuple[list[dict[str, Any]], list[str]]:
+                    raw: pd.DataFrame, contract: ContractConfig) -> tuple[list[dict[str, Any]], list[str]]:
     """``(rows, notes)``: a :func:`quick_retrain` of each new or changed FeatureService of ``repo`` against the
     champion's FeatureService as the predecessor (``before``, a FeatureStore or ``None``) defines it."""
     found, note = champion_service(tracking, root, model)
@@ -158,7 +160,7 @@ def retrain_changed(features: FeaturesConfig, root: Path, tracking: TrackingConf
         if not new_or_changed or (name == champion and old is now):
             continue
         try:
-            rows.append(quick_retrain(now, name, old, champion, raw))
+            rows.append(quick_retrain(now, name, old, champion, raw, contract))
         except Exception as exc:  # information only: say why, never block on it
             notes.append(f"quick retrain of {name!r} failed: {type(exc).__name__}: {exc}")
     return rows, notes

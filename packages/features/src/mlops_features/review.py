@@ -33,14 +33,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlops_config import FeaturesConfig, TrackingConfig
+from mlops_config import ContractConfig, FeaturesConfig, TrackingConfig
 from mlops_features.backfill import compute_view, source_path
 from mlops_features.checks import definition_problems, object_files, where
 from mlops_features.errors import FeatureStoreError
 from mlops_features.repo import in_repo, load_repo, repo_dir
 from mlops_features.retrain import retrain_changed
 from mlops_features.store import apply_repo, open_store
-from mlops_model import LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -109,14 +108,17 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: TrackingConfig | None = None,
-                  base_repo: str | Path | None = None, model: str | None = None) -> PlanReport:
+def plan_features(features: FeaturesConfig, root: str | Path, *, contract: ContractConfig,
+                  tracking: TrackingConfig | None = None, base_repo: str | Path | None = None,
+                  model: str | None = None) -> PlanReport:
     """Review the repository against its predecessor (see the module doc).
 
     Args:
         features: The ``features`` section.
         root: Repo root; the sample data is ``<features.source_dir>/transactions.parquet`` (``mlops features
             ingest`` writes it).
+        contract: The model's contract: the label the leakage check and the quick retrain read, the record id,
+            entity keys and request fields of the quick retrain's rows.
         tracking: Where registered models record their FeatureService (skipped when ``None``).
         base_repo: A copy of the base revision's ``feature_repo/``; default: compare with the configured registry.
         model: Registered model name whose versions' FeatureServices must not change.
@@ -148,9 +150,10 @@ def plan_features(features: FeaturesConfig, root: str | Path, *, tracking: Track
                 _check_source_columns(store, view, report, files)
             if view is None or getattr(view, "feature_transformation", None) is None:
                 continue
-            _stats_and_leakage(store, view, old_views.get(name), raw, changed[name], report, files)
+            _stats_and_leakage(store, view, old_views.get(name), raw, changed[name], report, files, contract.label)
         if not report.problems:
-            rows, notes = retrain_changed(features, root, tracking, model, repo, before, old_services, changed, raw)
+            rows, notes = retrain_changed(features, root, tracking, model, repo, before, old_services, changed, raw,
+                                          contract)
             report.retrain += rows
             report.notes += notes
     if base_repo is not None:
@@ -320,7 +323,7 @@ def _sample(features: FeaturesConfig, root: Path, report: PlanReport) -> pd.Data
 
 
 def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats: dict[str, str],
-                       report: PlanReport, files: dict[str, str]) -> None:
+                       report: PlanReport, files: dict[str, str], label: str) -> None:
     from mlops_model import statistics
 
     try:
@@ -357,14 +360,14 @@ def _stats_and_leakage(store: Any, view: Any, old: Any, raw: pd.DataFrame, feats
             report.leakage.append(f"{where(files, view.name)}: feature {name!r} at an event changes when rows stamped "
                                   "after it are removed: it uses data from the future")
     # Leakage 2: known just before each transaction, does it give the label away?
-    if LABEL not in raw.columns or key not in raw.columns:
+    if label not in raw.columns or key not in raw.columns:
         return
-    tx = raw[[key, "event_timestamp", LABEL]].sort_values("event_timestamp")
+    tx = raw[[key, "event_timestamp", label]].sort_values("event_timestamp")
     tx = tx.assign(event_timestamp=tx["event_timestamp"].dt.as_unit("us"))
     feat = rows.assign(**{ts: pd.to_datetime(rows[ts], utc=True).dt.as_unit("us")}).sort_values(ts)
     joined = pd.merge_asof(tx, feat[[key, ts, *feats]].rename(columns={ts: "_feature_ts"}), left_on="event_timestamp",
                            right_on="_feature_ts", by=key, allow_exact_matches=False)
-    labels = joined[LABEL].to_numpy()
+    labels = joined[label].to_numpy()
     if labels.min() == labels.max():
         return
     for name in feats:

@@ -8,18 +8,7 @@ from __future__ import annotations
 
 from mlops_model import statistics
 from mlops_model.calibration import Calibration, fit_calibration, served_scores
-from mlops_model.contract import (
-    CATEGORICAL_FIELDS,
-    DEFAULT_CONTRACT,
-    ENTITY_KEYS,
-    LABEL,
-    NUMERIC_FIELDS,
-    OPTIONAL_FIELDS,
-    REQUEST_FIELDS,
-    REQUIRED_FIELDS,
-    UNKNOWN_ENTITY,
-    UNKNOWN_FLAGS,
-)
+from mlops_model.contract import DEFAULT_CONTRACT, UNKNOWN_ENTITY
 from mlops_model.encoder import CategoricalColumn, DerivedColumn, EncoderSpec, NumericColumn
 from mlops_model.errors import (
     EncoderSpecError,
@@ -68,21 +57,13 @@ from mlops_model.threshold import (
 )
 
 __all__ = [
-    "CATEGORICAL_FIELDS",
     "DEFAULT_CONTRACT",
-    "ENTITY_KEYS",
     "FALLBACK_CHAT_TEMPLATE",
     "KNOWN_KINDS",
-    "LABEL",
     "LEGACY_THRESHOLD",
     "META_FILE",
-    "NUMERIC_FIELDS",
-    "OPTIONAL_FIELDS",
-    "REQUEST_FIELDS",
-    "REQUIRED_FIELDS",
     "SIGNATURE_FILE",
     "UNKNOWN_ENTITY",
-    "UNKNOWN_FLAGS",
     "WEIGHTS_FILE",
     "Calibration",
     "CategoricalColumn",

@@ -7,9 +7,10 @@ at hand its FeatureService is the source of truth for them; where it is not, the
 encoder is (``EncoderSpec.input_columns``).
 
 The contract itself is declared with the model (``configs/models/<m>.yaml``, section ``contract``). Functions
-take it as a parameter; :data:`DEFAULT_CONTRACT` is what they fall back to when a caller passes none — the
-reference model's declaration, kept equal to its YAML by ``tests/unit/config/test_contract_config.py`` — and the
-module-level names below are read from it, for the callers not yet handed the loaded contract.
+take it as a parameter (the config's ``contract`` section, or the contract an export records:
+:func:`mlops_model.contract_of`); :data:`DEFAULT_CONTRACT` — the reference model's declaration, kept equal to its
+YAML by ``tests/unit/config/test_contract_config.py`` — is only the fallback for an export made before models
+recorded their contract.
 """
 
 from __future__ import annotations
@@ -41,30 +42,6 @@ DEFAULT_CONTRACT = ContractConfig.model_validate({
     "key_features": ["amount", "user_txn_count_1h", "user_amount_zscore"],
 })
 """The reference model's contract (``configs/models/<project.model>.yaml`` declares the same)."""
-
-ENTITY_KEYS: tuple[str, ...] = DEFAULT_CONTRACT.entity_keys
-"""Join keys of the feature store's entities (strings)."""
-
-NUMERIC_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.numeric_fields
-"""Request-time numeric fields (finite, ≥ 0)."""
-
-CATEGORICAL_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.categorical_fields
-"""Request-time categorical fields (strings; values the encoder has not seen encode as "other")."""
-
-REQUEST_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.request_fields
-"""Fields known at request time; they travel with the request, not through the feature store."""
-
-OPTIONAL_FIELDS: tuple[str, ...] = (DEFAULT_CONTRACT.record_id,)
-"""Fields a request may carry; only logged."""
-
-REQUIRED_FIELDS: tuple[str, ...] = DEFAULT_CONTRACT.required_fields
-"""What every request instance must hold."""
-
-LABEL = DEFAULT_CONTRACT.label
-"""The training label (0/1)."""
-
-UNKNOWN_FLAGS: dict[str, str] = dict(DEFAULT_CONTRACT.unknown_flags)
-"""Flag per entity key on an online-store row: True when the store had no value for that entity."""
 
 UNKNOWN_ENTITY = "_unknown_entity"
 """Flag on an online-store row: True when any of its entities was unknown (defaults were used)."""

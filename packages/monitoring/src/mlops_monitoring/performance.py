@@ -1,7 +1,8 @@
 """Realized performance from delayed labels, per window and per served version, beside the CBPE estimate.
 
 The labels gate (:func:`mlops_features.ingest_labels`) stores accepted labels next to the prediction log;
-here they are joined to the log by ``transaction_id``. Each (window, ``model_version``) gets: precision,
+here they are joined to the log by the model contract's ``record_id`` (the prediction log stores the request's
+id under that name: ``transaction_id`` for fraud). Each (window, ``model_version``) gets: precision,
 recall and F1 at the serving threshold, ROC AUC, the expected calibration error, label coverage, the
 label-delay distribution (label_time − prediction ts), the CBPE estimate of the same metrics and, where labels
 exist, the estimate's error. A version's realized drop is ``1 − f1 / reference`` of its latest window with at
@@ -70,17 +71,18 @@ class PerformanceReport:
         return asdict(self)
 
 
-def ingest_label_batches(paths: list[Any], log_uri: str, model: str, *, now: datetime | None = None
-                         ) -> ValidationSummary:
-    """Run the labels gate against every id the prediction log served (``log_uri`` resolved)."""
-    served = read_prediction_log(log_uri, model, columns=["transaction_id", "ts"])
+def ingest_label_batches(paths: list[Any], log_uri: str, model: str, *, record_id: str,
+                         now: datetime | None = None) -> ValidationSummary:
+    """Run the labels gate against every id the prediction log served (``log_uri`` resolved), keyed by the model
+    contract's ``record_id``."""
+    served = read_prediction_log(log_uri, model, columns=[record_id, "ts"])
     if served.empty:
-        served = pd.DataFrame({"transaction_id": pd.Series(dtype=str), "ts": pd.Series(dtype="datetime64[ns, UTC]")})
-    return ingest_labels(paths, log_uri, model, served, now=now)
+        served = pd.DataFrame({record_id: pd.Series(dtype=str), "ts": pd.Series(dtype="datetime64[ns, UTC]")})
+    return ingest_labels(paths, log_uri, model, served, record_id=record_id, now=now)
 
 
-def ingest_landed_labels(landing_uri: str, log_uri: str, model: str, *, now: datetime | None = None
-                         ) -> tuple[ValidationSummary, list[str]]:
+def ingest_landed_labels(landing_uri: str, log_uri: str, model: str, *, record_id: str,
+                         now: datetime | None = None) -> tuple[ValidationSummary, list[str]]:
     """The labels CronJob's run: gate the batches under ``landing_uri`` not gated yet; ``(summary, skipped)``."""
     import tempfile
     from pathlib import Path
@@ -88,8 +90,9 @@ def ingest_landed_labels(landing_uri: str, log_uri: str, model: str, *, now: dat
     from mlops_features import fetch_landed_labels
 
     with tempfile.TemporaryDirectory(prefix="mlops-labels-") as tmp:
-        new, skipped = fetch_landed_labels(landing_uri, log_uri, model, Path(tmp))
-        summary = ingest_label_batches(list(new), log_uri, model, now=now) if new else ValidationSummary([])
+        new, skipped = fetch_landed_labels(landing_uri, log_uri, model, Path(tmp), record_id=record_id)
+        summary = (ingest_label_batches(list(new), log_uri, model, record_id=record_id, now=now) if new
+                   else ValidationSummary([]))
     return summary, skipped
 
 
@@ -124,7 +127,7 @@ def window_performance(
 
 
 def performance_report(
-    log_uri: str, model: str, threshold: float, *, window: str = "1D", since: datetime | None = None,
+    log_uri: str, model: str, threshold: float, *, record_id: str, window: str = "1D", since: datetime | None = None,
     until: datetime | None = None, reference_f1: float | None = None, max_drop: float = 0.1,
     min_labelled: int = 50, bins: int = 10, interval: float = 0.9,
     threshold_of: Callable[[str], float] | None = None, reference_of: Callable[[str], ReferenceF1] | None = None,
@@ -133,17 +136,19 @@ def performance_report(
     each version at ``threshold_of(version)`` (its recorded threshold: :func:`mlops_serving.version_thresholds`),
     or at ``threshold`` without it. Each version's drop is measured against ``reference_of(version)`` (its
     validation F1 at its threshold: :func:`mlops_model.reference_f1`), else against ``reference_f1`` for all.
+    Labels join the log on ``record_id`` (the model contract's).
 
     Raises:
-        MonitoringError: the log has no ``transaction_id``/``score``, or nothing was logged in the window.
+        MonitoringError: the log has no ``record_id``/``score``, or nothing was logged in the window.
     """
     log = read_prediction_log(log_uri, model, since=since, until=until)
     if log.empty:
         raise MonitoringError(f"no predictions of {model!r} in {log_uri!r} between {since} and {until}")
-    absent = [c for c in ("transaction_id", "score", "model_version") if c not in log.columns]
+    absent = [c for c in (record_id, "score", "model_version") if c not in log.columns]
     if absent:
-        raise MonitoringError(f"the prediction log lacks {absent!r}; it has {sorted(log.columns)!r}")
-    joined = join_labels(log, read_labels(log_uri, model))
+        raise MonitoringError(f"the prediction log lacks {absent!r} (labels join it on the contract's record_id "
+                              f"{record_id!r}); it has {sorted(log.columns)!r}")
+    joined = join_labels(log, read_labels(log_uri, model, record_id=record_id), record_id=record_id)
     try:
         key = joined["ts"].dt.floor(window)
     except ValueError as exc:
@@ -168,11 +173,12 @@ def given_reference(value: float | None) -> Callable[[str], ReferenceF1]:
     return lambda version: ref
 
 
-def join_labels(predictions: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
-    """The predictions with ``label`` and ``label_time`` by ``transaction_id`` (null where none arrived yet)."""
-    right = labels[["transaction_id", "label", "label_time"]].drop_duplicates("transaction_id")
+def join_labels(predictions: pd.DataFrame, labels: pd.DataFrame, *, record_id: str) -> pd.DataFrame:
+    """The predictions with ``label`` and ``label_time`` by ``record_id`` (the model contract's; null where none
+    arrived yet)."""
+    right = labels[[record_id, "label", "label_time"]].drop_duplicates(record_id)
     left = predictions.drop(columns=[c for c in ("label", "label_time") if c in predictions.columns])
-    out = left.merge(right, on="transaction_id", how="left", validate="many_to_one")
+    out = left.merge(right, on=record_id, how="left", validate="many_to_one")
     out["ts"] = pd.to_datetime(out["ts"], utc=True)
     return out
 

@@ -1,8 +1,8 @@
 """The monitor's verdict on a window with ``monitoring.engine: duckdb`` (or ``spark``): the window stays in parquet.
 
 Only what is small comes back to Python: the drift aggregates (:mod:`mlops_monitoring.drift_duckdb`), the
-``transaction_id, score`` columns when delayed labels are joined, the ``score`` column (the CBPE estimate of
-``mlops_monitoring.estimated_drop``), and seeded samples for Evidently's HTML and
+record id (the contract's ``record_id``) and ``score`` columns when delayed labels are joined, the ``score`` column
+(the CBPE estimate of ``mlops_monitoring.estimated_drop``), and seeded samples for Evidently's HTML and
 the skew replay.
 """
 

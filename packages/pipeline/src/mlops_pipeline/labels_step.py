@@ -19,20 +19,20 @@ from typing import Any
 import pandas as pd
 
 from mlops_config import ContractConfig
-from mlops_model import DEFAULT_CONTRACT
 
 WEEK = timedelta(days=7)
 
 
 def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: Path, *,
-                          contract: ContractConfig = DEFAULT_CONTRACT) -> tuple[Path, pd.Timestamp]:
+                          contract: ContractConfig) -> tuple[Path, pd.Timestamp]:
     """Write one label batch for every logged prediction whose record ``truth`` knows (the ``contract``'s
     ``record_id`` and ``label`` columns), each stamped a week after its prediction; returns the batch and the
-    simulated arrival time. The batch holds the label batch format's columns (``mlops_features.LABEL_SCHEMA``)."""
+    simulated arrival time. The batch holds the label batch format's columns (``mlops_features.label_schema``: the
+    ``record_id``, ``label``, ``label_time``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mlops_features import LABEL_SCHEMA
+    from mlops_features import label_schema
     from mlops_serving import read_prediction_log
 
     rid, label = contract.record_id, contract.label
@@ -44,26 +44,27 @@ def land_week_late_labels(log_uri: str, model: str, truth: pd.DataFrame, dest: P
 
         raise PipelineError(f"none of the {len(served)} predictions in {log_uri!r} has a known label")
     label_time = pd.to_datetime(rows["ts"], utc=True) + WEEK
-    batch = pd.DataFrame({"transaction_id": rows[rid].astype(str),  # the label batch format's id column
-                          "label": rows[label].astype("int64"), "label_time": label_time})
+    batch = pd.DataFrame({rid: rows[rid].astype(str), "label": rows[label].astype("int64"), "label_time": label_time})
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"labels-{label_time.min():%Y%m%dT%H%M%S}.parquet"
-    pq.write_table(pa.Table.from_pandas(batch, schema=LABEL_SCHEMA, preserve_index=False), path)
+    pq.write_table(pa.Table.from_pandas(batch, schema=label_schema(rid), preserve_index=False), path)
     return path, label_time.max() + timedelta(minutes=1)
 
 
 def labels_a_week_later(log_uri: str, model: str, truth: pd.DataFrame, work: Path, *,
-                        landing_uri: str | None = None, contract: ContractConfig = DEFAULT_CONTRACT) -> dict[str, Any]:
+                        landing_uri: str | None = None, contract: ContractConfig) -> dict[str, Any]:
     """Land the week-late labels and gate them as ``mlops data labels ingest`` does; returns the gate's figures."""
     from mlops_monitoring import ingest_label_batches, ingest_landed_labels
 
     if landing_uri:  # the labels CronJob: whatever landed and was not gated yet
         path, arrived = land_week_late_labels(log_uri, model, truth, Path(landing_uri.removeprefix("file://")),
                                               contract=contract)
-        summary, _ = ingest_landed_labels(landing_uri, log_uri, model, now=arrived.to_pydatetime())
+        summary, _ = ingest_landed_labels(landing_uri, log_uri, model, record_id=contract.record_id,
+                                          now=arrived.to_pydatetime())
     else:
         path, arrived = land_week_late_labels(log_uri, model, truth, work, contract=contract)
-        summary = ingest_label_batches([path], log_uri, model, now=arrived.to_pydatetime())
+        summary = ingest_label_batches([path], log_uri, model, record_id=contract.record_id,
+                                       now=arrived.to_pydatetime())
     return {"batch": str(path), "arrived": arrived.isoformat(), "input_rows": summary.input_rows,
             "accepted_rows": summary.accepted_rows, "quarantined_rows": summary.quarantined_rows}
 
@@ -83,19 +84,21 @@ TRAINER_VAL_F1 = "the candidate's training val_f1 (raw scores at 0.5)"
 
 
 def performance_of(log_uri: str, model: str, monitoring: Any, fallback_f1: float | None,
-                   threshold_of: Callable[[str], Any] | None = None, *,
+                   threshold_of: Callable[[str], Any] | None = None, *, contract: ContractConfig,
                    fallback_what: str = TRAINER_VAL_F1) -> dict[str, Any]:
     """``mlops monitor performance``'s report of ``log_uri`` (as a dict), the monitoring section's settings, each
     version at ``threshold_of(version).value`` (:func:`mlops_serving.version_thresholds`) when given, its realized
     F1 against its own validation F1 at that threshold (:func:`mlops_model.reference_f1`); a version that records
-    none falls back to ``fallback_f1`` (``fallback_what``), and its verdict's reason says so."""
+    none falls back to ``fallback_f1`` (``fallback_what``), and its verdict's reason says so. Labels join the log on
+    the ``contract``'s ``record_id``."""
     from mlops_model import LEGACY_THRESHOLD, reference_f1, resolve_threshold
     from mlops_monitoring import performance_report
 
     m = monitoring
     of = threshold_of or (lambda v: resolve_threshold(None, m.decision_threshold,
                                                       override_key="monitoring.decision_threshold", model=f"v{v}"))
-    return performance_report(log_uri, model, m.decision_threshold or LEGACY_THRESHOLD, window=m.performance_window,
+    return performance_report(log_uri, model, m.decision_threshold or LEGACY_THRESHOLD, record_id=contract.record_id,
+                              window=m.performance_window,
                               max_drop=m.max_f1_drop, min_labelled=m.performance_min_labelled,
                               bins=m.calibration_bins, interval=m.estimate_interval,
                               threshold_of=lambda v: of(v).value,

@@ -14,11 +14,8 @@ from typing import Any
 
 import httpx
 
-from mlops_model import NUMERIC_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS
+from mlops_config import ContractConfig
 from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready
-
-REQUEST_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
-"""What the demo sends per instance: the model contract's request fields."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +88,12 @@ def send_traffic(server: Endpoint, rows: list[dict[str, Any]], *, batch: int = 1
             "shed_retries": shed, "latency_ms": latencies}
 
 
-def request_rows(frame: Any, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` request instances sampled from a transactions frame (request fields only)."""
+def request_rows(frame: Any, n: int, seed: int, contract: ContractConfig) -> list[dict[str, Any]]:
+    """``n`` request instances sampled from a raw-batch frame: what ``contract`` says a request holds (the entity
+    keys and request fields, then the record id)."""
     sample = frame.sample(n=min(n, len(frame)), random_state=seed)
+    numeric = set(contract.numeric_fields)
     out = []
-    for rec in sample[list(REQUEST_FIELDS)].to_dict("records"):
-        out.append({k: (float(v) if k in NUMERIC_FIELDS else str(v)) for k, v in rec.items()})
+    for rec in sample[[*contract.required_fields, contract.record_id]].to_dict("records"):
+        out.append({k: (float(v) if k in numeric else str(v)) for k, v in rec.items()})
     return out

@@ -24,7 +24,7 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
     stable = aliases(ctx.cfg.tracking, ctx.root, ctx.model).get("champion")
     log_dir = ctx.work_dir / "shadow_log"
     n = 1_000 if ctx.fast else 3_000
-    rows = request_rows(ctx.validated(), n, ctx.cfg.project.seed + 2)
+    rows = request_rows(ctx.validated(), n, ctx.cfg.project.seed + 2, ctx.cfg.declared_contract("the demo's traffic"))
     started = time.time()
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-shadow-candidate.log",
                     ["--role", "predictor", "--alias", "staging"]) as candidate:

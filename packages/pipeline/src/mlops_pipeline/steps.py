@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY
+from mlops_model import UNKNOWN_ENTITY
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows, run_server, send_traffic
@@ -287,7 +287,7 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
             "--set", f"serving.prediction_log_uri={log_dir}", "--set", f"serving.prediction_log_flush_s={flush_s}"]
     budget = 8_000 if ctx.fast else 16_000
     chunk = 1_000
-    rows = request_rows(ctx.validated(), budget, ctx.cfg.project.seed)
+    rows = request_rows(ctx.validated(), budget, ctx.cfg.project.seed, ctx.cfg.declared_contract("the demo's traffic"))
     looks: list[dict[str, Any]] = []
     traffic: dict[str, Any] = {"requests": 0, "statuses": {}}
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-canary.log", args) as server:
@@ -337,14 +337,14 @@ def step_drift(ctx: PipelineContext) -> dict[str, Any]:
                                   seed=cfg.project.seed + 1, drift="covariate", start_date=next_day,
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
     drifted = pd.read_parquet(paths[0])
-    contract = cfg.contract or DEFAULT_CONTRACT
+    contract = cfg.declared_contract("the drift step (labels learn the drifted day's truth by its record_id)")
     ctx.facts["drifted_truth"] = drifted[[contract.record_id, contract.label]]  # what labels learn a week on
     log_dir = ctx.work_dir / "drift_log"
     champion_before = _aliases(ctx).get("champion")
     n = 600 if ctx.fast else 1_500
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-drift.log",
                     ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}"]) as server:
-        traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1), batch=10)
+        traffic = send_traffic(server, request_rows(drifted, n, cfg.project.seed + 1, contract), batch=10)
     serving = cfg.serving.model_copy(update={"prediction_log_uri": str(log_dir)})
     result = run_monitor(MonitorRun(
         cfg.monitoring, serving, cfg.tracking, cfg.project, ctx.root, ctx.model, window="1h", html=not ctx.fast,
@@ -368,7 +368,7 @@ def step_labels(ctx: PipelineContext) -> dict[str, Any]:
     from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures, version_references
     from mlops_serving import version_thresholds
 
-    contract = ctx.cfg.contract or DEFAULT_CONTRACT
+    contract = ctx.cfg.declared_contract("the labels step (labels join the log on its record_id)")
     truth = pd.concat([ctx.validated()[[contract.record_id, contract.label]], ctx.facts["drifted_truth"]],
                       ignore_index=True)
     # each version against its validation F1 at its threshold; val_f1 (raw scores at 0.5) only for a legacy export
@@ -379,7 +379,8 @@ def step_labels(ctx: PipelineContext) -> dict[str, Any]:
     for traffic, log_dir in (("normal", ctx.work_dir / "canary_log"), ("drifted", ctx.work_dir / "drift_log")):
         gated.append(labels_a_week_later(str(log_dir), ctx.model, truth, ctx.work_dir / "labels" / traffic,
                                          contract=contract))
-        report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, fallback, threshold_of)
+        report = performance_of(str(log_dir), ctx.model, ctx.cfg.monitoring, fallback, threshold_of,
+                                contract=contract)
         windows += [{**w, "traffic": traffic} for w in report["windows"]]
         verdicts.update({f"{v} {traffic}": d for v, d in report["verdicts"].items()})
     ctx.facts["performance"] = {**report, "windows": windows, "verdicts": verdicts}

@@ -178,7 +178,9 @@ def run_performance(loaded: LoadedConfig, *, window: str | None = None, referenc
     cfg, m = loaded.config, loaded.config.monitoring
     uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
     threshold_of = version_thresholds(cfg.tracking, loaded.root, cfg.project.model, m.decision_threshold)
+    contract = cfg.declared_contract("mlops monitor performance (labels join the log on its record_id)")
     report = performance_report(uri, cfg.project.model, m.decision_threshold or LEGACY_THRESHOLD,
+                                record_id=contract.record_id,
                                 window=window or m.performance_window, reference_f1=reference_f1,
                                 max_drop=m.max_f1_drop, min_labelled=m.performance_min_labelled,
                                 bins=m.calibration_bins, interval=m.estimate_interval,

@@ -2,8 +2,10 @@
 
 Where the parts go and how they are laid out (partitioned by model / version / hour on a local folder or an
 object store) is :mod:`mlops_serving.log_store`. Columns are those of docs/CONTRACTS.md (request_id, ts,
-model_name, model_version, variant, transaction_id, user_id, merchant_id, request-time fields, feature
-columns, score, degraded, latency_ms).
+model_name, model_version, variant, the request's fields as the served model's contract names them (its record id,
+entity keys and request-time fields: ``transaction_id, user_id, merchant_id, amount, …`` for fraud), feature
+columns, score, degraded, latency_ms). The record id keeps the contract's name on disk, not a generic one: delayed
+labels and the shadow log join on that name, and fraud's logs written before stay readable as they are.
 
 Loss bound: rows live in memory until the next flush, every ``flush_s`` seconds (and at a clean stop), so a
 killed process loses at most the last ``flush_s`` of predictions. A flush that fails (store unreachable, disk

@@ -13,7 +13,9 @@ call with ``serving.shadow.timeout_s``. A request's shadow latency is the round 
 Every mirrored request that was sent is logged, answered or not, to the shadow log: the prediction-log store's
 layout under ``<prediction_log_uri>/role=shadow`` (``model=<m>/version=<candidate version>/hour=<h>/part-*``),
 one row per instance with the live answer beside the candidate's: ``request_id, instance, ts, model_name,
-model_version`` (candidate), ``live_version, live_variant, transaction_id, live_score, score`` (null on error),
+model_version`` (candidate), ``live_version, live_variant``, the record id (the column the served model's contract
+names ``record_id``, as in the prediction log: ``transaction_id`` for fraud; what the two logs join on),
+``live_score, score`` (null on error),
 ``status`` (``ok`` | ``timeout`` | ``unreachable`` | ``http_<code>`` | ``bad_answer``), ``error``,
 ``latency_ms`` (the candidate round trip: encode + call + decode) and ``live_predict_ms`` (the live model step).
 """
@@ -100,6 +102,8 @@ class _Mirrored:
     """The request's rows are ``start:start + len(rows)`` of each column."""
     live_scores: Sequence[float]
     live_predict_ms: float
+    record_id: str
+    """The served contract's record id column: the rows' id under it is logged under the same name."""
 
 
 class _CandidateError(Exception):
@@ -149,11 +153,12 @@ class ShadowSender:
     # -- the live side: cheap, never blocks, never raises into the request ---------------------------------
     def offer(self, *, request_id: str, ts: float, live_version: str, live_variant: str,
               rows: Sequence[Mapping[str, Any]], features: Mapping[str, Sequence[Any]], live_scores: Sequence[float],
-              live_predict_ms: float, start: int = 0) -> bool:
+              live_predict_ms: float, record_id: str, start: int = 0) -> bool:
         """Mirror this scored request if its turn has come; ``True`` when it was queued.
 
         ``features``: the lookup's columns (name → one value per row) of the batch the request rode in, its rows at
         ``start:start + len(rows)``: kept by reference, read on the sender's thread, never turned into dicts.
+        ``record_id``: the served model's contract's record id column, logged under its name.
         """
         i = next(self._counter)
         if (i + 1) * self._num // self._den == i * self._num // self._den:
@@ -162,7 +167,7 @@ class ShadowSender:
             self._start()
         try:
             self._queue.put_nowait(_Mirrored(request_id, ts, live_version, live_variant, rows, features, start,
-                                             live_scores, live_predict_ms))
+                                             live_scores, live_predict_ms, record_id))
         except queue.Full:
             self._dropped.inc()
             return False
@@ -334,7 +339,7 @@ def _log_rows(model: str, version: str, item: _Mirrored, scores: Sequence[float]
     return LogColumns({
         "request_id": [item.request_id] * n, "instance": list(range(n)), "ts": [when] * n,
         "model_name": [model] * n, "model_version": [version] * n, "live_version": [item.live_version] * n,
-        "live_variant": [item.live_variant] * n, "transaction_id": [row.get("transaction_id") for row in item.rows],
+        "live_variant": [item.live_variant] * n, item.record_id: [row.get(item.record_id) for row in item.rows],
         "live_score": [float(item.live_scores[k]) for k in range(n)],
         "score": [None] * n if scores is None else [scores[k] for k in range(n)],
         "status": [status] * n, "error": [error] * n,

@@ -286,12 +286,14 @@ class TabularModel(kserve.Model):
                 rows=rows, features=found.columns, scores=[s for part in scores for s in part.tolist()],
                 degraded=found.degraded))
         results = []
+        assert self.contract is not None, "a batch was scored before the model (and its contract) loaded"
+        record_id = self.contract.record_id  # the shadow log names the id column as the prediction log does
         for i, (batch, variant) in enumerate(zip(batches, picked, strict=True)):
             if self._shadow is not None:  # queued for the shadow thread, never waited for
                 self._shadow.offer(request_id=batch.request_id, ts=now, live_version=variant.target.ref.version,
                                    live_variant=variant.name, rows=batch.rows, features=found.columns,
                                    start=bounds[i], live_scores=scores[i].tolist(),
-                                   live_predict_ms=(t2 - t1) * 1000.0)
+                                   live_predict_ms=(t2 - t1) * 1000.0, record_id=record_id)
             results.append(_Scored(batch, variant, scores[i], found.degraded, found.unknown[bounds[i] : bounds[i + 1]]))
         self._observe(results, t1 - t0, t2 - t1, t2)
         return results

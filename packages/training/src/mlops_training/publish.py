@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlops_config import PlatformConfig
-from mlops_model import ENTITY_KEYS, LABEL, OPTIONAL_FIELDS, ExportedModelError
+from mlops_model import DEFAULT_CONTRACT, ExportedModelError, contract_of
 from mlops_training.errors import TrainingError
 from mlops_training.spec import train_spec
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ID_COLUMNS = {*OPTIONAL_FIELDS, *ENTITY_KEYS, LABEL, "event_timestamp", "created_timestamp"}
+_TIME_COLUMNS = ("event_timestamp", "created_timestamp")
 
 
 def export_model(folder: Path, outcome: TrainOutcome, task: Task, lineage: dict[str, Any],
@@ -113,7 +113,10 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
 
     scores = _served(outcome, data.train_x, calibration)  # the drift reference must hold the scores serving returns
     df = pd.read_parquet(data.frame_path)
-    cols = [c for c in df.columns if c not in _ID_COLUMNS]
+    # the set records the contract it was prepared under; one prepared before sets recorded it: the default's
+    contract = contract_of({"contract": data.contract}, source=str(data.frame_path)) or DEFAULT_CONTRACT
+    ids = {contract.record_id, *contract.entity_keys, contract.label, *_TIME_COLUMNS}
+    cols = [c for c in df.columns if c not in ids]
     numeric = [c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
     categorical = [c for c in cols if c not in numeric]
     return build_reference_profile(df, numeric, categorical, n_bins, scores=scores)

@@ -61,9 +61,9 @@ def _tabular_task(config: PlatformConfig, root: Path, run_dir: Path, dist_info: 
     if dist_info.is_main and not (cache / "meta.json").is_file():
         try:
             # a copy when the same inputs were prepared before (a replay of the recipe): tabular_cache
-            declared = {} if config.contract is None else {"contract": config.contract}  # keys the copy too
+            contract = config.declared_contract("tabular training")  # keys the copy too
             prepare_cached(prepare_tabular, config.features, config.data, root, cache,
-                           _resolve(root, config.training.checkpoint.dir) / "_tabular", **declared)
+                           _resolve(root, config.training.checkpoint.dir) / "_tabular", contract=contract)
         except Exception as exc:  # every rank must learn of it, or they wait at the broadcast forever
             failure[0] = f"{type(exc).__name__}: {exc}"
     dist.broadcast_object_list(failure, src=0)

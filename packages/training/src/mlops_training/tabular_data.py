@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlops_model import DEFAULT_CONTRACT, EncoderSpec, contract_meta
+from mlops_model import EncoderSpec, contract_meta
 from mlops_training.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def check_calibration_split(val_y: Any, method: str) -> None:
 
 
 def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cache: Path,
-                    *, val_fraction: float = 0.2, contract: ContractConfig = DEFAULT_CONTRACT) -> None:
+                    *, contract: ContractConfig, val_fraction: float = 0.2) -> None:
     """Build the training set through ``mlops_features``, fit the encoder on the train split, write the cache.
 
     ``contract`` names the label and the encoder's request fields, log-scaled and derived columns.
@@ -113,7 +113,7 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
             f"the tabular model needs mlops_features (training_set, data_version, data_lineage): {exc}; "
             "install packages/features (make setup)"
         ) from None
-    df = training_set(features, data, root)
+    df = training_set(features, data, root, contract=contract)
     label = contract.label
     if label not in df.columns or len(df) == 0:
         raise TrainingError(

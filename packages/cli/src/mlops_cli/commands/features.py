@@ -76,10 +76,9 @@ def get(
 ) -> None:
     """Read one entity row of the FeatureService from the online store."""
     from mlops_features import DataError, OnlineFeatures
-    from mlops_model import DEFAULT_CONTRACT
 
     loaded = load(profile, model, sets)
-    keys = (loaded.config.contract or DEFAULT_CONTRACT).entity_keys
+    keys = loaded.config.declared_contract("mlops features get (an entity row is keyed by its entity keys)").entity_keys
     row = {}
     for item in entity:
         key, sep, value = item.partition("=")
@@ -201,8 +200,8 @@ def plan(
     if base_ref:
         base = base_repo_from_git(loaded.root, base_ref, cfg.features.repo_path,
                                   loaded.root / ".mlops" / "plan-base")
-    report = plan_features(cfg.features, loaded.root, tracking=cfg.tracking, base_repo=base,
-                           model=cfg.project.model)
+    report = plan_features(cfg.features, loaded.root, contract=cfg.declared_contract("mlops features plan"),
+                           tracking=cfg.tracking, base_repo=base, model=cfg.project.model)
     text = report.to_markdown()
     if markdown is not None:
         markdown.write_text(text, encoding="utf-8")

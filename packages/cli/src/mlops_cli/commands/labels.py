@@ -20,7 +20,8 @@ app = typer.Typer(help="Delayed labels: the labels gate and the label store besi
 @app.command("ingest")
 def ingest(
     batches: Annotated[list[Path] | None, typer.Argument(
-        help="Label batches: parquet with transaction_id, label, label_time; default: the batches under "
+        help="Label batches: parquet with the contract's record_id column, label, label_time; "
+             "default: the batches under "
              "data.labels_landing_uri not gated yet (the labels CronJob).")] = None,
     profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -32,11 +33,13 @@ def ingest(
     loaded = load(profile, model, sets, check_secrets=False)
     cfg = loaded.config
     uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, loaded.root)
+    record_id = cfg.declared_contract("mlops data labels ingest (label batches are keyed by its record_id)").record_id
     skipped: list[str] = []
     if batches:
-        summary = ingest_label_batches(list(batches), uri, cfg.project.model)
+        summary = ingest_label_batches(list(batches), uri, cfg.project.model, record_id=record_id)
     elif cfg.data.labels_landing_uri:
-        summary, skipped = ingest_landed_labels(cfg.data.labels_landing_uri, uri, cfg.project.model)
+        summary, skipped = ingest_landed_labels(cfg.data.labels_landing_uri, uri, cfg.project.model,
+                                                record_id=record_id)
     else:
         raise DataError("no label batches given and data.labels_landing_uri is not set: pass batch files, or set "
                         "data.labels_landing_uri to the folder (fsspec URL) where label batches land")

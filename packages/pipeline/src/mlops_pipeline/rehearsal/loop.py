@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from mlops_model import DEFAULT_CONTRACT
 from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.local_server import request_rows
 from mlops_pipeline.rehearsal import datapath, mlflow_roles, topology
@@ -328,13 +327,14 @@ def canary_step(percent: int, *, analysed: bool) -> Any:
         if served.canary_version != int(version) or served.canary_percent != percent:
             raise PipelineError(f"overlay at HEAD: canary v{served.canary_version} at {served.canary_percent}%")
         seed = ctx.cfg.project.seed + percent
+        contract = ctx.cfg.declared_contract("the rehearsal's canary traffic")
         if not analysed:
             n = 300 if ctx.fast else 800
-            traffic = send_split(ctx.plane, request_rows(ctx.validated(), n, seed), seed)
+            traffic = send_split(ctx.plane, request_rows(ctx.validated(), n, seed, contract), seed)
             return {"commit": change.commit, "percent": percent, "traffic": traffic}
         since = datetime.now(UTC)
         budget, chunk = (8_000, 1_000) if ctx.fast else (16_000, 1_000)
-        rows = request_rows(ctx.validated(), budget, seed)
+        rows = request_rows(ctx.validated(), budget, seed, contract)
         looks: list[dict[str, Any]] = []
         sent: dict[str, int] = {}
         analysis: dict[str, Any] = {}
@@ -391,12 +391,12 @@ def step_drift_traffic(ctx: RehearsalContext) -> dict[str, Any]:
                                   users=cfg.data.users, merchants=cfg.data.merchants, fraud_rate=cfg.data.fraud_rate)
     ctx.facts["drifted_batch"] = str(paths[0])  # lands later as new data (step ingest-drifted)
     drifted = pd.read_parquet(paths[0])
-    contract = cfg.contract or DEFAULT_CONTRACT
+    contract = cfg.declared_contract("the drift step (labels learn the drifted day's truth by its record_id)")
     ctx.facts["drifted_truth"] = drifted[[contract.record_id, contract.label]]  # its labels arrive a week later
     since = datetime.now(UTC)
     ctx.facts["drift_since"] = since
     n = 600 if ctx.fast else 1_500
-    traffic = send_split(ctx.plane, request_rows(drifted, n, cfg.project.seed + 1),
+    traffic = send_split(ctx.plane, request_rows(drifted, n, cfg.project.seed + 1, contract),
                          cfg.project.seed + 1, batch=10)
     deadline, rows = time.monotonic() + 30, 0
     while time.monotonic() < deadline:

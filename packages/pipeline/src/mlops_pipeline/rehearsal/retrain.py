@@ -82,20 +82,20 @@ def step_ingest_drifted(ctx: RehearsalContext) -> dict[str, Any]:
 
 def step_labels(ctx: RehearsalContext) -> dict[str, Any]:
     """A simulated week on, the labels of everything served land and the labels CronJob's path gates them."""
-    from mlops_model import DEFAULT_CONTRACT
     from mlops_pipeline.labels_step import labels_a_week_later, performance_of, version_figures, version_references
     from mlops_serving import resolve_prediction_log_uri, version_thresholds
 
     cfg = ctx.cfg
     uri = resolve_prediction_log_uri(cfg.serving.prediction_log_uri, ctx.root)
-    contract = cfg.contract or DEFAULT_CONTRACT
+    contract = cfg.declared_contract("the rehearsal's labels step (labels join the log on its record_id)")
     truth = pd.concat([ctx.validated()[[contract.record_id, contract.label]], ctx.facts["drifted_truth"]],
                       ignore_index=True)
     fallback = (ctx.facts.get("train") or {}).get("metrics", {}).get("val_f1")  # only for a legacy export
     gated = labels_a_week_later(uri, ctx.model, truth, ctx.work_dir / "labels", landing_uri=cfg.data.labels_landing_uri,
                                 contract=contract)
     report = performance_of(uri, ctx.model, cfg.monitoring, fallback,
-                            version_thresholds(cfg.tracking, ctx.root, ctx.model, cfg.monitoring.decision_threshold))
+                            version_thresholds(cfg.tracking, ctx.root, ctx.model, cfg.monitoring.decision_threshold),
+                            contract=contract)
     ctx.facts["performance"] = report
     return {"labels": gated, "references": version_references(report["verdicts"]),
             "versions": version_figures(report["windows"])}
