@@ -13,9 +13,9 @@ import ast
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from mlops_config import PlatformConfig
+from mlops_core import flatten
 
 REPO = Path(__file__).resolve().parents[2]
 USE_CASE = re.compile(r"fraud|amount", re.IGNORECASE)
@@ -116,18 +116,10 @@ def test_packages_hold_no_use_case_name_outside_the_allowlist() -> None:
     assert not cleaned, f"{cleaned!r} no longer name a use case: drop them from ALLOWED"
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}.{key}" if prefix else key
-        out.update(_flat(value, path) if isinstance(value, dict) and value else {path: value})
-    return out
-
-
 def test_the_config_defaults_name_no_use_case() -> None:
     """The schema's defaults (every section built bare) are generic: the reference model's names (its project,
     model file, experiment, FeatureService, Feast project) come from configs/ (#26)."""
-    defaults = _flat(PlatformConfig().model_dump(mode="json"))
+    defaults = flatten(PlatformConfig().model_dump(mode="json"))
     named = {key: value for key, value in defaults.items() if USE_CASE.search(f"{key} {json.dumps(value)}")}
     new = {key: value for key, value in named.items() if key not in DEFAULTS_ALLOWED}
     assert not new, f"config defaults that name a use case (set them in configs/ instead): {new!r}"

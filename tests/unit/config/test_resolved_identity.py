@@ -31,6 +31,7 @@ CHANGED: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys, as ``mlops_core.flatten`` but keeping an empty section as a value (the snapshot holds them)."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         path = f"{prefix}.{key}" if prefix else key
