@@ -23,7 +23,7 @@ import pandas as pd
 
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.local_server import Endpoint, run_server
+from mlops_pipeline.local_server import Endpoint, post_retrying, run_server
 from mlops_pipeline.runner import Step, StepResult
 from mlops_pipeline.steps import _aliases, _dvc, _evaluate, _held, _promote, step_gates
 
@@ -170,7 +170,8 @@ def _serve_args(folder: Path, version: str, log_dir: Path, *extra: str) -> list[
 
 def send_prompts(servers: dict[str, Endpoint], prompts: list[str], *, concurrency: int = 2
                  ) -> dict[str, dict[str, Any]]:
-    """POST prompts to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``) of each arm in turn; statuses per arm.
+    """POST prompts to ``/openai/v1/completions`` (greedy, ``MAX_TOKENS``) of each arm in turn, each by
+    :func:`~mlops_pipeline.local_server.post_retrying`; the final statuses per arm.
 
     With several arms the requests alternate between them (prompt ``i`` to arm ``i mod k``, the order within each
     round rotating) from one pool of ``concurrency`` clients, so the arms share the machine alike: two arms each
@@ -187,7 +188,9 @@ def send_prompts(servers: dict[str, Endpoint], prompts: list[str], *, concurrenc
         def one(task: tuple[str, str]) -> tuple[str, int]:
             server = servers[task[0]]
             body = {"model": server.model, "prompt": task[1], "max_tokens": MAX_TOKENS, "temperature": 0}
-            return task[0], client.post(f"{server.url}/openai/v1/completions", json=body).status_code
+            resp, _ = post_retrying(client, f"{server.url}/openai/v1/completions", json.dumps(body),
+                                    {"content-type": "application/json"})
+            return task[0], resp.status_code
 
         with ThreadPoolExecutor(concurrency) as pool:
             for arm, status in pool.map(one, tasks):

@@ -48,44 +48,61 @@ def run_server(root: Path, model: str, log_path: Path, args: Sequence[str] = (),
 
 
 SHED_RETRIES = 3
-"""Retries of a request the server shed with 503 + ``Retry-After`` before its status counts."""
+"""Retries of a request before its status counts: one the server shed (503 + ``Retry-After``), or one whose body
+it did not get within the request's deadline (408)."""
+
+
+def post_retrying(client: httpx.Client, url: str, body: bytes | str, headers: dict[str, str] | None = None,
+                  ) -> tuple[httpx.Response, dict[int, int]]:
+    """POST ``body`` to ``url`` as a client of the shedding server; the final response and the retries by status.
+
+    A 503 with ``Retry-After`` (overload, or a missed deadline) is retried after that wait, a 408 at once on a new
+    connection (RFC 9110 15.5.9: the server timed out on the request's body and closed the connection; nothing was
+    scored, so the request may be repeated): up to ``SHED_RETRIES`` times, then the last status counts. A 408 is
+    the sender's lateness, not the model's: a client process starved between writing the headers and the body (a
+    loaded 2-core machine) gets it; every other status, 4xx and 5xx alike, counts at once.
+    """
+    retried: dict[int, int] = {}
+    while True:
+        resp = client.post(url, content=body, headers=headers)
+        wait = resp.headers.get("retry-after") if resp.status_code == 503 else "0" if resp.status_code == 408 else None
+        if wait is None or sum(retried.values()) >= SHED_RETRIES:
+            return resp, retried
+        retried[resp.status_code] = retried.get(resp.status_code, 0) + 1
+        time.sleep(min(float(wait), 5.0))
 
 
 def send_traffic(server: Endpoint, rows: list[dict[str, Any]], *, batch: int = 1,
                  concurrency: int = 4) -> dict[str, Any]:
     """POST ``rows`` as V1 requests (``batch`` instances each); bounded by the row count. Returns tallies.
 
-    A client of the shedding server: a 503 with ``Retry-After`` (overload, or a missed deadline) is retried after
-    that wait, up to ``SHED_RETRIES`` times; the final status counts, the retries are tallied as ``shed_retries``.
+    Each request is sent by :func:`post_retrying`; the final status counts, the retries are tallied by status in
+    ``retries`` (``shed_retries`` counts the 503s among them).
     """
     endpoint = f"{server.url}/v1/models/{server.model}:predict"
     chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
     statuses: dict[int, int] = {}
-    degraded = shed = 0
+    retries: dict[int, int] = {}
+    degraded = 0
     latencies: list[float] = []
     with httpx.Client(timeout=30) as client:
 
-        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float, int]:
-            body, retries = json.dumps({"instances": chunk}), 0
-            while True:
-                started = time.perf_counter()
-                resp = client.post(endpoint, content=body, headers={"content-type": "application/json"})
-                wait = resp.headers.get("retry-after")
-                if resp.status_code != 503 or wait is None or retries >= SHED_RETRIES:
-                    break
-                retries += 1
-                time.sleep(min(float(wait), 5.0))
+        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float, dict[int, int]]:
+            started = time.perf_counter()
+            resp, retried = post_retrying(client, endpoint, json.dumps({"instances": chunk}),
+                                          {"content-type": "application/json"})
             ok_degraded = resp.status_code == 200 and bool(resp.json().get("degraded"))
-            return resp.status_code, ok_degraded, (time.perf_counter() - started) * 1000, retries
+            return resp.status_code, ok_degraded, (time.perf_counter() - started) * 1000, retried
 
         with ThreadPoolExecutor(concurrency) as pool:
-            for status, was_degraded, ms, retries in pool.map(one, chunks):
+            for status, was_degraded, ms, retried in pool.map(one, chunks):
                 statuses[status] = statuses.get(status, 0) + 1
                 degraded += was_degraded
-                shed += retries
+                for code, n in retried.items():
+                    retries[code] = retries.get(code, 0) + n
                 latencies.append(ms)
     return {"requests": len(chunks), "instances": len(rows), "statuses": statuses, "degraded": degraded,
-            "shed_retries": shed, "latency_ms": latencies}
+            "shed_retries": retries.get(503, 0), "retries": retries, "latency_ms": latencies}
 
 
 def request_rows(frame: Any, n: int, seed: int, contract: ContractConfig) -> list[dict[str, Any]]:
