@@ -1,6 +1,7 @@
 """Data and features as code: sample data, the validation gate, ingestion, Feast access, training sets.
 
-Heavy dependencies (Feast, Great Expectations) load on first use, not on import.
+Heavy dependencies (Feast, Great Expectations) load on first use, not on import; Feast's argument checks are
+instrumented on each method's first call, not at its import (:mod:`mlops_features.lazy_typecheck`).
 """
 
 from mlops_features.aggregates import ingest, read_validated
@@ -25,6 +26,7 @@ from mlops_features.landing import (
     pull_accepted,
     read_pointer,
 )
+from mlops_features.lazy_typecheck import install as install_lazy_typecheck
 from mlops_features.lineage import LineageVerdict, check_data_lineage, data_lineage
 from mlops_features.online import OnlineFeatures
 from mlops_features.pipeline import PreparedData, build_features, data_version, prepare_local_data, refresh_online
@@ -33,6 +35,8 @@ from mlops_features.review import PlanReport, base_repo_from_git, plan_features
 from mlops_features.sample import DRIFT_MODES, generate_transactions
 from mlops_features.store import apply_repo, materialize, open_store, render_feature_store_yaml
 from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
+
+install_lazy_typecheck()  # before anything imports feast, which binds typeguard's decorator at its import
 
 __all__ = [
     "DRIFT_MODES",
