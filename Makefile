@@ -34,7 +34,8 @@ setup: $(STAMP)
 # The rest goes through uv (itself from the lock, by pip): the same hashes, installed in parallel. Where uv cannot
 # be installed or cannot reach the index, pip installs the rest, as before. Bytecode is compiled at install, as pip
 # does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) Python never writes it, and every process would
-# compile every module it imports again (without it, CI's test run took about twice as long).
+# compile every module it imports again (without it, CI's test run took about twice as long). What the lock
+# leaves out on purpose (tools/write_lock.py LEFT_OUT, with why) is uninstalled from a venv made before.
 TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),,https://download.pytorch.org/whl/cpu)
 PIP_QUIET := 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject.toml,$(PACKAGES))
@@ -50,6 +51,7 @@ $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject
 	  { echo "uv could not install the lock; pip installs it"; \
 	  $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-rest.txt $(PIP_QUIET); }
 	$(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@$(BIN)/pip uninstall -y -q $$($(BIN)/python tools/write_lock.py --left-out) 2>/dev/null || true
 	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock
 	@touch $@
 
