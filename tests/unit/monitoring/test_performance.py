@@ -51,6 +51,15 @@ def test_expected_confusion_and_auc_by_hand() -> None:
     assert expected_auc(s) == pytest.approx(num / den)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_expected_auc_with_many_ties_equals_the_pairwise_sum(seed: int) -> None:
+    s = np.round(np.random.default_rng(seed).beta(0.8, 2.0, 300), 1)  # 11 distinct scores: ties everywhere
+    w = s[:, None] * (1 - s[None, :])
+    np.fill_diagonal(w, 0.0)
+    right = (s[:, None] > s[None, :]) + 0.5 * (s[:, None] == s[None, :])
+    assert expected_auc(s) == pytest.approx(float((w * right).sum() / w.sum()), rel=1e-12)
+
+
 def test_cbpe_matches_realized_on_calibrated_scores() -> None:
     rng = np.random.default_rng(7)
     s = rng.beta(0.6, 3.0, 40_000)

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from mlops_model import statistics
 from mlops_monitoring.errors import MonitoringError
@@ -58,9 +57,9 @@ def expected_auc(scores: Any) -> float | None:
     order = np.argsort(s, kind="stable")
     s_sorted = s[order]
     neg = 1 - s_sorted
-    ranks = rankdata(s_sorted, method="min") - 1  # items strictly below each one: positions [0, rank)
     below = np.concatenate([[0.0], np.cumsum(neg)])
     _, first, counts = np.unique(s_sorted, return_index=True, return_counts=True)
+    ranks = np.repeat(first, counts)  # items strictly below each one: positions [0, rank) of the sorted scores
     tie_neg = np.repeat(np.add.reduceat(neg, first), counts)  # negatives' weight at the same score
     # pair (i positive, j negative), i != j: ordered right when s_i > s_j, half when tied
     numerator = np.sum(s_sorted * (below[ranks] + 0.5 * (tie_neg - neg)))
