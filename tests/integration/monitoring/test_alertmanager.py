@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -21,8 +22,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
+from mlops_config import MonitoringConfig, PlatformConfig, ProjectConfig, ServingConfig, TrackingConfig
 from mlops_features.sample import generate_transactions
+from mlops_model import DEFAULT_CONTRACT
 from mlops_monitoring import MonitorRun, run_monitor
 
 pytestmark = pytest.mark.integration
@@ -49,6 +51,12 @@ def batches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+def _fraud_monitoring(**settings: Any) -> MonitoringConfig:
+    """Monitoring as the reference model resolves it: its contract's key features (amount's covariate drift is
+    CRITICAL) and ids and label ignored."""
+    return PlatformConfig(contract=DEFAULT_CONTRACT, monitoring=MonitoringConfig(**settings)).monitoring
+
+
 def _alerts(am_url: str) -> list[dict]:
     response = httpx.get(f"{am_url}/api/v2/alerts", timeout=5)
     response.raise_for_status()
@@ -64,7 +72,7 @@ def _run(root: Path, monitoring: MonitoringConfig, batches: dict[str, Path], whi
 
 def test_critical_reaches_alertmanager_with_its_labels_and_is_resolved_when_the_level_drops(
         tmp_path: Path, alertmanager, batches: dict[str, Path]) -> None:
-    monitoring = MonitoringConfig(webhook_url=f"{alertmanager.url}/api/v2/alerts", webhook_format="alertmanager")
+    monitoring = _fraud_monitoring(webhook_url=f"{alertmanager.url}/api/v2/alerts", webhook_format="alertmanager")
     now = datetime.now(UTC)
     first = _run(tmp_path, monitoring, batches, "critical", now)
     assert first.level == "CRITICAL"
@@ -92,7 +100,7 @@ def test_critical_reaches_alertmanager_with_its_labels_and_is_resolved_when_the_
 
 def test_a_level_change_resolves_the_old_label_set_and_fires_the_new_one(
         tmp_path: Path, alertmanager, batches: dict[str, Path]) -> None:
-    monitoring = MonitoringConfig(webhook_url=f"{alertmanager.url}/api/v2/alerts", webhook_format="alertmanager")
+    monitoring = _fraud_monitoring(webhook_url=f"{alertmanager.url}/api/v2/alerts", webhook_format="alertmanager")
     assert _run(tmp_path, monitoring, batches, "critical", datetime.now(UTC)).level == "CRITICAL"
     assert _run(tmp_path, monitoring, batches, "warning", datetime.now(UTC)).level == "WARNING"
     assert [a["labels"]["severity"] for a in _alerts(alertmanager.url)] == ["warning"]

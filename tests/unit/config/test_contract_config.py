@@ -90,8 +90,18 @@ def test_the_reference_models_file_declares_the_default_contract(repo_root: Path
     loaded = load_config(model="fraud", config_dir=repo_root / "configs", environ={}).config
     assert loaded.contract == DEFAULT_CONTRACT
     # and monitoring, left to the contract, is what its own defaults were before contracts were declared
-    assert loaded.monitoring.key_features == MonitoringConfig().key_features
-    assert loaded.monitoring.ignore_columns == MonitoringConfig().ignore_columns
+    assert loaded.monitoring.key_features == ("amount", "user_txn_count_1h", "user_amount_zscore")
+    assert loaded.monitoring.ignore_columns == (
+        "request_id", "ts", "model_name", "model_version", "variant", "transaction_id", "user_id", "merchant_id",
+        "event_timestamp", "created", "degraded", "latency_ms", "is_fraud")
+
+
+def test_a_model_without_a_contract_resolves_no_use_case_columns() -> None:
+    """The defaults name no model's columns: without a contract, no key feature and only serving bookkeeping."""
+    monitoring = PlatformConfig.model_validate({}).monitoring
+    assert monitoring.key_features == ()
+    assert monitoring.ignore_columns == ("request_id", "ts", "model_name", "model_version", "variant",
+                                         "event_timestamp", "created", "degraded", "latency_ms")
 
 
 def test_monitoring_follows_a_declared_contract_unless_set() -> None:
@@ -104,3 +114,15 @@ def test_monitoring_follows_a_declared_contract_unless_set() -> None:
     assert chosen.key_features == ("plan",)
     assert "churned" in chosen.ignore_columns
     assert PlatformConfig().monitoring == MonitoringConfig()  # no contract: the section's own defaults
+
+
+def test_a_config_built_directly_resolves_monitoring_as_a_loaded_one() -> None:
+    """``PlatformConfig(contract=..., monitoring=MonitoringConfig(...))`` kept the section's defaults: pydantic
+    ignores the copy an after-validator returns when the model is built by ``__init__``."""
+    contract = ContractConfig.model_validate(churn())
+    built = PlatformConfig(contract=contract, monitoring=MonitoringConfig(min_f1=0.2)).monitoring
+    assert built.key_features == ("monthly_charges", "support_calls_30d")
+    assert built.ignore_columns[5:7] == ("event_id", "customer_id") and built.ignore_columns[-1] == "churned"
+    assert built == PlatformConfig.model_validate({"contract": churn(), "monitoring": {"min_f1": 0.2}}).monitoring
+    chosen = PlatformConfig(contract=contract, monitoring=MonitoringConfig(ignore_columns=("event_id",))).monitoring
+    assert chosen.ignore_columns == ("event_id",) and chosen.key_features == ("monthly_charges", "support_calls_30d")

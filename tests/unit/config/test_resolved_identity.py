@@ -28,6 +28,14 @@ CHANGED: dict[str, dict[str, dict[str, Any]]] = {
     for profile in ("local", "staging", "production")
 }
 """Entry → part → key → the new value: llm-tiny logs to its own experiment, no longer the reference model's."""
+for _profile in ("local", "staging", "production"):
+    for _model in ("llm-tiny", "llm-sft"):
+        CHANGED.setdefault(f"{_profile}/{_model}", {"config": {}, "sources": {}})["config"].update({
+            "monitoring.key_features": [],
+            "monitoring.ignore_columns": ["request_id", "ts", "model_name", "model_version", "variant",
+                                          "event_timestamp", "created", "degraded", "latency_ms"]})
+"""The models without a contract (the LMs) no longer resolve the reference model's columns as their key features and
+ignored ids (``transaction_id``, ``user_id``, ``merchant_id``, ``is_fraud``, ``amount``, ...)."""
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -112,7 +112,8 @@ def test_profile_and_frame_agree() -> None:
 )
 def test_levels_follow_the_policy(shift: float, web: float, level: str, culprit: str | None) -> None:
     rng = np.random.default_rng(3)
-    report = compare(_frame(20_000, rng), _frame(5000, rng, shift=shift, web=web))
+    keys = MonitoringConfig(key_features=("amount",))  # a key feature's critical drift is CRITICAL; the rest WARNING
+    report = compare(_frame(20_000, rng), _frame(5000, rng, shift=shift, web=web), keys)
     assert report.level == level
     if culprit:
         assert report.columns[culprit].drifted

@@ -31,19 +31,17 @@ class MonitoringConfig(Section):
     psi_critical: float = Field(default=0.2, ge=0)
     """PSI above which a key feature raises CRITICAL."""
 
-    key_features: tuple[str, ...] = ("amount", "user_txn_count_1h", "user_amount_zscore")
+    key_features: tuple[str, ...] = ()
     """Features whose critical drift (or the prediction score's) triggers rollback; with a ``contract`` declared,
-    its ``key_features`` unless set here."""
+    its ``key_features`` unless set here (none without: only the prediction score's drift)."""
 
     min_f1: float = Field(default=0.5, ge=0, le=1)
     """Realized F1 (with delayed labels) below this is CRITICAL."""
 
-    ignore_columns: tuple[str, ...] = (
-        "request_id", "ts", "model_name", "model_version", "variant", "transaction_id", "user_id", "merchant_id",
-        "event_timestamp", "created", "degraded", "latency_ms", "is_fraud",
-    )
+    ignore_columns: tuple[str, ...] = SERVING_COLUMNS
     """Columns that are ids, timestamps, labels or serving bookkeeping, not features; never compared. With a
-    ``contract`` declared, :data:`SERVING_COLUMNS` plus its record id, entity keys and label unless set here."""
+    ``contract`` declared, :data:`SERVING_COLUMNS` plus its record id, entity keys and label unless set here;
+    without, :data:`SERVING_COLUMNS` (a model's own ids and label are its contract's to name)."""
 
     window: str = "1h"
     """Default window of the prediction log that a run reads (``30m``, ``1h``, ``7d``)."""

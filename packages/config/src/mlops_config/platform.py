@@ -88,23 +88,29 @@ class PlatformConfig(Section):
                               "model's record_id, entity keys, fields and label)")
         return self.contract
 
-    @model_validator(mode="after")
-    def _monitoring_from_contract(self) -> PlatformConfig:
-        """``monitoring.key_features`` and ``monitoring.ignore_columns`` follow the contract unless set."""
-        if self.contract is None:
-            return self
-        given = self.monitoring.model_fields_set
-        update: dict[str, tuple[str, ...]] = {}
-        if "key_features" not in given:
-            update["key_features"] = self.contract.key_features
-        if "ignore_columns" not in given:
-            c = self.contract
-            update["ignore_columns"] = (*SERVING_COLUMNS[:5], c.record_id, *c.entity_keys, *SERVING_COLUMNS[5:],
-                                        c.label)
-        if not update:
-            return self
-        return self.model_copy(update={"monitoring": self.monitoring.model_copy(update=update)})
-
+    @model_validator(mode="before")
+    @classmethod
+    def _monitoring_from_contract(cls, data: Any) -> Any:
+        """``monitoring.key_features`` and ``monitoring.ignore_columns`` follow the contract unless set. Before the
+        sections are built, as :meth:`_names_from_project`: ``PlatformConfig(...)`` ignores a copy returned by an
+        *after* validator (pydantic), so a config built directly kept the monitoring defaults."""
+        if not isinstance(data, dict) or data.get("contract") is None:
+            return data
+        try:
+            c = ContractConfig.model_validate(data["contract"])
+        except ValueError:
+            return data  # validation names the bad contract
+        data = dict(data)
+        resolved = {"key_features": c.key_features,
+                    "ignore_columns": (*SERVING_COLUMNS[:5], c.record_id, *c.entity_keys, *SERVING_COLUMNS[5:],
+                                       c.label)}
+        given = data.get("monitoring")
+        if isinstance(given, BaseModel):
+            update = {k: v for k, v in resolved.items() if k not in given.model_fields_set}
+            data["monitoring"] = given.model_copy(update=update) if update else given
+        elif given is None or isinstance(given, dict):
+            data["monitoring"] = {**resolved, **(given or {})}
+        return data
 
 def _given(section: Any, key: str, default: Any) -> Any:
     """``key`` of a section given as a model (when set) or a mapping, else ``default``."""
