@@ -31,7 +31,6 @@ ALLOWED: dict[str, str] = {
     "packages/cli/src/mlops_cli/commands/data.py": "passes data.fraud_rate to the generator",
     "packages/config/src/mlops_config/data.py": "fraud_rate (generator)",
     "packages/config/src/mlops_config/moved.py": "data.max_amount, refused at load with its replacement's path",
-    "packages/config/src/mlops_config/monitoring.py": _DEFAULTS + " (key_features, ignore_columns)",
     "packages/delivery/src/mlops_delivery/shadow_stage.py": "names the shadow overlay under infra/",
     "packages/evaluation/src/mlops_evaluation/calibration_gate.py": "'frauds' in the inconclusive verdict (tested)",
     "packages/pipeline/src/mlops_pipeline/steps.py": "the demo's steps: the reference model's drift and bad rows",
@@ -47,9 +46,6 @@ ALLOWED: dict[str, str] = {
 
 DEFAULTS_ALLOWED: dict[str, str] = {
     "data.fraud_rate": "the key's name (the sample generator's), not a default value; renaming it is a moved key",
-    "monitoring.key_features": "a model without a contract (the language models) resolves these; an empty default "
-                               "would change their resolved config",
-    "monitoring.ignore_columns": "as monitoring.key_features",
 }
 """Dotted config key → why its name or default value still names the use case; only shrinks."""
 
