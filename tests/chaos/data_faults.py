@@ -203,6 +203,7 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     """A repository folder with validated transactions ingested and the Feast repo applied (not materialized)."""
     from mlops_config import DataConfig, FeaturesConfig
     from mlops_features import apply_repo, generate_transactions, ingest, validate_batches
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root = workdir / f"materialize-{seed}"
     shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
@@ -210,8 +211,8 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     features = FeaturesConfig(feature_service="fraud_v1",
                               feast_project=f"chaos_{seed}", online_ttl_as_of=sample_as_of())
     raw = generate_transactions(root / data.raw_dir, rows=600, days=2, seed=seed, users=40, merchants=15)
-    validate_batches(raw, data, root)
-    ingest(root / data.validated_dir, root / features.source_dir)
+    validate_batches(raw, data, root, contract=FRAUD_CONTRACT)
+    ingest(root / data.validated_dir, root / features.source_dir, record_id=FRAUD_CONTRACT.record_id)
     apply_repo(features, root)
     return root, features, data
 

@@ -138,7 +138,7 @@ def test_online_equals_offline_on_the_new_feature(added: tuple[Path, dict]) -> N
 
     repo, _ = added
     cfg = _features(repo, "fraud_v2")
-    tx = read_validated(repo / cfg.data.validated_dir)  # type: ignore[attr-defined]
+    tx = read_validated(repo / cfg.data.validated_dir, record_id=cfg.contract.record_id)  # type: ignore[attr-defined]
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     users = tx["user_id"].drop_duplicates().sample(30, random_state=0).tolist()
     after = tx["event_timestamp"].max() + pd.Timedelta(seconds=1)
@@ -169,7 +169,7 @@ def test_fraud_v1_still_returns_what_it_did(added: tuple[Path, dict]) -> None:
     for x, y in zip(a, b, strict=True):
         assert "user_amount_max_24h" not in x
         assert {n: x[n] for n in V1} == {n: y[n] for n in V1}
-    tx = read_validated(repo / v1.data.validated_dir)  # type: ignore[attr-defined]
+    tx = read_validated(repo / v1.data.validated_dir, record_id=v1.contract.record_id)  # type: ignore[attr-defined]
     # after every row the online store holds: merchant rows are stamped at the end of their day
     after = pd.to_datetime(tx["event_timestamp"], utc=True).max().floor("D") + pd.Timedelta(days=1, seconds=1)
     entity = pd.DataFrame({"user_id": [r["user_id"] for r in rows], "merchant_id": [r["merchant_id"] for r in rows],

@@ -20,6 +20,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, historical_features, open_store, prepare_local_data, read_validated
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +49,8 @@ def store_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     features = FeaturesConfig(feature_service="fraud_v1",
                               online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
-    prepare_local_data(DATA, features, root, seed=21)
-    tx = read_validated(root / DATA.validated_dir)
+    prepare_local_data(DATA, features, root, contract=FRAUD_CONTRACT, seed=21)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     last = pd.to_datetime(tx["event_timestamp"], utc=True).groupby(tx["user_id"].astype(str)).max().sort_values()
     yield root, features, last
     open_store(features, root).teardown()
@@ -74,7 +75,7 @@ def _pair(last: pd.Series) -> tuple[str, str, pd.Timestamp]:
 
 
 def _merchant(root: Path) -> str:
-    return str(read_validated(root / DATA.validated_dir)["merchant_id"].iloc[-1])
+    return str(read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)["merchant_id"].iloc[-1])
 
 
 def test_a_value_older_than_its_ttl_is_served_as_the_default_and_flagged(env: tuple[Path, FeaturesConfig, Any]
@@ -173,7 +174,7 @@ def test_a_request_time_feature_reading_an_expired_view_is_computed_as_offline(
     nulls (z = 0 by its udf); online it must not compute it from the expired values Redis still holds."""
     root, features, last = env
     rt = features.model_copy(update={"feature_service": "fraud_rt_v1"})
-    tx = read_validated(root / DATA.validated_dir)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     spread = tx.groupby("user_id")["amount"].agg(lambda a: a.nunique())  # 2+ distinct amounts: a deviation
     user = str(last[last.index.isin(spread[spread >= 2].index)].index[0])  # the earliest last seen of those

@@ -53,8 +53,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Featur
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     features = FeaturesConfig(online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}",
                               feature_service="fraud_rt_v1")
-    prepare_local_data(DATA, features, root, seed=11)
-    tx = read_validated(root / DATA.validated_dir)
+    prepare_local_data(DATA, features, root, contract=FRAUD_CONTRACT, seed=11)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     yield root, features, tx.sort_values("event_timestamp").reset_index(drop=True)
     open_store(features, root).teardown()

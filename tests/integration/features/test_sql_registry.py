@@ -30,7 +30,7 @@ def test_apply_materialize_and_read_through_a_sql_registry(
                               online_store="redis", redis_url=redis_url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
     data = DataConfig(rows=600, days=2, users=40, merchants=10)
     try:
-        prepare_local_data(data, features, tmp_path, seed=8)
+        prepare_local_data(data, features, tmp_path, contract=FRAUD_CONTRACT, seed=8)
         with psycopg2.connect(postgres_url) as conn, conn.cursor() as cur:
             cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (postgres_schema,))
             tables = {r[0] for r in cur.fetchall()}

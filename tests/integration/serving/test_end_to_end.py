@@ -62,7 +62,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
             "serving.feature_retry_s=0.3"]
     cfg = load_config(config_dir=config_dir, overrides=sets).config
     data = DataConfig(rows=3000, days=3, users=150, merchants=40)
-    prepare_local_data(data, cfg.features, root, seed=5)
+    prepare_local_data(data, cfg.features, root, contract=FRAUD_CONTRACT, seed=5)
     df = training_set(cfg.features, data, root, contract=FRAUD_CONTRACT)
     encoder = EncoderSpec.fit(df)
     arch = {"input_dim": encoder.input_dim, "hidden_sizes": [16], "dropout": 0.0}

@@ -29,6 +29,7 @@ from mlops_features import (
     prepare_local_data,
 )
 from mlops_features.schema import RAW_SCHEMA
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -56,7 +57,8 @@ class OnlineSuite:
             ) -> Iterator[tuple[Path, FeaturesConfig, OnlineFeatures]]:
         root = tmp_path_factory.mktemp("online")
         features = _cfg(root, online_overrides)
-        prepare_local_data(DataConfig(rows=3_000, days=2, users=150, merchants=40), features, root, seed=5)
+        prepare_local_data(DataConfig(rows=3_000, days=2, users=150, merchants=40), features, root,
+                           contract=FRAUD_CONTRACT, seed=5)
         yield root, features, OnlineFeatures(features, root)
         open_store(features, root).teardown()
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SMALL = {"rows": 3_000, "days": 2, "users": 120, "merchants": 30}
@@ -36,7 +37,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DataConfig, F
     root = tmp_path_factory.mktemp("skew")
     data = DataConfig(**SMALL)
     features = features_cfg(root)
-    prepare_local_data(data, features, root, seed=5)
+    prepare_local_data(data, features, root, contract=FRAUD_CONTRACT, seed=5)
     return root, data, features
 
 
@@ -70,7 +71,7 @@ def serving_time(root: Path, features: FeaturesConfig) -> pd.Timestamp:
 def transactions(root: Path, data: DataConfig) -> pd.DataFrame:
     from mlops_features import read_validated
 
-    return read_validated(root / data.validated_dir)
+    return read_validated(root / data.validated_dir, record_id=FRAUD_CONTRACT.record_id)
 
 
 def replay(features: FeaturesConfig, root: Path, log: pd.DataFrame, **kw: Any) -> Any:
@@ -174,7 +175,7 @@ def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, Da
                                 start_date=(last + pd.Timedelta(days=1)).date().isoformat(),
                                 users=SMALL["users"] + 60, merchants=SMALL["merchants"])
     validate_batches(raw, data, root)
-    ingest(root / data.validated_dir, root / features.source_dir)
+    ingest(root / data.validated_dir, root / features.source_dir, record_id=FRAUD_CONTRACT.record_id)
     backfill(features, root)
     after = transactions(root, data)
     new_day = after[pd.to_datetime(after["event_timestamp"], utc=True) > last]

@@ -204,7 +204,8 @@ def step_features(ctx: RehearsalContext) -> dict[str, Any]:
     if features.batch_engine == "spark":
         ctx.harness.wait_ready(ctx.facts["spark_worker"])
     try:
-        built = build_features(features, ctx.cfg.data, ctx.root)
+        built = build_features(features, ctx.cfg.data, ctx.root,
+                               contract=ctx.cfg.declared_contract("the rehearsal's features step"))
     finally:
         _stop_spark_driver()
     apps = topology.spark_applications(ctx.platform) if features.batch_engine == "spark" else []

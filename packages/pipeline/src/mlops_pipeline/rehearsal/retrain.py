@@ -117,7 +117,8 @@ def step_retrain(ctx: RehearsalContext) -> dict[str, Any]:
         raise PipelineError(f"main pins {pinned!r} after the merge; the pull request pinned {opened['data_version']!r}")
     pull_accepted(ctx.cfg.data, ctx.root, pinned)
     try:
-        build_features(ctx.cfg.features, ctx.cfg.data, ctx.root)
+        build_features(ctx.cfg.features, ctx.cfg.data, ctx.root,
+                       contract=ctx.cfg.declared_contract("the rehearsal's retrain features step"))
     finally:
         _stop_spark_driver()
     with acting(ctx, "trainer"):  # train.yml on the merge, with the training job's MLflow user
