@@ -48,7 +48,7 @@ def test_new_transactions_reach_the_online_1h_count_within_the_bound(redis_url: 
         user = tx["user_id"].value_counts().index[0]
         last = tx["event_timestamp"].max()
         updater = StreamUpdater(features, tmp_path, consumer="t0")
-        online = OnlineFeatures(features, tmp_path)
+        online = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT)
         row = {"user_id": user, "merchant_id": "M00001"}
         before = online.get([row])[0]["user_txn_count_1h"]
         assert before == _count_1h(tx, user, tx.loc[tx["user_id"] == user, "event_timestamp"].max())

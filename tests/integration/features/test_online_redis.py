@@ -58,7 +58,7 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
                               online_ttl_as_of=sample_as_of())
     prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path,
                        contract=FRAUD_CONTRACT, seed=3)
-    online = OnlineFeatures(features, tmp_path)
+    online = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT)
     row = {"user_id": "U000001", "merchant_id": "M00001"}
     before = online.get([row])[0]
     assert not before["unknown_user"]

@@ -37,7 +37,8 @@ def test_apply_materialize_and_read_through_a_sql_registry(
         assert {"feature_views", "entities", "feature_services"} <= tables
         df = training_set(features, data, tmp_path, contract=FRAUD_CONTRACT)
         assert len(df) == 600
-        got = OnlineFeatures(features, tmp_path).get([{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
+        got = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT).get(
+            [{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
         assert got[0]["unknown_user"] is False
     finally:
         open_store(features, tmp_path).teardown()

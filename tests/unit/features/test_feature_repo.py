@@ -67,7 +67,7 @@ def test_the_online_store_holds_each_entitys_latest_legacy_row(prepared: Prepare
     tx = read_validated(root / data.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     old_users = legacy.compute_user_features(tx).sort_values(["event_timestamp"]).groupby("user_id").tail(1)
     old_merchants = legacy.compute_merchant_features(tx).sort_values("event_timestamp").groupby("merchant_id").tail(1)
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     assert online.names == [*USER, *MERCHANT]  # fraud_v1's order, from the registry
     rows = [{"user_id": u, "merchant_id": m} for u, m in
             zip(old_users["user_id"].iloc[:40], old_merchants["merchant_id"].sample(40, replace=True, random_state=0),

@@ -48,7 +48,7 @@ def served_log(features: FeaturesConfig, root: Path, entities: pd.DataFrame, ts:
     what a store that kept values past their ttl would have served at ``ts``."""
     from mlops_features import OnlineFeatures
 
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     rows = entities[["user_id", "merchant_id"]].astype(str).to_dict("records")
     for row, (_, entity) in zip(rows, entities.iterrows(), strict=True):  # request fields on-demand views read
         row.update({k: float(entity[k]) for k in online.request_fields})
@@ -174,7 +174,7 @@ def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, Da
     raw = generate_transactions(root / "data" / "raw_next", rows=1_500, days=1, seed=9,
                                 start_date=(last + pd.Timedelta(days=1)).date().isoformat(),
                                 users=SMALL["users"] + 60, merchants=SMALL["merchants"])
-    validate_batches(raw, data, root)
+    validate_batches(raw, data, root, contract=FRAUD_CONTRACT)
     ingest(root / data.validated_dir, root / features.source_dir, record_id=FRAUD_CONTRACT.record_id)
     backfill(features, root)
     after = transactions(root, data)

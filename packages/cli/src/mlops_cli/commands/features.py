@@ -89,7 +89,8 @@ def get(
         if key.strip() not in keys:
             raise DataError(f"--entity {item!r}: unknown key {key.strip()!r}; expected one of {list(keys)}")
         row[key.strip()] = value.strip()
-    result = OnlineFeatures(loaded.config.features, loaded.root, contract=loaded.config.contract).get([row])[0]
+    result = OnlineFeatures(loaded.config.features, loaded.root,
+                            contract=loaded.config.declared_contract("mlops features get")).get([row])[0]
     if as_json:
         print_json({"entity": row, "features": result})
         return

@@ -174,7 +174,7 @@ def step_validate(ctx: RehearsalContext) -> dict[str, Any]:
     from mlops_features import data_version, ingest_landed
 
     ctx.move_root(datapath.checkout(ctx.repo_root, ctx.work_repo))
-    report = ingest_landed(ctx.cfg.data, ctx.root)
+    report = ingest_landed(ctx.cfg.data, ctx.root, contract=ctx.cfg.declared_contract("the rehearsal's ingestion"))
     if report.validation is None or report.validation.accepted_rows == 0 or not report.pushed:
         raise PipelineError(f"the ingestion accepted or pushed nothing: {report.to_dict()}")
     version = data_version(ctx.cfg.data, ctx.root)

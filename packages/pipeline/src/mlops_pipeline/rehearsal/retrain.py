@@ -72,7 +72,7 @@ def step_ingest_drifted(ctx: RehearsalContext) -> dict[str, Any]:
     assert data.landing_uri
     day = Path(ctx.facts["drifted_batch"])
     shutil.copy(day, Path(data.landing_uri.removeprefix("file://")) / day.name)
-    report = ingest_landed(data, ctx.work_repo)
+    report = ingest_landed(data, ctx.work_repo, contract=ctx.cfg.declared_contract("the rehearsal's ingestion"))
     if not report.new_version or report.data_md5 is None:
         raise PipelineError(f"the drifted day published no new data version: {report.to_dict()}")
     ctx.facts["drifted_md5"] = report.data_md5
