@@ -45,7 +45,8 @@ import pyarrow.parquet as pq
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, apply_repo, materialize, open_store, prepare_local_data
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # the reference model's: this bench reads fraud_v1
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Getter = Callable[[list[dict[str, str]]], object]
@@ -95,7 +96,7 @@ def _readers(features: FeaturesConfig, root: Path, calls: int, rounds: int) -> d
     if "online_reader" in FeaturesConfig.model_fields:
         for reader in ("feast", "direct"):
             config = FeaturesConfig(**{**features.model_dump(), "online_reader": reader})
-            getters[reader] = OnlineFeatures(config, root).get
+            getters[reader] = OnlineFeatures(config, root, contract=FRAUD_CONTRACT).get
     out: dict[str, Any] = {}
     for size in (1, 64):
         batches = _entity_rows(root, features, calls + 100, size, seed=3 + size)
@@ -138,7 +139,8 @@ def _materialize_rate(features: FeaturesConfig, root: Path, rows: int) -> float:
                        "event_timestamp": ts, "created": ts, "amount": rng.random(rows) * 100, "currency": "EUR",
                        "category": "grocery", "country": "DE", "device": "ios", "channel": "online",
                        "is_fraud": np.zeros(rows, dtype=np.int8)})
-    pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False), src / "transactions.parquet")
+    pq.write_table(pa.Table.from_pandas(tx, schema=raw_schema(FRAUD_CONTRACT), preserve_index=False),
+                   src / "transactions.parquet")
     apply_repo(features, root)
     t0 = time.perf_counter()
     materialize(features, root)
@@ -177,7 +179,7 @@ def main() -> int:
         _copy_repo(root)
         sqlite = FeaturesConfig(repo_path=repo, feature_service=SERVICE, online_ttl_as_of=AS_OF)
         t0 = time.perf_counter()
-        prepared = prepare_local_data(DataConfig(), sqlite, root)
+        prepared = prepare_local_data(DataConfig(), sqlite, root, contract=FRAUD_CONTRACT)
         result["prepare_local_data_s"] = round(time.perf_counter() - t0, 2)
         result["prepare_steps_s"] = {k: round(v, 2) for k, v in prepared.seconds.items()}
         source_rows = _source_rows(root, sqlite)
@@ -186,7 +188,7 @@ def main() -> int:
         result["materialize_rows_per_s"] = round(source_rows / (time.perf_counter() - t0))
         result["materialize_source_rows"] = source_rows
         singles = _entity_rows(root, sqlite, args.calls + 200, 1, seed=1)
-        result["sqlite"] = _rounds(OnlineFeatures(sqlite, root).get, singles, 200, args.rounds)
+        result["sqlite"] = _rounds(OnlineFeatures(sqlite, root, contract=FRAUD_CONTRACT).get, singles, 200, args.rounds)
 
         redis_cfg = FeaturesConfig(repo_path=repo, online_store="redis", redis_url=redis_url, feast_project=project,
                                    feature_service=SERVICE, registry=".mlops/feast/registry-redis.db",
@@ -196,7 +198,7 @@ def main() -> int:
             t0 = time.perf_counter()
             materialize(redis_cfg, root)
             result["redis_materialize_sample_s"] = round(time.perf_counter() - t0, 2)
-            online = OnlineFeatures(redis_cfg, root)
+            online = OnlineFeatures(redis_cfg, root, contract=FRAUD_CONTRACT)
             result["redis"] = _rounds(online.get, singles, 200, args.rounds)
             batches = _entity_rows(root, redis_cfg, args.batch_calls + 20, 100, seed=2)
             result["redis_batch100"] = _time_calls(online.get, batches, warmup=20)

@@ -44,8 +44,8 @@ def main() -> None:
         features = FeaturesConfig(feature_service="fraud_v1")  # configs/base.yaml's
         t0 = time.perf_counter()
         paths = generate_transactions(root / data.raw_dir, rows=args.rows, days=args.days, seed=42)
-        validate_batches(paths, data, root)
-        ingest(root / data.validated_dir, root / features.source_dir)
+        validate_batches(paths, data, root, contract=DEFAULT_CONTRACT)
+        ingest(root / data.validated_dir, root / features.source_dir, record_id=DEFAULT_CONTRACT.record_id)
         prepare_s = time.perf_counter() - t0
         raw = pd.read_parquet(root / features.source_dir / "transactions.parquet")
         defs = Definitions.of_repo(load_repo(features, root))

@@ -94,12 +94,13 @@ def power(section: EvaluationConfig, *, runs: int, seed: int) -> dict[str, Any]:
         shutil.copytree(REPO / "feature_repo", root / "feature_repo")
         cfg = load_config(model="fraud", config_dir=root / "configs", overrides=["data.rows=20000"],
                           environ={}).config
-        prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
         contract = cfg.declared_contract("the gate-power bench")
+        prepare_local_data(cfg.data, cfg.features, root, contract=contract, seed=cfg.project.seed)
         df = training_set(cfg.features, cfg.data, root, contract=contract)
-        holdout = split_holdout(df, cfg.evaluation.tabular.holdout_fraction, label=contract.label)
+        holdout = split_holdout(df, cfg.evaluation.tabular.holdout_fraction, label=contract.label,
+                                record_id=contract.record_id)
         train = df[~df["transaction_id"].isin(holdout.frame["transaction_id"])]
-        encoder = EncoderSpec.fit(train)
+        encoder = EncoderSpec.fit(train, contract=contract)
         x, y = encoder.encode_frame(train), train["is_fraud"].to_numpy().astype(np.float64)
         hidden = tuple(cfg.training.tabular.hidden_sizes)
         net = _fit(x, y, hidden, steps=50, seed=seed)

@@ -67,10 +67,10 @@ def prepare(root: Path, redis_port: int, rows: int) -> dict[str, Any]:
 
     features = features_section(root, redis_port)
     data = DataConfig(rows=rows, days=3, users=max(50, rows // 20), merchants=max(20, rows // 100))
-    prepare_local_data(data, features, root, seed=11)
     contract = DEFAULT_CONTRACT  # the reference model's (configs/models/fraud.yaml): this bench serves fraud
+    prepare_local_data(data, features, root, contract=contract, seed=11)
     df = training_set(features, data, root, contract=contract)
-    encoder = EncoderSpec.fit(df)
+    encoder = EncoderSpec.fit(df, contract=contract)
     arch = {"input_dim": encoder.input_dim, "hidden_sizes": HIDDEN, "dropout": 0.0}
     torch.manual_seed(11)
     net = build_tabular_mlp(arch)
@@ -100,6 +100,7 @@ def run_ours(root: Path, redis_port: int, port: int, logging_on: bool, online_re
     """``mlops_serving`` from parts: role ``all`` (``predictor_port`` None) or role ``transformer``."""
     from mlops_config import ServingConfig
     from mlops_features import OnlineFeatures
+    from mlops_model import DEFAULT_CONTRACT
     from mlops_serving.remote import remote_loader
     from mlops_serving.server import run_app
     from mlops_serving.service import create_app, folder_loader
@@ -115,8 +116,8 @@ def run_ours(root: Path, redis_port: int, port: int, logging_on: bool, online_re
                                 prediction_log_uri=str(root / "predlog-split"))
         loader = remote_loader(host, MODEL)  # type: ignore[assignment]
         log_dir = root / "predlog-split"
-    app = create_app(serving, model_name=MODEL, loader=loader, source=OnlineFeatures(features, root),
-                     log_dir=log_dir)
+    source = OnlineFeatures(features, root, contract=DEFAULT_CONTRACT)  # fraud's: this bench serves fraud
+    app = create_app(serving, model_name=MODEL, loader=loader, source=source, log_dir=log_dir)
     if logging_on:
         _log_like_kserve(app.state.model)
     run_app(app, "127.0.0.1", port, access_log=logging_on)

@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # the reference model's: this bench encodes fraud
 from mlops_model import UNKNOWN_ENTITY, EncoderSpec
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.prediction_log import PredictionLogWriter, batch_log_columns, log_rows
@@ -53,7 +54,7 @@ def fraud_spec_and_rows(tmp: Path) -> tuple[EncoderSpec, pd.DataFrame]:
     merchants = windows.merchant_risk_udf(tx).drop(columns=["created", "event_timestamp"])
     df = tx.merge(users, on=["user_id", "event_timestamp"], how="left")
     df = df.merge(merchants.groupby("merchant_id").last().reset_index(), on="merchant_id", how="left")
-    return EncoderSpec.fit(df.iloc[:1000]), df.iloc[1000:].reset_index(drop=True)
+    return EncoderSpec.fit(df.iloc[:1000], contract=FRAUD_CONTRACT), df.iloc[1000:].reset_index(drop=True)
 
 
 class _Source:
@@ -81,7 +82,8 @@ def _reader_columns(spec: EncoderSpec, frame: pd.DataFrame, n: int) -> dict[str,
 
 def _requests(frame: pd.DataFrame, n: int) -> list[dict[str, Any]]:
     fields = ["user_id", "merchant_id", "amount", "currency", "category", "country", "device", "channel"]
-    return parse_v1({"instances": [{k: frame[k].iloc[i] for k in fields} for i in range(n)]}, n)
+    return parse_v1({"instances": [{k: frame[k].iloc[i] for k in fields} for i in range(n)]}, n,
+                    contract=FRAUD_CONTRACT)
 
 
 def _time(fn: Callable[[], object], inner: int) -> float:
@@ -104,7 +106,7 @@ def _interleaved(old: Callable[[], object], new: Callable[[], object], reps: int
 
 def run(rows: int, spec: EncoderSpec, frame: pd.DataFrame, reps: int, inner: int, tmp: Path) -> dict[str, Any]:
     lookup = FeatureLookup(_Source({c.name: c.mean for c in spec.numeric if c.name != "amount"}))
-    lookup.configure(spec)  # the reference contract's entity keys (user_id, merchant_id)
+    lookup.configure(spec, contract=FRAUD_CONTRACT)  # the reference contract's entity keys (user_id, merchant_id)
     reader = _reader_columns(spec, frame, rows)
     requests = _requests(frame, rows)
     names = spec.input_columns

@@ -41,13 +41,15 @@ LINGER = 1.0
 def run_live(root: Path, redis_port: int, port: int, fraction: float, candidate_port: int, queue_size: int) -> None:
     from mlops_config import ServingConfig
     from mlops_features import OnlineFeatures
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # the reference model's: this bench serves fraud
     from mlops_serving.server import run_app
     from mlops_serving.service import create_app, folder_loader
 
     shadow = {"fraction": fraction, "url": f"127.0.0.1:{candidate_port}", "queue_size": queue_size}
     serving = ServingConfig(port=port, prediction_log_uri=str(root / "predlog"), shadow=shadow)
     app = create_app(serving, model_name="fraud", loader=folder_loader("fraud", root / "model" / "1"),
-                     source=OnlineFeatures(sl.features_section(root, redis_port), root), log_dir=root / "predlog")
+                     source=OnlineFeatures(sl.features_section(root, redis_port), root, contract=FRAUD_CONTRACT),
+                     log_dir=root / "predlog")
     run_app(app, "127.0.0.1", port)
 
 

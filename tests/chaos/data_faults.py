@@ -34,6 +34,7 @@ INGEST_WORKER = textwrap.dedent(
     import pyarrow.parquet as pq
     import mlops_features.landing as landing
     from mlops_config import DataConfig
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root, landing_dir, remote, point, seed = sys.argv[1:6]
     rng = random.Random(int(seed))
@@ -72,7 +73,7 @@ INGEST_WORKER = textwrap.dedent(
         local.LocalFileSystem.pipe_file = dying_pipe
     data = DataConfig(raw_dir="data/landed", validated_dir="data/accepted", quarantine_dir="data/quarantine",
                       landing_uri=Path(landing_dir).as_uri(), dvc_remote=remote)
-    landing.ingest_landed(data, root)
+    landing.ingest_landed(data, root, contract=FRAUD_CONTRACT)
     print("done", flush=True)
     """
 )
@@ -121,6 +122,7 @@ def ingest_fault(seed: int, workdir: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from mlops_features.landing import ingest_landed
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     point = INGEST_STEPS[(seed - 1) % len(INGEST_STEPS)]  # seeds 1..4 take every step once
     work = workdir / f"ingest-{seed}"
@@ -131,7 +133,7 @@ def ingest_fault(seed: int, workdir: Path) -> dict[str, Any]:
     pod.mkdir()
     for p in first:
         shutil.copy(p, work / "landing" / p.name)
-    version_a = ingest_landed(data, pod).data_md5
+    version_a = ingest_landed(data, pod, contract=FRAUD_CONTRACT).data_md5
     for p in later:
         shutil.copy(p, work / "landing" / p.name)
     proc = subprocess.run([sys.executable, "-c", INGEST_WORKER, str(pod), str(work / "landing"),
@@ -147,7 +149,7 @@ def ingest_fault(seed: int, workdir: Path) -> dict[str, Any]:
     except Exception as exc:  # a torn or unpushed published version is the failure looked for
         problems.append(f"the published version does not pull whole after the kill: {exc}")
     try:
-        ingest_landed(data, pod)
+        ingest_landed(data, pod, contract=FRAUD_CONTRACT)
     except Exception as exc:
         problems.append(f"the rerun failed: {exc}")
     accepted, md5 = _pulled_rows(data, work, "runner-after-rerun")
@@ -203,6 +205,7 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     """A repository folder with validated transactions ingested and the Feast repo applied (not materialized)."""
     from mlops_config import DataConfig, FeaturesConfig
     from mlops_features import apply_repo, generate_transactions, ingest, validate_batches
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root = workdir / f"materialize-{seed}"
     shutil.copytree(REPO / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
@@ -210,16 +213,17 @@ def _feature_root(workdir: Path, seed: int) -> tuple[Path, Any, Any]:
     features = FeaturesConfig(feature_service="fraud_v1",
                               feast_project=f"chaos_{seed}", online_ttl_as_of=sample_as_of())
     raw = generate_transactions(root / data.raw_dir, rows=600, days=2, seed=seed, users=40, merchants=15)
-    validate_batches(raw, data, root)
-    ingest(root / data.validated_dir, root / features.source_dir)
+    validate_batches(raw, data, root, contract=FRAUD_CONTRACT)
+    ingest(root / data.validated_dir, root / features.source_dir, record_id=FRAUD_CONTRACT.record_id)
     apply_repo(features, root)
     return root, features, data
 
 
 def _online_values(features: Any, root: Path, rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     from mlops_features import OnlineFeatures
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
-    return OnlineFeatures(features, root).get(rows)
+    return OnlineFeatures(features, root, contract=FRAUD_CONTRACT).get(rows)
 
 
 def materialize_fault(seed: int, workdir: Path) -> dict[str, Any]:

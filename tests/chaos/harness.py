@@ -197,6 +197,7 @@ GATE_WORKER = textwrap.dedent(
     import pyarrow.parquet as pq
     from mlops_config import DataConfig
     from mlops_features.gate import validate_batches
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root, kill_at = Path(sys.argv[1]), int(sys.argv[2])
     original, calls = pq.write_table, 0
@@ -214,7 +215,7 @@ GATE_WORKER = textwrap.dedent(
 
     pq.write_table = dying_write
     data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
-    validate_batches(sorted((root / "raw").glob("*.parquet")), data, root)
+    validate_batches(sorted((root / "raw").glob("*.parquet")), data, root, contract=FRAUD_CONTRACT)
     print("done", flush=True)
     """
 )
@@ -265,6 +266,7 @@ def gate_fault(seed: int, workdir: Path) -> dict[str, Any]:
 
     from mlops_config import DataConfig
     from mlops_features.gate import validate_batches
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root = workdir / f"gate-{seed}"
     root.mkdir(parents=True)
@@ -282,7 +284,7 @@ def gate_fault(seed: int, workdir: Path) -> dict[str, Any]:
         except Exception as exc:  # anything unreadable that a reader would pick up is the failure looked for
             problems.append(f"torn file visible: {p.name}: {exc}")
     data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
-    summary = validate_batches(sorted((root / "raw").glob("*.parquet")), data, root)
+    summary = validate_batches(sorted((root / "raw").glob("*.parquet")), data, root, contract=FRAUD_CONTRACT)
     accepted = sum(pq.read_metadata(p).num_rows for p in (root / "data/validated").glob("*.parquet"))
     quarantined = sum(pq.read_metadata(p).num_rows for p in (root / "data/quarantine").glob("*.rows.parquet"))
     rejected_whole = sum(b.input_rows for b in summary.batches if b.batch_rejected)

@@ -138,11 +138,11 @@ def test_online_equals_offline_on_the_new_feature(added: tuple[Path, dict]) -> N
 
     repo, _ = added
     cfg = _features(repo, "fraud_v2")
-    tx = read_validated(repo / cfg.data.validated_dir)  # type: ignore[attr-defined]
+    tx = read_validated(repo / cfg.data.validated_dir, record_id=cfg.contract.record_id)  # type: ignore[attr-defined]
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     users = tx["user_id"].drop_duplicates().sample(30, random_state=0).tolist()
     after = tx["event_timestamp"].max() + pd.Timedelta(seconds=1)
-    online = OnlineFeatures(cfg.features, repo)  # type: ignore[attr-defined]
+    online = OnlineFeatures(cfg.features, repo, contract=cfg.contract)  # type: ignore[attr-defined]
     assert online.names == [*V1, "user_amount_max_24h"]
     got = online.get([{"user_id": u, "merchant_id": "M00001"} for u in users])
     entity = pd.DataFrame({"user_id": users, "merchant_id": "M00001", "event_timestamp": after})
@@ -161,15 +161,15 @@ def test_fraud_v1_still_returns_what_it_did(added: tuple[Path, dict]) -> None:
 
     repo, _ = added
     v1, v2 = _features(repo, "fraud_v1"), _features(repo, "fraud_v2")
-    online_v1 = OnlineFeatures(v1.features, repo)  # type: ignore[attr-defined]
+    online_v1 = OnlineFeatures(v1.features, repo, contract=v1.contract)  # type: ignore[attr-defined]
     assert online_v1.names == list(V1)
     rows = [{"user_id": f"U{i:06d}", "merchant_id": f"M{j:05d}"} for i, j in [(1, 1), (2, 3), (5, 2), (7, 9)]]
     a = online_v1.get(rows)
-    b = OnlineFeatures(v2.features, repo).get(rows)  # type: ignore[attr-defined]
+    b = OnlineFeatures(v2.features, repo, contract=v2.contract).get(rows)  # type: ignore[attr-defined]
     for x, y in zip(a, b, strict=True):
         assert "user_amount_max_24h" not in x
         assert {n: x[n] for n in V1} == {n: y[n] for n in V1}
-    tx = read_validated(repo / v1.data.validated_dir)  # type: ignore[attr-defined]
+    tx = read_validated(repo / v1.data.validated_dir, record_id=v1.contract.record_id)  # type: ignore[attr-defined]
     # after every row the online store holds: merchant rows are stamped at the end of their day
     after = pd.to_datetime(tx["event_timestamp"], utc=True).max().floor("D") + pd.Timedelta(days=1, seconds=1)
     entity = pd.DataFrame({"user_id": [r["user_id"] for r in rows], "merchant_id": [r["merchant_id"] for r in rows],

@@ -37,7 +37,8 @@ def build_prepared_fraud_data(folder: Path, repo_root: Path) -> None:
     shutil.copytree(repo_root / "configs", root / "configs")
     shutil.copytree(repo_root / "feature_repo", root / "feature_repo")
     cfg = load_config(model="fraud", config_dir=root / "configs", overrides=[ROWS_SET], environ={}).config
-    prepare_local_data(cfg.data, cfg.features, root, seed=cfg.project.seed)
+    prepare_local_data(cfg.data, cfg.features, root, contract=cfg.declared_contract("the prepared world"),
+                       seed=cfg.project.seed)
     (folder / _RECORD).write_text(json.dumps(_sections(cfg), indent=2, sort_keys=True))
 
 

@@ -25,7 +25,7 @@ _DEFAULTS = ("the section's defaults are the reference model's, resolved as such
              "contract (the language models): see DEFAULTS_ALLOWED")
 _REHEARSAL = "the rehearsal's topology names the reference deployment (fraud-serving, its Feast users, alerts)"
 ALLOWED: dict[str, str] = {
-    "packages/model/src/mlops_model/contract.py": "DEFAULT_CONTRACT: the fallback of callers handed no contract",
+    "packages/model/src/mlops_model/contract.py": "DEFAULT_CONTRACT: the fallback for an export recording none",
     "packages/features/src/mlops_features/sample.py": "the reference model's data generator (belongs to its use case)",
     "packages/features/src/mlops_features/pipeline.py": "passes data.fraud_rate to the generator",
     "packages/cli/src/mlops_cli/commands/data.py": "passes data.fraud_rate to the generator",

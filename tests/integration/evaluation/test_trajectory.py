@@ -44,7 +44,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "recorded code")
     loaded = load_config(config_dir=root / "configs", overrides=SETS, environ={})
-    prepare_local_data(loaded.config.data, loaded.config.features, root, seed=loaded.config.project.seed)
+    prepare_local_data(loaded.config.data, loaded.config.features, root,
+                       contract=loaded.config.declared_contract("the test's data"), seed=loaded.config.project.seed)
     assert _git(root, "status", "--porcelain", "--untracked-files=no") == "", "data preparation dirtied the tree"
     result = train_model(loaded.config, root, run_name="honest")
     return {"root": root, "loaded": loaded, "honest": result}
@@ -329,7 +330,8 @@ def test_modified_data_is_caught(world: dict[str, Any]) -> None:
     from mlops_features import prepare_local_data
 
     cfg = world["loaded"].config
-    prepare_local_data(cfg.data, cfg.features, world["root"], seed=cfg.project.seed + 1)  # the data area changed
+    prepare_local_data(cfg.data, cfg.features, world["root"], contract=cfg.declared_contract("the test's data"),
+                       seed=cfg.project.seed + 1)  # the data area changed
     gate, _ = _gate(world, str(world["honest"].model_version))
     assert not gate.passed
     assert "data differs" in gate.reason

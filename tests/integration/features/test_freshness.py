@@ -17,6 +17,7 @@ from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, historical_features, open_store, prepare_local_data
 from mlops_features.backfill import backfill
 from mlops_features.stream import StreamUpdater, freshness, freshness_metrics_text, publish_transactions
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
 pytestmark = pytest.mark.integration
@@ -41,13 +42,13 @@ def test_new_transactions_reach_the_online_1h_count_within_the_bound(redis_url: 
     data = DataConfig(rows=800, days=2, users=30, merchants=10)
     client = redis.Redis.from_url(redis_url)
     try:
-        prepare_local_data(data, features, tmp_path, seed=11)
+        prepare_local_data(data, features, tmp_path, contract=FRAUD_CONTRACT, seed=11)
         tx = pd.read_parquet(tmp_path / features.source_dir / "transactions.parquet")
         tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
         user = tx["user_id"].value_counts().index[0]
         last = tx["event_timestamp"].max()
         updater = StreamUpdater(features, tmp_path, consumer="t0")
-        online = OnlineFeatures(features, tmp_path)
+        online = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT)
         row = {"user_id": user, "merchant_id": "M00001"}
         before = online.get([row])[0]["user_txn_count_1h"]
         assert before == _count_1h(tx, user, tx.loc[tx["user_id"] == user, "event_timestamp"].max())

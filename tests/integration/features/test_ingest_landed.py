@@ -14,6 +14,7 @@ import pytest
 from mlops_config import DataConfig
 from mlops_features import DataError, generate_transactions
 from mlops_features.landing import ingest_landed, pull_accepted
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +43,7 @@ def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path, capfd:
     (landing / "broken.parquet").write_bytes(days[2].read_bytes()[:200])
 
     pod = _workspace(tmp_path, "pod-1")
-    first = ingest_landed(data, pod)
+    first = ingest_landed(data, pod, contract=FRAUD_CONTRACT)
     assert sorted(Path(p).name for p in first.new) == sorted([*(p.name for p in days[:2]), "broken.parquet"])
     assert first.pushed and first.validation is not None
     # progress off a terminal (`mlops data ingest` in a CronJob's log): a line per batch fetched, then validated
@@ -63,7 +64,7 @@ def test_landed_batches_round_trip_through_the_dvc_remote(tmp_path: Path, capfd:
     # The next day lands; a new pod (empty again) adds it to the published version.
     shutil.copy(days[2], landing / days[2].name)
     (landing / "broken.parquet").unlink()
-    second = ingest_landed(data, _workspace(tmp_path, "pod-2"))
+    second = ingest_landed(data, _workspace(tmp_path, "pod-2"), contract=FRAUD_CONTRACT)
     assert [Path(p).name for p in second.new] == [days[2].name]
     assert len(second.skipped) == 2 and second.data_md5 != first.data_md5
     latest = _workspace(tmp_path, "runner-2")
@@ -79,11 +80,11 @@ def test_missing_landing_area_or_version_is_a_clear_error(tmp_path: Path) -> Non
     data = DataConfig(validated_dir="data/accepted", landing_uri=(tmp_path / "nowhere").as_uri(),
                       dvc_remote=str(tmp_path / "remote"))
     with pytest.raises(DataError, match="does not exist; expected a folder of parquet batches"):
-        ingest_landed(data, _workspace(tmp_path, "a"))
+        ingest_landed(data, _workspace(tmp_path, "a"), contract=FRAUD_CONTRACT)
     with pytest.raises(DataError, match="data version 'latest' is not published"):
         pull_accepted(data, _workspace(tmp_path, "b"))
     with pytest.raises(DataError, match=r"data\.landing_uri is not set"):
-        ingest_landed(DataConfig(), _workspace(tmp_path, "c"))
+        ingest_landed(DataConfig(), _workspace(tmp_path, "c"), contract=FRAUD_CONTRACT)
 
 
 @pytest.mark.timeout(1200)
@@ -102,9 +103,9 @@ def test_data_pull_takes_the_models_pin_over_the_newest(tmp_path: Path, monkeypa
     days = generate_transactions(tmp_path / "gen", rows=600, days=2, seed=11)
     landing.mkdir()
     shutil.copy(days[0], landing / days[0].name)
-    first = ingest_landed(data, _workspace(tmp_path, "pod-1"))
+    first = ingest_landed(data, _workspace(tmp_path, "pod-1"), contract=FRAUD_CONTRACT)
     shutil.copy(days[1], landing / days[1].name)
-    second = ingest_landed(data, _workspace(tmp_path, "pod-2"))
+    second = ingest_landed(data, _workspace(tmp_path, "pod-2"), contract=FRAUD_CONTRACT)
     assert first.data_md5 and second.data_md5 and first.data_md5 != second.data_md5
     sets = ["--set", "data.raw_dir=data/landed", "--set", "data.validated_dir=data/accepted",
             "--set", f"data.landing_uri={landing.as_uri()}", "--set", f"data.dvc_remote={remote}"]

@@ -41,11 +41,13 @@ from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, apply_r
 from mlops_features.online_direct import DirectRedisReader
 from mlops_features.online_parity import differences, same
 from mlops_features.online_plan import ServicePlan, compute_on_demand
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import RedisServer, free_port, shared_redis_url
 
 pytestmark = pytest.mark.integration
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 REPO_ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2026, 11, 1, tzinfo=UTC)
 FRESH = datetime(2026, 11, 4, tzinfo=UTC)
@@ -120,7 +122,7 @@ def _write_sources(root: Path, source_dir: str) -> dict[str, list[str]]:
         "event_timestamp": stamps, "created": stamps,
         "amount": np.round(rng.uniform(1, 500, n), 2), "currency": "EUR", "category": "grocery", "country": "DE",
         "device": "ios", "channel": "online", "is_fraud": (rng.uniform(size=n) < 0.1).astype(np.int8)})
-    pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False), src / "transactions.parquet")
+    pq.write_table(pa.Table.from_pandas(tx, schema=FRAUD_SCHEMA, preserve_index=False), src / "transactions.parquet")
 
     typed = [f"U{i:04d}" for i in range(20, 60)]
     k = len(typed)
@@ -188,7 +190,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         groups["deleted"] = ["user_txn_count_1h", "user_txn_count_24h"]
         store = open_store(features, root)
         services = sorted(s.name for s in store.list_feature_services())
-        online = {(s, r): OnlineFeatures(features.model_copy(update={"feature_service": s, "online_reader": r}), root)
+        online = {(s, r): OnlineFeatures(features.model_copy(update={"feature_service": s, "online_reader": r}), root,
+                                         contract=FRAUD_CONTRACT)
                   for s in services for r in ("direct", "feast")}
         yield Env(root, features, services, groups, online)
     finally:
@@ -285,7 +288,8 @@ def test_the_lookup_answers_the_same_with_either_reader(env: Env, n: int, as_of:
 def test_a_dead_redis_raises_feature_store_unavailable(env: Env) -> None:
     dead = env.features.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0",
                                            "feature_service": "fraud_v1"})
-    online = OnlineFeatures(dead, env.root)  # the registry is read; nothing connects before a lookup
+    # the registry is read; nothing connects before a lookup
+    online = OnlineFeatures(dead, env.root, contract=FRAUD_CONTRACT)
     assert online.reader == "direct"
     t0 = time.perf_counter()
     with pytest.raises(FeatureStoreUnavailableError, match="online store unreachable"):
@@ -308,16 +312,18 @@ def test_a_password_protected_redis_is_read_with_the_stores_own_settings(
         secret = env.features.model_copy(update={"redis_url": f"redis://127.0.0.1:{server.port}/0",
                                                  "redis_password_env": "MLOPS_TEST_DIRECT_REDIS_PASSWORD",
                                                  "feature_service": "all_types_v1"})
-        online = OnlineFeatures(secret, env.root)
+        online = OnlineFeatures(secret, env.root, contract=FRAUD_CONTRACT)
         assert online.reader == "direct"
         rows = _rows(env, 64, seed=7)
         assert differences(online.get(rows), env.online[("all_types_v1", "feast")].get(rows)) == []
         monkeypatch.setenv("MLOPS_TEST_DIRECT_REDIS_PASSWORD", password[:-1])
-        wrong = OnlineFeatures(secret, env.root)  # a wrong password is an outage, as with Feast's reader
+        # a wrong password is an outage, as with Feast's reader
+        wrong = OnlineFeatures(secret, env.root, contract=FRAUD_CONTRACT)
         with pytest.raises(FeatureStoreUnavailableError, match="AuthenticationError"):
             wrong.get(rows)
         with pytest.raises(FeatureStoreUnavailableError, match="AuthenticationError"):
-            OnlineFeatures(secret.model_copy(update={"online_reader": "feast"}), env.root).get(rows)
+            OnlineFeatures(secret.model_copy(update={"online_reader": "feast"}), env.root,
+                           contract=FRAUD_CONTRACT).get(rows)
 
 
 def test_the_sampled_comparison_counts_a_registry_change_the_reader_did_not_see(env: Env) -> None:
@@ -329,7 +335,7 @@ def test_the_sampled_comparison_counts_a_registry_change_the_reader_did_not_see(
 
     features = env.features.model_copy(update={"feature_service": "fraud_v1", "online_parity_sample": 1.0,
                                                "registry_cache_ttl_s": 1})
-    online = OnlineFeatures(features, env.root)
+    online = OnlineFeatures(features, env.root, contract=FRAUD_CONTRACT)
     rows = [{"user_id": "U0021", "merchant_id": "M00001"}, {"user_id": "U0022", "merchant_id": "M00002"}]
     before = online.get(rows)
     online.parity.wait(30)
@@ -394,8 +400,8 @@ def test_a_lookup_never_reads_the_registry(env: Env, tmp_path: Path, service: st
     shutil.copy(env.root / env.features.registry, registry)
     features = env.features.model_copy(update={"registry": str(registry), "registry_cache_ttl_s": 1,
                                                "feature_service": service})
-    direct = OnlineFeatures(features, env.root)
-    feast = OnlineFeatures(features.model_copy(update={"online_reader": "feast"}), env.root)
+    direct = OnlineFeatures(features, env.root, contract=FRAUD_CONTRACT)
+    feast = OnlineFeatures(features.model_copy(update={"online_reader": "feast"}), env.root, contract=FRAUD_CONTRACT)
     rows = _rows(env, 9, seed=3)
     expected = direct.get(rows)
     assert differences(expected, feast.get(rows)) == []
@@ -417,7 +423,7 @@ def test_the_feast_reader_refreshes_the_registry_off_the_request_path(env: Env, 
     shutil.copy(env.root / env.features.registry, registry)
     features = env.features.model_copy(update={"registry": str(registry), "registry_cache_ttl_s": 1,
                                                "feature_service": "fraud_v1", "online_reader": "feast"})
-    online = OnlineFeatures(features, env.root)
+    online = OnlineFeatures(features, env.root, contract=FRAUD_CONTRACT)
     backend = online._store.registry._registry_store  # the file the registry is read from
     read = backend.get_registry_proto
     readers: list[str] = []

@@ -18,6 +18,7 @@ import redis
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, materialize, open_store, prepare_local_data
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import RedisServer, sample_as_of, shared_redis_url
 
 pytestmark = pytest.mark.integration
@@ -55,8 +56,9 @@ def test_lookups_fail_fast_during_an_outage_and_recover_by_themselves(
     features = FeaturesConfig(feature_service="fraud_v1",
                               online_store="redis", redis_url=f"redis://127.0.0.1:{own_redis_server.port}/0",
                               online_ttl_as_of=sample_as_of())
-    prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path, seed=3)
-    online = OnlineFeatures(features, tmp_path)
+    prepare_local_data(DataConfig(rows=600, days=2, users=30, merchants=10), features, tmp_path,
+                       contract=FRAUD_CONTRACT, seed=3)
+    online = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT)
     row = {"user_id": "U000001", "merchant_id": "M00001"}
     before = online.get([row])[0]
     assert not before["unknown_user"]
@@ -80,7 +82,8 @@ def test_teardown_removes_this_projects_keys(redis_url: str, tmp_path: Path) -> 
     _copy_repo(tmp_path)
     features = FeaturesConfig(feature_service="fraud_v1",
                               online_store="redis", redis_url=redis_url, feast_project=project)
-    prepare_local_data(DataConfig(rows=300, days=1, users=20, merchants=5), features, tmp_path, seed=4)
+    prepare_local_data(DataConfig(rows=300, days=1, users=20, merchants=5), features, tmp_path,
+                       contract=FRAUD_CONTRACT, seed=4)
     client = redis.Redis.from_url(redis_url)
     mine = [k for k in client.scan_iter(count=10_000) if project.encode() in k]
     assert len(mine) == 20 + 5

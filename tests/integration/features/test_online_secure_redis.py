@@ -32,11 +32,13 @@ from mlops_features import FeatureStoreUnavailableError, OnlineFeatures, apply_r
 from mlops_features.online_direct import DirectRedisReader
 from mlops_features.online_parity import differences, same
 from mlops_features.online_plan import ServicePlan, compute_on_demand
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import RedisClusterServers, RedisServer, make_tls_files
 
 pytestmark = pytest.mark.integration
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 REPO_ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2026, 11, 1, tzinfo=UTC)
 FRESH = datetime(2026, 11, 4, tzinfo=UTC)
@@ -77,7 +79,7 @@ def _write_transactions(root: Path, source_dir: str) -> tuple[list[str], list[st
         "event_timestamp": stamps, "created": stamps,
         "amount": np.round(rng.uniform(1, 500, n), 2), "currency": "EUR", "category": "grocery", "country": "DE",
         "device": "ios", "channel": "online", "is_fraud": (rng.uniform(size=n) < 0.1).astype(np.int8)})
-    pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False), src / "transactions.parquet")
+    pq.write_table(pa.Table.from_pandas(tx, schema=FRAUD_SCHEMA, preserve_index=False), src / "transactions.parquet")
     return users, merchants
 
 
@@ -175,8 +177,9 @@ def test_the_lookup_answers_the_same_with_either_reader(secure: Secure) -> None:
     """At FRESH and at STALE, when some of the same entities have expired (ttl applied by both)."""
     for name in ("fraud_v1", "fraud_rt_v1"):
         features = secure.features.model_copy(update={"feature_service": name})
-        direct = OnlineFeatures(features, secure.root)
-        feast = OnlineFeatures(features.model_copy(update={"online_reader": "feast"}), secure.root)
+        direct = OnlineFeatures(features, secure.root, contract=FRAUD_CONTRACT)
+        feast = OnlineFeatures(features.model_copy(update={"online_reader": "feast"}), secure.root,
+                               contract=FRAUD_CONTRACT)
         assert (direct.reader, feast.reader) == ("direct", "feast")
         rows = _rows(secure, 64, seed=7)
         known = {}
@@ -191,7 +194,8 @@ def test_a_wrong_password_is_an_outage_for_both_readers(secure: Secure, monkeypa
     monkeypatch.setenv(SERVING_VAR, SERVING_PASSWORD[:-1])
     rows = _rows(secure, 9, seed=9)
     for reader in ("direct", "feast"):
-        online = OnlineFeatures(secure.features.model_copy(update={"online_reader": reader}), secure.root)
+        online = OnlineFeatures(secure.features.model_copy(update={"online_reader": reader}), secure.root,
+                                contract=FRAUD_CONTRACT)
         assert online.reader == reader
         with pytest.raises(FeatureStoreUnavailableError, match="online store unreachable"):
             online.get(rows)

@@ -20,6 +20,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import OnlineFeatures, historical_features, open_store, prepare_local_data, read_validated
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +49,8 @@ def store_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     features = FeaturesConfig(feature_service="fraud_v1",
                               online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
-    prepare_local_data(DATA, features, root, seed=21)
-    tx = read_validated(root / DATA.validated_dir)
+    prepare_local_data(DATA, features, root, contract=FRAUD_CONTRACT, seed=21)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     last = pd.to_datetime(tx["event_timestamp"], utc=True).groupby(tx["user_id"].astype(str)).max().sort_values()
     yield root, features, last
     open_store(features, root).teardown()
@@ -74,7 +75,7 @@ def _pair(last: pd.Series) -> tuple[str, str, pd.Timestamp]:
 
 
 def _merchant(root: Path) -> str:
-    return str(read_validated(root / DATA.validated_dir)["merchant_id"].iloc[-1])
+    return str(read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)["merchant_id"].iloc[-1])
 
 
 def test_a_value_older_than_its_ttl_is_served_as_the_default_and_flagged(env: tuple[Path, FeaturesConfig, Any]
@@ -83,7 +84,7 @@ def test_a_value_older_than_its_ttl_is_served_as_the_default_and_flagged(env: tu
     assert open_store(features, root).get_feature_view("user_transactions").ttl == TTL
     stale, fresh, as_of = _pair(last)
     merchant = _merchant(root)
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     assert online.reader == features.online_reader
     got_stale, got_fresh = online.get([{"user_id": stale, "merchant_id": merchant},
                                        {"user_id": fresh, "merchant_id": merchant}], as_of=as_of)
@@ -104,7 +105,7 @@ def test_the_ttl_edge_is_the_offline_joins(env: tuple[Path, FeaturesConfig, Any]
     root, features, last = env
     user, merchant = str(last.index[0]), _merchant(root)
     edge = last.iloc[0] + TTL
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     at_edge = online.get([{"user_id": user, "merchant_id": merchant}], as_of=edge)
     past = online.get([{"user_id": user, "merchant_id": merchant}], as_of=edge + US)[0]
     offline = historical_features(features, root, pd.DataFrame(
@@ -119,7 +120,7 @@ def test_online_equals_the_offline_join_for_stale_and_fresh_entities(env: tuple[
     root, features, last = env
     stale, fresh, as_of = _pair(last)
     merchant = _merchant(root)
-    got = OnlineFeatures(features, root).get([{"user_id": stale, "merchant_id": merchant},
+    got = OnlineFeatures(features, root, contract=FRAUD_CONTRACT).get([{"user_id": stale, "merchant_id": merchant},
                                               {"user_id": fresh, "merchant_id": merchant}], as_of=as_of)
     offline = historical_features(features, root, pd.DataFrame(
         {"user_id": [stale, fresh], "merchant_id": [merchant, merchant], "event_timestamp": [as_of, as_of]}))
@@ -137,7 +138,7 @@ def test_the_skew_replay_finds_no_mismatch_for_the_stale_entity(env: tuple[Path,
     root, features, last = env
     stale, fresh, as_of = _pair(last)
     merchant = _merchant(root)
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     rows = [{"user_id": stale, "merchant_id": merchant}, {"user_id": fresh, "merchant_id": merchant}]
     got = online.get(rows, as_of=as_of)
     log = pd.DataFrame([{**r, **{n: g[n] for n in online.names}} for r, g in zip(rows, got, strict=True)])
@@ -157,7 +158,7 @@ def test_the_skew_replay_replays_at_the_lookups_pinned_instant(env: tuple[Path, 
     stale, fresh, as_of = _pair(last)
     pinned = features.model_copy(update={"online_ttl_as_of": as_of.to_pydatetime()})
     merchant = _merchant(root)
-    online = OnlineFeatures(pinned, root)
+    online = OnlineFeatures(pinned, root, contract=FRAUD_CONTRACT)
     rows = [{"user_id": stale, "merchant_id": merchant}, {"user_id": fresh, "merchant_id": merchant}]
     got = online.get(rows)  # at the pinned as_of: the fresh user's values are served
     assert got[1]["user_txn_count_7d"] not in (None, DEFAULTS["user_txn_count_7d"])
@@ -173,13 +174,13 @@ def test_a_request_time_feature_reading_an_expired_view_is_computed_as_offline(
     nulls (z = 0 by its udf); online it must not compute it from the expired values Redis still holds."""
     root, features, last = env
     rt = features.model_copy(update={"feature_service": "fraud_rt_v1"})
-    tx = read_validated(root / DATA.validated_dir)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     spread = tx.groupby("user_id")["amount"].agg(lambda a: a.nunique())  # 2+ distinct amounts: a deviation
     user = str(last[last.index.isin(spread[spread >= 2].index)].index[0])  # the earliest last seen of those
     as_of = last[user] + pd.Timedelta(days=8)
     request = {"user_id": user, "merchant_id": _merchant(root), "amount": 900.0}
-    online = OnlineFeatures(rt, root)
+    online = OnlineFeatures(rt, root, contract=FRAUD_CONTRACT)
     before = online.get([request], as_of=last[user] + pd.Timedelta(hours=1))[0]  # unexpired: its stored values
     assert before["user_amount_std_7d"] > 1e-9, before
     assert before["amount_zscore_user_7d"] == pytest.approx(

@@ -53,8 +53,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Featur
     shutil.copytree(REPO_ROOT / "feature_repo", root / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     features = FeaturesConfig(online_store="redis", redis_url=url, feast_project=f"t_{uuid.uuid4().hex[:10]}",
                               feature_service="fraud_rt_v1")
-    prepare_local_data(DATA, features, root, seed=11)
-    tx = read_validated(root / DATA.validated_dir)
+    prepare_local_data(DATA, features, root, contract=FRAUD_CONTRACT, seed=11)
+    tx = read_validated(root / DATA.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     tx["event_timestamp"] = pd.to_datetime(tx["event_timestamp"], utc=True)
     yield root, features, tx.sort_values("event_timestamp").reset_index(drop=True)
     open_store(features, root).teardown()
@@ -85,7 +85,7 @@ def test_online_value_equals_offline_value_equals_the_hand_computation(env: tupl
                              "amount": np.round(rng.uniform(1, 900, len(users)), 2)})
     requests.loc[len(requests)] = {"user_id": "U_NEVER_SEEN", "merchant_id": "M_NEVER_SEEN", "amount": 50.0}
 
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     assert online.request_fields == ("amount",)
     got = online.get(requests.to_dict("records"))
     offline = historical_features(features, root, requests.assign(event_timestamp=latest + pd.Timedelta(seconds=1)))
@@ -116,10 +116,10 @@ def test_fraud_v1_is_unchanged_and_a_lookup_without_the_amount_is_refused(env: t
                                                                          ) -> None:
     root, features, tx = env
     v1 = features.model_copy(update={"feature_service": "fraud_v1"})
-    v1_online = OnlineFeatures(v1, root)
+    v1_online = OnlineFeatures(v1, root, contract=FRAUD_CONTRACT)
     assert v1_online.request_fields == ()
     assert FEATURE not in v1_online.names and len(v1_online.names) == 13
-    rt = OnlineFeatures(features, root)
+    rt = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     assert rt.names == [*v1_online.names, FEATURE]
     user, merchant = tx["user_id"].iloc[-1], tx["merchant_id"].iloc[-1]
     with pytest.raises(FeatureStoreError, match=r"lacks request field\(s\) \['amount'\].*'fraud_rt_v1'"):
@@ -139,8 +139,9 @@ def test_the_serving_lookup_passes_the_request_amount(env: tuple[Path, FeaturesC
     from mlops_serving.lookup import FeatureLookup
 
     root, features, tx = env
-    lookup = FeatureLookup(OnlineFeatures(features, root))
-    lookup.configure(EncoderSpec.fit(training_set(features, DATA, root, contract=FRAUD_CONTRACT)))
+    lookup = FeatureLookup(OnlineFeatures(features, root, contract=FRAUD_CONTRACT))
+    spec = EncoderSpec.fit(training_set(features, DATA, root, contract=FRAUD_CONTRACT), contract=FRAUD_CONTRACT)
+    lookup.configure(spec, contract=FRAUD_CONTRACT)
     latest = tx["event_timestamp"].max()
     users = tx.loc[tx["event_timestamp"] > latest - pd.Timedelta(hours=12), "user_id"].drop_duplicates().head(5)
     rows = [{**tx.iloc[-1][["merchant_id", "currency", "category", "country", "device", "channel"]].to_dict(),

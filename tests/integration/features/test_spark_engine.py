@@ -18,6 +18,7 @@ import pytest
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import apply_repo, materialize, open_store, prepare_local_data
 from mlops_features.repo import in_repo
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Fe
     spark = FeaturesConfig(**common, feast_project=f"t_{uuid.uuid4().hex[:10]}", registry=".mlops/feast/spark.db",
                            batch_engine="spark", spark_master="local[2]", spark_partitions=3)
     # generate, validate, ingest, apply and materialize with the local engine; then the same tables via Spark
-    prepare_local_data(DataConfig(rows=2_000, days=2, users=120, merchants=30), local, root, seed=11)
+    prepare_local_data(DataConfig(rows=2_000, days=2, users=120, merchants=30), local, root,
+                       contract=FRAUD_CONTRACT, seed=11)
     apply_repo(spark, root)
     materialize(spark, root)
     yield root, local, spark

@@ -30,14 +30,15 @@ def test_apply_materialize_and_read_through_a_sql_registry(
                               online_store="redis", redis_url=redis_url, feast_project=f"t_{uuid.uuid4().hex[:10]}")
     data = DataConfig(rows=600, days=2, users=40, merchants=10)
     try:
-        prepare_local_data(data, features, tmp_path, seed=8)
+        prepare_local_data(data, features, tmp_path, contract=FRAUD_CONTRACT, seed=8)
         with psycopg2.connect(postgres_url) as conn, conn.cursor() as cur:
             cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (postgres_schema,))
             tables = {r[0] for r in cur.fetchall()}
         assert {"feature_views", "entities", "feature_services"} <= tables
         df = training_set(features, data, tmp_path, contract=FRAUD_CONTRACT)
         assert len(df) == 600
-        got = OnlineFeatures(features, tmp_path).get([{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
+        got = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT).get(
+            [{"user_id": df["user_id"].iloc[-1], "merchant_id": "M00001"}])
         assert got[0]["unknown_user"] is False
     finally:
         open_store(features, tmp_path).teardown()

@@ -67,7 +67,7 @@ def _run(root: Path, monitoring: MonitoringConfig, batches: dict[str, Path], whi
     return run_monitor(MonitorRun(monitoring, ServingConfig(prediction_log_uri="log"),
                        TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
                        ProjectConfig(reports_dir="reports"), root, "fraud", current=batches[which],
-                       reference=batches["reference"], dry_run=True, html=False, now=now))
+                       reference=batches["reference"], dry_run=True, html=False, now=now, contract=DEFAULT_CONTRACT))
 
 
 def test_critical_reaches_alertmanager_with_its_labels_and_is_resolved_when_the_level_drops(

@@ -19,6 +19,7 @@ import pytest
 
 from mlops_config import MonitoringConfig
 from mlops_core import build_reference_profile
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring import MonitoringError
 from mlops_monitoring.drift import compare
 from mlops_monitoring.drift_duckdb import TableSource, compare_duckdb
@@ -106,7 +107,8 @@ def test_window_of_the_prediction_log_through_the_monitor_engine(session: Any, t
     parts, _ = prediction_log_parts(tmp_path / "log", "fraud", since=since, until=now)
     info: dict = {"source": "log", "window": "1h"}
     done = assess_window(SPARK, TableSource((str(_parquet(ref, tmp_path / "ref.parquet").paths[0]),)),
-                         TableSource(tuple(parts), since=since, until=now, drop_degraded=True), info, sample_rows=50)
+                         TableSource(tuple(parts), since=since, until=now, drop_degraded=True), info, sample_rows=50,
+                         contract=FRAUD_CONTRACT)
     in_window = rows[(rows["ts"] >= since) & (rows["ts"] <= now)]
     assert info["degraded_rows_excluded"] == int(in_window["degraded"].sum()) > 0
     kept = in_window[~in_window["degraded"]].reset_index(drop=True)

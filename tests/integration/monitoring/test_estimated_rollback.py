@@ -28,6 +28,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
 from mlops_config import DeliveryConfig, load_config
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,7 @@ def _monitor(world: dict[str, Any], config_dir: Path, name: str, signal: str) ->
     c = loaded.config
     return run_monitor(MonitorRun(c.monitoring, c.serving, c.tracking, c.project, loaded.root, "fraud",
                                   current=world["tmp"] / f"{name}.parquet", reference=world["tmp"] / "profile.json",
-                                  html=False))
+                                  html=False, contract=FRAUD_CONTRACT))
 
 
 def test_a_shift_the_model_absorbs_rolls_back_on_drift_but_not_on_the_estimate(world: dict[str, Any],

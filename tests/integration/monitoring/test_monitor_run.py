@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from mlops_config import MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
 from mlops_core.profile import build_reference_profile
 from mlops_features.sample import generate_transactions
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring import MonitoringError
 from mlops_monitoring.exporter import metric_values
 from mlops_monitoring.monitor import MonitorRun, run_monitor
@@ -76,6 +77,7 @@ def sections(tmp_path: Path, webhook: tuple[str, list[dict]], monkeypatch: pytes
         "serving": ServingConfig(prediction_log_uri="log"),
         "tracking": TrackingConfig(uri="sqlite:///mlflow.db", artifact_location="mlartifacts"),
         "project": ProjectConfig(reports_dir="reports"),
+        "contract": FRAUD_CONTRACT,  # the model config's (the log is fraud's)
     }
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from mlops_config import LoadedConfig, load_config
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring import MonitorRun, RetrainFailedError, run_monitor
 from mlops_pipeline import retrain_requester
 
@@ -99,7 +100,7 @@ def monitor(world: dict[str, Any], windows: dict[str, Path], cfg: LoadedConfig, 
     c = cfg.config
     return run_monitor(MonitorRun(c.monitoring, c.serving, c.tracking, c.project, cfg.root, "fraud",
                                   current=windows["drifted"], reference=windows["profile"], html=False, now=at,
-                                  retrain=retrain_requester(cfg), **kw))
+                                  retrain=retrain_requester(cfg), **kw, contract=FRAUD_CONTRACT))
 
 
 def retrain_action(result: Any) -> Any:

@@ -62,9 +62,9 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
             "serving.feature_retry_s=0.3"]
     cfg = load_config(config_dir=config_dir, overrides=sets).config
     data = DataConfig(rows=3000, days=3, users=150, merchants=40)
-    prepare_local_data(data, cfg.features, root, seed=5)
+    prepare_local_data(data, cfg.features, root, contract=FRAUD_CONTRACT, seed=5)
     df = training_set(cfg.features, data, root, contract=FRAUD_CONTRACT)
-    encoder = EncoderSpec.fit(df)
+    encoder = EncoderSpec.fit(df, contract=FRAUD_CONTRACT)
     arch = {"input_dim": encoder.input_dim, "hidden_sizes": [16], "dropout": 0.0}
     torch.manual_seed(5)
     folder = save_exported(root / "export", build_tabular_mlp(arch).state_dict(), {
@@ -110,7 +110,7 @@ def test_mlops_serve_end_to_end(world: dict[str, Any], kit: Any) -> None:
         assert body["model_version"] == world["version"] and body["degraded"] is False
         # independent expectation: features from a separate OnlineFeatures, the frame encoder (byte-identical
         # to the records one: tests/unit/model) and a numpy forward pass over the registered safetensors
-        store = OnlineFeatures(world["cfg"].features, root).get(rows)
+        store = OnlineFeatures(world["cfg"].features, root, contract=FRAUD_CONTRACT).get(rows)
         frame = pd.DataFrame([{**row, **{k: v for k, v in f.items() if not k.startswith(("_", "unknown_"))}}
                               for row, f in zip(rows, store, strict=True)])
         want = kit.numpy_score(world["folder"], world["encoder"].encode_frame(frame))

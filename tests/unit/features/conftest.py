@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -51,7 +52,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DataConfig
     root = tmp_path_factory.mktemp("prepared")
     data = DataConfig(**SMALL)
     features = features_cfg(root)
-    prepare_local_data(data, features, root, seed=7)
+    prepare_local_data(data, features, root, contract=FRAUD_CONTRACT, seed=7)
     return root, data, features
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, OnlineFeatures, apply_repo, read_validated
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 HERE = Path(__file__).resolve().parent
 USER = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h", "user_amount_sum_24h",
@@ -53,7 +54,7 @@ def _assert_same(new: pd.DataFrame, old: pd.DataFrame, keys: list[str], names: t
 def test_the_offline_tables_equal_the_previous_pandas_code(prepared: Prepared) -> None:
     root, data, features = prepared
     legacy = _legacy()
-    tx = read_validated(root / data.validated_dir)
+    tx = read_validated(root / data.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     users = pd.read_parquet(root / features.source_dir / "user_transactions.parquet")
     merchants = pd.read_parquet(root / features.source_dir / "merchant_risk.parquet")
     _assert_same(users, legacy.compute_user_features(tx), ["user_id", "event_timestamp"], USER)
@@ -63,10 +64,10 @@ def test_the_offline_tables_equal_the_previous_pandas_code(prepared: Prepared) -
 def test_the_online_store_holds_each_entitys_latest_legacy_row(prepared: Prepared) -> None:
     root, data, features = prepared
     legacy = _legacy()
-    tx = read_validated(root / data.validated_dir)
+    tx = read_validated(root / data.validated_dir, record_id=FRAUD_CONTRACT.record_id)
     old_users = legacy.compute_user_features(tx).sort_values(["event_timestamp"]).groupby("user_id").tail(1)
     old_merchants = legacy.compute_merchant_features(tx).sort_values("event_timestamp").groupby("merchant_id").tail(1)
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     assert online.names == [*USER, *MERCHANT]  # fraud_v1's order, from the registry
     rows = [{"user_id": u, "merchant_id": m} for u, m in
             zip(old_users["user_id"].iloc[:40], old_merchants["merchant_id"].sample(40, replace=True, random_state=0),

@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from mlops_config import DataConfig
 from mlops_features import generate_transactions, validate_batches
 from mlops_features.gate import FAILED_COLUMN
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 NOW = datetime(2026, 11, 10, tzinfo=UTC)
 DATA = DataConfig(min_batch_rows=1, max_batch_rows=1_000)
 
@@ -30,7 +32,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def _write(df: pd.DataFrame, path: Path, schema: pa.Schema | None = RAW_SCHEMA) -> Path:
+def _write(df: pd.DataFrame, path: Path, schema: pa.Schema | None = FRAUD_SCHEMA) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pandas(df, schema=schema, preserve_index=False), path)
     return path
@@ -84,9 +86,9 @@ ROW_LEVEL = {
 def test_row_level_failures_go_to_quarantine_and_nothing_is_lost(tmp_path: Path, good: pd.DataFrame, kind: str) -> None:
     edit, bad_rows, expectation = ROW_LEVEL[kind]
     df = edit(good)
-    schema = None if df["is_fraud"].dtype.kind == "f" else RAW_SCHEMA
+    schema = None if df["is_fraud"].dtype.kind == "f" else FRAUD_SCHEMA
     path = _write(df, tmp_path / "raw" / "batch.parquet", schema=schema)
-    result = validate_batches([path], DATA, tmp_path, now=NOW).batches[0]
+    result = validate_batches([path], DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT).batches[0]
     assert not result.batch_rejected
     assert result.input_rows == len(good)
     assert result.quarantined_rows == len(bad_rows)
@@ -106,7 +108,7 @@ def test_row_level_failures_go_to_quarantine_and_nothing_is_lost(tmp_path: Path,
 def test_a_row_failing_two_expectations_lists_both(tmp_path: Path, good: pd.DataFrame) -> None:
     df = _set("device", [50], "fax")(_set("merchant_id", [50], None)(good))
     path = _write(df, tmp_path / "b.parquet")
-    validate_batches([path], DATA, tmp_path, now=NOW)
+    validate_batches([path], DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT)
     row = pd.read_parquet(tmp_path / "data/quarantine/b.rows.parquet").iloc[0]
     assert set(row[FAILED_COLUMN].split(",")) == {
         "expect_column_values_to_be_in_set(device)", "expect_column_values_to_not_be_null(merchant_id)"}
@@ -137,13 +139,13 @@ def _table(edit: Callable[[pd.DataFrame], pd.DataFrame], schema: pa.Schema | Non
 
 
 NAIVE = pa.schema([f if f.name not in ("event_timestamp", "created") else pa.field(f.name, pa.timestamp("us"))
-                   for f in RAW_SCHEMA])
+                   for f in FRAUD_SCHEMA])
 BATCH_LEVEL = {
     "empty file": (_bytes(b""), "empty file"),
     "not parquet": (_bytes(b"transaction_id,amount\nT1,3.5\n"), "unreadable parquet"),
     "truncated parquet": (_truncated, "unreadable parquet"),
-    "zero rows": (_table(lambda df: df.iloc[:0], RAW_SCHEMA), "row count 0"),
-    "too many rows": (_table(lambda df: pd.concat([df] * 3, ignore_index=True), RAW_SCHEMA), "row count 1200"),
+    "zero rows": (_table(lambda df: df.iloc[:0], FRAUD_SCHEMA), "row count 0"),
+    "too many rows": (_table(lambda df: pd.concat([df] * 3, ignore_index=True), FRAUD_SCHEMA), "row count 1200"),
     "missing column": (_table(lambda df: df.drop(columns=["merchant_id"])), "missing columns ['merchant_id']"),
     "extra column": (_table(lambda df: df.assign(cvv="123")), "unexpected ['cvv']"),
     "amount as text": (_table(lambda df: df.assign(amount=df["amount"].astype(str))), "amount: string"),
@@ -163,7 +165,7 @@ def test_batch_level_failures_reject_the_whole_batch_and_keep_the_file(
     path = tmp_path / "raw" / "bad.parquet"
     path.parent.mkdir(parents=True)
     rows = make(good, path)
-    result = validate_batches([path], DATA, tmp_path, now=NOW).batches[0]
+    result = validate_batches([path], DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT).batches[0]
     assert result.batch_rejected
     assert needle in result.reasons[0], result.reasons
     assert result.input_rows == rows
@@ -178,7 +180,7 @@ def test_one_corrupted_batch_among_good_ones(tmp_path: Path) -> None:
     paths = generate_transactions(tmp_path / "raw", rows=900, days=3, seed=2, users=60, merchants=20)
     data = paths[1].read_bytes()
     paths[1].write_bytes(data[:100])
-    summary = validate_batches(paths, DATA, tmp_path, now=NOW)
+    summary = validate_batches(paths, DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT)
     assert [b.batch_rejected for b in summary.batches] == [False, True, False]
     assert summary.accepted_rows == sum(pq.read_metadata(p).num_rows for p in (paths[0], paths[2]))
     assert summary.to_dict()["rejected_batches"] == 1
@@ -189,14 +191,14 @@ def test_revalidating_is_idempotent_and_ids_accepted_elsewhere_are_quarantined(
 ) -> None:
     first = _write(good, tmp_path / "raw" / "a.parquet")
     for _ in range(2):
-        result = validate_batches([first], DATA, tmp_path, now=NOW).batches[0]
+        result = validate_batches([first], DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT).batches[0]
         assert result.accepted_rows == len(good)
     validated = pd.concat([pd.read_parquet(p) for p in (tmp_path / "data/validated").glob("*.parquet")])
     assert len(validated) == len(good)
     assert validated["transaction_id"].is_unique
     # The same rows arriving again in another batch are not accepted twice.
     resent = _write(good.iloc[:25], tmp_path / "raw" / "b.parquet")
-    again = validate_batches([resent], DATA, tmp_path, now=NOW).batches[0]
+    again = validate_batches([resent], DATA, tmp_path, now=NOW, contract=FRAUD_CONTRACT).batches[0]
     assert (again.accepted_rows, again.quarantined_rows) == (0, 25)
     assert again.row_failures == {"unique_across_batches(transaction_id)": 25}
 
@@ -216,7 +218,7 @@ def test_any_mix_of_bad_rows_loses_nothing(tmp_path_factory: pytest.TempPathFact
     for row, column in picks:
         df.loc[row, column] = CORRUPTIONS[column]
     path = _write(df, root / "raw" / "mix.parquet")
-    result = validate_batches([path], DATA, root, now=NOW).batches[0]
+    result = validate_batches([path], DATA, root, now=NOW, contract=FRAUD_CONTRACT).batches[0]
     bad = {good.loc[row, "transaction_id"] for row, _ in picks}
     assert result.accepted_rows + result.quarantined_rows == result.input_rows == len(good)
     assert result.quarantined_rows == len(bad)

@@ -20,6 +20,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     import mlops_features.gate as gate
     from mlops_config import DataConfig
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     root, limit = Path(sys.argv[1]), int(sys.argv[2])
     real_asdict = gate.asdict
@@ -33,7 +34,7 @@ CHILD = textwrap.dedent(
     gate.asdict = asdict_then_fill_the_disk
     data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
     try:
-        gate.validate_batches([root / "raw" / sys.argv[3]], data, root)
+        gate.validate_batches([root / "raw" / sys.argv[3]], data, root, contract=FRAUD_CONTRACT)
     except OSError as exc:
         print(f"failed mid-write: {exc}")
         sys.exit(3)
@@ -45,10 +46,11 @@ def test_a_report_write_that_fails_half_way_leaves_the_previous_report_whole(tmp
     from mlops_config import DataConfig
     from mlops_features.gate import validate_batches
     from mlops_features.sample import generate_transactions
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     [batch] = generate_transactions(tmp_path / "raw", rows=300, days=1, seed=3)
     data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
-    validate_batches([batch], data, tmp_path)
+    validate_batches([batch], data, tmp_path, contract=FRAUD_CONTRACT)
     report = tmp_path / "data/quarantine" / f"{batch.stem}.report.json"
     before = report.read_bytes()
     assert json.loads(before)["input_rows"] == 300

@@ -13,9 +13,11 @@ import pytest
 from mlops_config import DataConfig
 from mlops_features import validate_batches
 from mlops_features.gate import FAILED_COLUMN
-from mlops_features.schema import RAW_SCHEMA, raw_schema
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support.contracts import CHURN
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 NOW = datetime(2026, 11, 10, tzinfo=UTC)
 DATA = DataConfig(min_batch_rows=1, max_batch_rows=1_000)
 
@@ -93,11 +95,45 @@ def test_a_record_id_accepted_in_another_batch_is_quarantined(tmp_path: Path, ba
 
 
 def test_a_batch_of_another_contracts_columns_is_rejected_naming_them(tmp_path: Path) -> None:
-    other = RAW_SCHEMA.empty_table().to_pandas()
+    other = FRAUD_SCHEMA.empty_table().to_pandas()
     path = tmp_path / "raw" / "x.parquet"
     path.parent.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pandas(other, schema=RAW_SCHEMA, preserve_index=False), path)
+    pq.write_table(pa.Table.from_pandas(other, schema=FRAUD_SCHEMA, preserve_index=False), path)
     result = validate_batches([path], DataConfig(min_batch_rows=0, max_batch_rows=10), tmp_path, now=NOW,
                               contract=CHURN).batches[0]
     assert result.batch_rejected
     assert "missing columns ['event_id', 'customer_id', 'tenure_months'" in result.reasons[0]
+
+
+def test_the_gate_has_no_default_contract(tmp_path: Path) -> None:
+    """A caller that forgets its model's contract fails at the call, not silently under fraud's."""
+    from mlops_features.gate import build_batch_suite, build_suite
+    from mlops_features.landing import ingest_landed
+
+    with pytest.raises(TypeError, match="contract"):
+        validate_batches([], DATA, tmp_path, now=NOW)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        build_suite(NOW)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        build_batch_suite(DATA)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        ingest_landed(DATA, tmp_path)  # type: ignore[call-arg]
+
+
+def test_the_suites_built_from_the_churn_contract_check_churn_columns_only() -> None:
+    import great_expectations as gx
+
+    from mlops_features.gate import build_batch_suite, build_suite
+
+    gx.get_context(mode="ephemeral")
+    rows = build_suite(NOW, contract=CHURN)
+    checked = {(e.configuration.type, e.configuration.kwargs.get("column")) for e in rows.expectations}
+    assert ("expect_column_values_to_be_unique", "event_id") in checked
+    assert ("expect_column_values_to_be_in_set", "churned") in checked
+    assert ("expect_column_values_to_be_in_set", "plan") in checked
+    assert not {c for _, c in checked} & {"transaction_id", "is_fraud", "amount", "user_id", "merchant_id"}
+    [columns] = [e for e in build_batch_suite(DATA, contract=CHURN).expectations
+                 if e.configuration.type == "expect_table_columns_to_match_set"]
+    assert sorted(columns.configuration.kwargs["column_set"]) == sorted([
+        "event_id", "customer_id", "event_timestamp", "created", "tenure_months", "monthly_charges", "plan", "region",
+        "churned"])

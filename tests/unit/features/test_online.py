@@ -28,9 +28,11 @@ from mlops_features import (
     open_store,
     prepare_local_data,
 )
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from tests.support import sample_as_of
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 REPO_ROOT = Path(__file__).resolve().parents[3]
 USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
                  "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
@@ -56,8 +58,9 @@ class OnlineSuite:
             ) -> Iterator[tuple[Path, FeaturesConfig, OnlineFeatures]]:
         root = tmp_path_factory.mktemp("online")
         features = _cfg(root, online_overrides)
-        prepare_local_data(DataConfig(rows=3_000, days=2, users=150, merchants=40), features, root, seed=5)
-        yield root, features, OnlineFeatures(features, root)
+        prepare_local_data(DataConfig(rows=3_000, days=2, users=150, merchants=40), features, root,
+                           contract=FRAUD_CONTRACT, seed=5)
+        yield root, features, OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
         open_store(features, root).teardown()
 
     def test_online_values_equal_the_offline_values_at_the_same_time(self, env: tuple) -> None:
@@ -137,14 +140,14 @@ class OnlineSuite:
                 "event_timestamp": stamps, "created": stamps, "amount": 10.0, "currency": "EUR",
                 "category": "grocery", "country": "DE", "device": "ios", "channel": "online",
                 "is_fraud": np.zeros(n, dtype=np.int8)})
-            pq.write_table(pa.Table.from_pandas(tx, schema=RAW_SCHEMA, preserve_index=False),
+            pq.write_table(pa.Table.from_pandas(tx, schema=FRAUD_SCHEMA, preserve_index=False),
                            src / "transactions.parquet")
 
         write([t0])
         apply_repo(features, tmp_path)
         try:
             materialize(features, tmp_path, incremental=True, end=t0 + timedelta(minutes=1))
-            online = OnlineFeatures(features, tmp_path)
+            online = OnlineFeatures(features, tmp_path, contract=FRAUD_CONTRACT)
             assert online.get([{"user_id": "U1", "merchant_id": "M1"}])[0]["user_txn_count_1h"] == 1
             write([t0, t0 + timedelta(hours=1)])  # exactly 1 h later: the window [t - 1h, t] holds both
             materialize(features, tmp_path, incremental=True, end=t0 + timedelta(hours=2))

@@ -13,9 +13,10 @@ import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
 from mlops_features import FeatureStoreError, apply_repo, historical_features, training_set
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
 from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)  # fraud's raw batches (the sample generator's)
 USER_FEATURES = ("user_txn_count_1h", "user_txn_count_24h", "user_txn_count_7d", "user_amount_sum_1h",
                  "user_amount_sum_24h", "user_amount_sum_7d", "user_amount_mean_7d", "user_amount_std_7d",
                  "user_amount_zscore", "user_distinct_merchants_24h")
@@ -86,7 +87,7 @@ def hand_built(tmp_path_factory: pytest.TempPathFactory, make_features: MakeFeat
     (root / "data/validated").mkdir(parents=True)
     USERS.to_parquet(root / "data/features/user_transactions.parquet", index=False)
     MERCHANTS.to_parquet(root / "data/features/merchant_risk.parquet", index=False)
-    pq.write_table(pa.Table.from_pandas(LABELS, schema=RAW_SCHEMA, preserve_index=False),
+    pq.write_table(pa.Table.from_pandas(LABELS, schema=FRAUD_SCHEMA, preserve_index=False),
                    root / "data/validated/labels.parquet")
     apply_repo(make_features(root, ttl_days=1), root)
     return root, DataConfig()

@@ -13,7 +13,7 @@ from scipy import stats
 from scipy.optimize import minimize
 
 from mlops_features import DataError, generate_transactions, training_set
-from mlops_features.schema import ALLOWED_VALUES, RAW_SCHEMA
+from mlops_features.schema import raw_schema
 from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import EncoderSpec
 
@@ -46,7 +46,7 @@ def test_batches_have_the_raw_schema_one_day_each_and_all_rows(modes: dict[str, 
     total = 0
     for day, p in enumerate(paths, start=1):
         table = pq.read_table(p)
-        assert table.schema.remove_metadata() == RAW_SCHEMA
+        assert table.schema.remove_metadata() == raw_schema(FRAUD_CONTRACT)
         ts = table.column("event_timestamp").to_pandas()
         assert (ts.dt.strftime("%Y-%m-%d") == f"2026-03-0{day}").all()
         total += table.num_rows
@@ -55,7 +55,7 @@ def test_batches_have_the_raw_schema_one_day_each_and_all_rows(modes: dict[str, 
     assert df["transaction_id"].is_unique
     assert (df["created"] >= df["event_timestamp"]).all()
     assert df["amount"].gt(0).all()
-    for column, allowed in ALLOWED_VALUES.items():
+    for column, allowed in FRAUD_CONTRACT.expectations.allowed_values.items():
         assert set(df[column]) <= set(allowed), column
 
 
@@ -116,7 +116,7 @@ def test_label_is_learnable_from_the_feature_service(prepared: tuple) -> None:
     root, data, features = prepared
     df = training_set(features, data, root, contract=FRAUD_CONTRACT)
     cut = int(len(df) * 0.7)
-    encoder = EncoderSpec.fit(df.iloc[:cut])
+    encoder = EncoderSpec.fit(df.iloc[:cut], contract=FRAUD_CONTRACT)
     x = np.hstack([encoder.encode_frame(df).astype(np.float64), np.ones((len(df), 1))])
     y = df["is_fraud"].to_numpy(dtype=np.float64)
 

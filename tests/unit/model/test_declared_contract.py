@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import EncoderSpec
 from tests.support.contracts import CHURN
 
@@ -53,9 +54,20 @@ def test_the_moments_are_those_of_the_declared_transforms(frame: pd.DataFrame) -
     assert list(row[8:11]) == [0.0, 0.0, 1.0]  # region missing: the "other" slot
 
 
-def test_the_same_frame_under_the_default_contract_is_encoded_differently(frame: pd.DataFrame) -> None:
+def test_the_same_frame_under_fraud_s_contract_is_encoded_differently(frame: pd.DataFrame) -> None:
     """What changed the columns above is the contract, not the frame."""
-    default = EncoderSpec.fit(frame)
+    default = EncoderSpec.fit(frame, contract=FRAUD_CONTRACT)
     assert [c.name for c in default.numeric if c.log] == ["amount"]
     assert default.derived == ()
     assert [c.name for c in default.categorical] == []  # none of the default contract's categoricals is here
+
+
+def test_a_fit_without_a_contract_fails_at_the_call(frame: pd.DataFrame) -> None:
+    """No silent fallback to the reference model's contract: the caller must pass its model's."""
+    with pytest.raises(TypeError, match="contract"):
+        EncoderSpec.fit(frame)  # type: ignore[call-arg]
+    from mlops_model.encoder import default_numeric
+
+    with pytest.raises(TypeError, match="contract"):
+        default_numeric(frame)  # type: ignore[call-arg]
+    assert default_numeric(frame, contract=CHURN)[:2] == ["tenure_months", "monthly_charges"]

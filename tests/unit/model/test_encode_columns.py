@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import EncoderSpec, EncoderSpecError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,7 +34,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[EncoderSpec, pd.Da
     merchants = windows.merchant_risk_udf(tx).drop(columns=["created", "event_timestamp"])
     df = tx.merge(users, on=["user_id", "event_timestamp"], how="left")
     df = df.merge(merchants.groupby("merchant_id").last().reset_index(), on="merchant_id", how="left")
-    spec = EncoderSpec.fit(df.iloc[:1000])
+    spec = EncoderSpec.fit(df.iloc[:1000], contract=FRAUD_CONTRACT)
     return spec, df.iloc[1000:].reset_index(drop=True)
 
 

@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import EncoderSpec, EncoderSpecError
 
 DataError = EncoderSpecError
 
 
 def fit_encoder(df: pd.DataFrame) -> EncoderSpec:
-    return EncoderSpec.fit(df)
+    return EncoderSpec.fit(df, contract=FRAUD_CONTRACT)
 
 
 def encode(df: pd.DataFrame, enc: EncoderSpec | dict) -> np.ndarray:
@@ -137,7 +138,7 @@ def test_both_adapters_are_byte_identical_to_the_previous_encoder_on_sample_rows
     df.loc[df.index % 7 == 0, "merchant_fraud_rate_7d"] = np.nan  # missing store values too
     df.loc[df.index % 11 == 0, "channel"] = "never_seen"
     train, rows = df.iloc[:2000], df.iloc[2000:]
-    spec = EncoderSpec.fit(train)
+    spec = EncoderSpec.fit(train, contract=FRAUD_CONTRACT)
     legacy = _legacy_fit(train)
     assert spec.to_dict() == json.loads(json.dumps(legacy))
     want = _legacy_encode(rows, legacy)

@@ -50,3 +50,27 @@ def test_the_duckdb_window_reads_the_contracts_label_and_record_id(tmp_path: Pat
                          contract=CHURN)
     _check(done.quality)
     assert done.reference_metrics == {"positive_rate": pytest.approx(0.25)}  # 100 of 400 churned
+
+
+def test_the_monitor_has_no_default_contract() -> None:
+    """A caller that forgets the model's contract fails at the call, not silently joining on fraud's names."""
+    from mlops_config import ProjectConfig, ServingConfig, TrackingConfig
+    from mlops_monitoring import MonitoringError, MonitorRun
+    from mlops_monitoring.quality import realized_quality
+
+    reference, current, labels = _frames()
+    cfg = MonitoringConfig(min_f1=0.1, min_rows=1, ignore_columns=["event_id", "churned"])
+    with pytest.raises(TypeError, match="contract"):
+        assess(reference, current, cfg, labels=labels)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        assess_window(cfg, {}, TableSource(()), {})  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="key"):
+        realized_quality(current, labels, 0.5)  # type: ignore[call-arg]
+    assert realized_quality(current, labels, 0.5, key=CHURN.record_id, label=CHURN.label).tp == 2
+    sections = (cfg, ServingConfig(), TrackingConfig(), ProjectConfig(), Path("."), "churn")
+    with pytest.raises(TypeError, match="contract"):
+        MonitorRun(*sections)  # type: ignore[call-arg]
+    assert MonitorRun(*sections, contract=CHURN).declared == CHURN
+    with pytest.raises(MonitoringError, match=r"monitoring tabular model 'churn' needs the model config's contract "
+                                              r".* expected a section contract in configs/models/churn.yaml"):
+        _ = MonitorRun(*sections, contract=None).declared

@@ -18,6 +18,7 @@ from scipy import stats
 
 from mlops_config import MonitoringConfig
 from mlops_core import build_reference_profile
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring import MonitoringError
 from mlops_monitoring.drift import compare
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb
@@ -127,7 +128,8 @@ def test_window_of_the_prediction_log_bounds_and_degraded_rows(tmp_path: Path) -
     assert fs is None and parts
     info: dict = {"source": "log", "window": "1h"}
     done = assess_window(MonitoringConfig(), TableSource.from_path(_write(ref, tmp_path / "ref.parquet"), "ref"),
-                         TableSource(tuple(parts), since=since, until=now, drop_degraded=True), info)
+                         TableSource(tuple(parts), since=since, until=now, drop_degraded=True), info,
+                         contract=FRAUD_CONTRACT)
     in_window = rows[(rows["ts"] >= since) & (rows["ts"] <= now)]
     assert info["degraded_rows_excluded"] == int(in_window["degraded"].sum())
     kept = in_window[~in_window["degraded"]].reset_index(drop=True)

@@ -17,6 +17,7 @@ from scipy.optimize import minimize
 from mlops_config import MonitoringConfig
 from mlops_core.profile import build_reference_profile
 from mlops_features.sample import generate_transactions
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring.monitor import assess
 
 NUMERIC = ["amount"]
@@ -85,7 +86,7 @@ def test_twenty_clean_seeds_raise_no_false_alarm(world: tuple, tmp_path: Path) -
     levels = Counter()
     for seed in range(100, 120):
         current, labels = _window(tmp_path, scorer, seed, "none")
-        level, reasons, _, quality = assess(profile, current, cfg, labels=labels)
+        level, reasons, _, quality = assess(profile, current, cfg, labels=labels, contract=FRAUD_CONTRACT)
         levels[level.value] += 1
         assert quality is not None and quality.n_labelled == len(current)
         assert level.value != "CRITICAL", (seed, reasons)
@@ -105,7 +106,7 @@ def test_each_drift_mode_is_caught_at_its_level(world: tuple, tmp_path: Path, dr
                                                 evidence: str) -> None:
     profile, scorer, cfg = world
     current, labels = _window(tmp_path, scorer, 7, drift)
-    got, reasons, report, _ = assess(profile, current, cfg, labels=labels)
+    got, reasons, report, _ = assess(profile, current, cfg, labels=labels, contract=FRAUD_CONTRACT)
     assert got.value == level, reasons
     assert any(evidence in r for r in reasons), reasons
     if drift in ("prior", "concept"):

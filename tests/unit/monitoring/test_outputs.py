@@ -13,12 +13,14 @@ import pytest
 import yaml
 
 from mlops_config import MonitoringConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_monitoring import MonitoringError, compare
 from mlops_monitoring.exporter import METRIC_NAMES, build_registry, metric_values, write_metrics
 from mlops_monitoring.policy import Level, quality_level
 from mlops_monitoring.quality import realized_quality
 from mlops_monitoring.source import parse_window
 
+FRAUD_KEYS = {"key": FRAUD_CONTRACT.record_id, "label": FRAUD_CONTRACT.label}  # the join of fraud's log and labels
 INFRA = Path(__file__).resolve().parents[3] / "infra" / "base" / "monitoring"
 
 
@@ -28,7 +30,7 @@ def test_metrics_file_holds_every_gauge(tmp_path: Path) -> None:
     cur = pd.DataFrame({"amount": rng.normal(1, 1, 500), "c": rng.choice(["a", "b"], 500)})
     report = compare(ref, cur)
     quality = realized_quality(pd.DataFrame({"transaction_id": [1, 2, 3], "score": [0.9, 0.1, 0.8]}),
-                               pd.DataFrame({"transaction_id": [1, 2, 3], "is_fraud": [1, 1, 0]}), 0.5)
+                               pd.DataFrame({"transaction_id": [1, 2, 3], "is_fraud": [1, 1, 0]}), 0.5, **FRAUD_KEYS)
     path = write_metrics(build_registry("fraud", report, Level.CRITICAL, 1_800_000_000.0, quality,
                                         {"rollback": True}), tmp_path / "m" / "metrics.prom")
     values = metric_values(path.read_text())
@@ -70,7 +72,7 @@ def test_bad_window_is_named(text: str) -> None:
 def test_realized_quality_by_hand_and_policy() -> None:
     preds = pd.DataFrame({"transaction_id": list("abcdefgh"), "score": [0.9, 0.8, 0.7, 0.2, 0.1, 0.6, 0.3, 0.95]})
     labels = pd.DataFrame({"transaction_id": list("abcdefg"), "is_fraud": [1, 0, 1, 1, 0, 0, 0]})  # h unlabelled
-    q = realized_quality(preds, labels, 0.5)
+    q = realized_quality(preds, labels, 0.5, **FRAUD_KEYS)
     # predicted positive: a b c f (h has no label); actual positive: a c d → tp 2, fp 2, fn 1
     assert (q.tp, q.fp, q.fn, q.n_labelled, q.n_predictions) == (2, 2, 1, 7, 8)
     assert q.precision == 0.5 and q.recall == pytest.approx(2 / 3) and q.f1 == pytest.approx(4 / 7)
@@ -85,11 +87,11 @@ def test_realized_quality_by_hand_and_policy() -> None:
 def test_bad_labels_are_named() -> None:
     preds = pd.DataFrame({"transaction_id": ["a", "b"], "score": [0.9, 0.1]})
     with pytest.raises(MonitoringError, match="'is_fraud'"):
-        realized_quality(preds, pd.DataFrame({"transaction_id": ["a"]}), 0.5)
+        realized_quality(preds, pd.DataFrame({"transaction_id": ["a"]}), 0.5, **FRAUD_KEYS)
     with pytest.raises(MonitoringError, match="'a' more than once"):
-        realized_quality(preds, pd.DataFrame({"transaction_id": ["a", "a"], "is_fraud": [1, 0]}), 0.5)
+        realized_quality(preds, pd.DataFrame({"transaction_id": ["a", "a"], "is_fraud": [1, 0]}), 0.5, **FRAUD_KEYS)
     with pytest.raises(MonitoringError, match="holds 'yes'"):
-        realized_quality(preds, pd.DataFrame({"transaction_id": ["a"], "is_fraud": ["yes"]}), 0.5)
+        realized_quality(preds, pd.DataFrame({"transaction_id": ["a"], "is_fraud": ["yes"]}), 0.5, **FRAUD_KEYS)
 
 
 def test_the_monitor_compares_realized_f1_with_the_served_versions_validation_f1_at_its_threshold() -> None:
@@ -106,10 +108,11 @@ def test_the_monitor_compares_realized_f1_with_the_served_versions_validation_f1
                                    score=[0.9, 0.8, 0.7, 0.2, 0.1, 0.6, 0.3, 0.95])
     labels = pd.DataFrame({"transaction_id": list("abcdefg"), "is_fraud": [1, 0, 1, 1, 0, 0, 0]})  # F1 4/7 at 0.5
     cfg = MonitoringConfig(min_f1=0.1, min_rows=1)
-    legacy = assess(profile, current, cfg, labels=labels)
+    legacy = assess(profile, current, cfg, labels=labels, contract=FRAUD_CONTRACT)
     assert not any("F1" in r for r in legacy[1])  # no record: metrics.f1 0.5 stands in, 4/7 is above it
     profile["decision_threshold"] = {"value": 0.5, "criterion": "f1", "f1": 0.8}
-    _, reasons, _, quality = assess(profile, current, cfg, labels=labels)  # (8 rows: drift has its own say)
+    # (8 rows: drift has its own say)
+    _, reasons, _, quality = assess(profile, current, cfg, labels=labels, contract=FRAUD_CONTRACT)
     assert quality is not None and quality.f1 == pytest.approx(4 / 7)
     assert reasons[0] == (f"WARNING: realized F1 {4 / 7:.4f} at threshold 0.5 is {1 - (4 / 7) / 0.8:.1%} below served "
                           "v4's validation F1 0.8000 at its recorded threshold 0.5 (model.json decision_threshold.f1) "

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from mlops_config import DataConfig, FeaturesConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SMALL = {"rows": 3_000, "days": 2, "users": 120, "merchants": 30}
@@ -36,7 +37,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DataConfig, F
     root = tmp_path_factory.mktemp("skew")
     data = DataConfig(**SMALL)
     features = features_cfg(root)
-    prepare_local_data(data, features, root, seed=5)
+    prepare_local_data(data, features, root, contract=FRAUD_CONTRACT, seed=5)
     return root, data, features
 
 
@@ -47,7 +48,7 @@ def served_log(features: FeaturesConfig, root: Path, entities: pd.DataFrame, ts:
     what a store that kept values past their ttl would have served at ``ts``."""
     from mlops_features import OnlineFeatures
 
-    online = OnlineFeatures(features, root)
+    online = OnlineFeatures(features, root, contract=FRAUD_CONTRACT)
     rows = entities[["user_id", "merchant_id"]].astype(str).to_dict("records")
     for row, (_, entity) in zip(rows, entities.iterrows(), strict=True):  # request fields on-demand views read
         row.update({k: float(entity[k]) for k in online.request_fields})
@@ -70,7 +71,7 @@ def serving_time(root: Path, features: FeaturesConfig) -> pd.Timestamp:
 def transactions(root: Path, data: DataConfig) -> pd.DataFrame:
     from mlops_features import read_validated
 
-    return read_validated(root / data.validated_dir)
+    return read_validated(root / data.validated_dir, record_id=FRAUD_CONTRACT.record_id)
 
 
 def replay(features: FeaturesConfig, root: Path, log: pd.DataFrame, **kw: Any) -> Any:
@@ -173,8 +174,8 @@ def test_unmaterialized_day_and_unknown_entities_are_named(store: tuple[Path, Da
     raw = generate_transactions(root / "data" / "raw_next", rows=1_500, days=1, seed=9,
                                 start_date=(last + pd.Timedelta(days=1)).date().isoformat(),
                                 users=SMALL["users"] + 60, merchants=SMALL["merchants"])
-    validate_batches(raw, data, root)
-    ingest(root / data.validated_dir, root / features.source_dir)
+    validate_batches(raw, data, root, contract=FRAUD_CONTRACT)
+    ingest(root / data.validated_dir, root / features.source_dir, record_id=FRAUD_CONTRACT.record_id)
     backfill(features, root)
     after = transactions(root, data)
     new_day = after[pd.to_datetime(after["event_timestamp"], utc=True) > last]

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import build_tabular_mlp, save_exported
 from mlops_serving.lookup import FeatureLookup
 from mlops_serving.metrics import ServingMetrics
@@ -57,7 +58,7 @@ def _model(tmp_path: Path, source: DictSource) -> tuple[TabularModel, ServingMet
 def _request(user: str, n: int = 1) -> _Batch:
     row = {"user_id": user, "merchant_id": "m1", "amount": 3.0, "currency": "EUR", "category": "grocery",
            "country": "DE", "device": "ios", "channel": "online"}
-    return _Batch(parse_v1({"instances": [row] * n}, 8), "v1", f"r-{user}", ticket=None)
+    return _Batch(parse_v1({"instances": [row] * n}, 8, contract=FRAUD_CONTRACT), "v1", f"r-{user}", ticket=None)
 
 
 def _value(metrics: ServingMetrics, name: str) -> float:

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_model import ExportedModel, build_tabular_mlp, save_exported
 from mlops_serving.lookup import FeatureLookup, LookupResult
 from mlops_serving.metrics import ServingMetrics
@@ -67,7 +68,7 @@ def _request(i: int, n: int) -> _Batch:
     rows = [{"user_id": ("u1", "u2", "u9")[(i + k) % 3], "merchant_id": "m1", "amount": [3.0, 0.0, 250.0][k % 3],
              "currency": ("EUR", "USD", "GBP")[(i + k) % 3], "category": "grocery", "country": "DE",
              "device": ("ios", "android")[k % 2], "channel": "online"} for k in range(n)]
-    return _Batch(parse_v1({"instances": rows}, 64), "v1", f"r{i}", ticket=None)
+    return _Batch(parse_v1({"instances": rows}, 64, contract=FRAUD_CONTRACT), "v1", f"r{i}", ticket=None)
 
 
 def _expected(model: ExportedModel, batches: Sequence[_Batch]) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_serving.errors import BadRequestError
 from mlops_serving.schema import parse_columns, parse_v1, validate_instance
 from tests.support.contracts import CHURN
@@ -12,10 +13,10 @@ GOOD = {"customer_id": "c1", "tenure_months": 12, "monthly_charges": 29.5, "plan
 
 
 def test_a_request_of_the_declared_fields_becomes_a_row() -> None:
-    assert validate_instance(GOOD, 0, CHURN) == {**GOOD, "tenure_months": 12.0, "event_id": None}
-    assert validate_instance({**GOOD, "event_id": "e9"}, 0, CHURN)["event_id"] == "e9"
-    assert parse_v1({"instances": [GOOD, GOOD]}, 5, CHURN)[1]["plan"] == "pro"
-    assert parse_columns({k: [v] for k, v in GOOD.items()}, 5, CHURN)[0]["monthly_charges"] == 29.5
+    assert validate_instance(GOOD, 0, contract=CHURN) == {**GOOD, "tenure_months": 12.0, "event_id": None}
+    assert validate_instance({**GOOD, "event_id": "e9"}, 0, contract=CHURN)["event_id"] == "e9"
+    assert parse_v1({"instances": [GOOD, GOOD]}, 5, contract=CHURN)[1]["plan"] == "pro"
+    assert parse_columns({k: [v] for k, v in GOOD.items()}, 5, contract=CHURN)[0]["monthly_charges"] == 29.5
 
 
 @pytest.mark.parametrize(("instance", "message"), [
@@ -28,12 +29,22 @@ def test_a_request_of_the_declared_fields_becomes_a_row() -> None:
 ])
 def test_a_request_off_the_contract_is_refused_naming_the_field(instance: dict, message: str) -> None:
     with pytest.raises(BadRequestError, match=message):
-        validate_instance(instance, 0, CHURN)
+        validate_instance(instance, 0, contract=CHURN)
 
 
-def test_the_default_contracts_request_is_refused_under_another() -> None:
+def test_fraud_s_request_is_refused_under_another() -> None:
     default_request = {"user_id": "u1", "merchant_id": "m1", "amount": 3.0, "currency": "EUR", "category": "fuel",
                        "country": "DE", "device": "ios", "channel": "online"}
     with pytest.raises(BadRequestError, match=r"unknown field\(s\) \['amount', 'category'"):
-        validate_instance(default_request, 0, CHURN)
-    assert validate_instance(default_request, 0)["amount"] == 3.0  # the default contract's
+        validate_instance(default_request, 0, contract=CHURN)
+    assert validate_instance(default_request, 0, contract=FRAUD_CONTRACT)["amount"] == 3.0  # fraud's
+
+
+def test_there_is_no_default_request_schema() -> None:
+    """A caller that forgets the served model's contract fails at the call, not silently under fraud's fields."""
+    with pytest.raises(TypeError, match="contract"):
+        validate_instance(GOOD, 0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        parse_v1({"instances": [GOOD]}, 5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="contract"):
+        parse_columns({k: [v] for k, v in GOOD.items()}, 5)  # type: ignore[call-arg]

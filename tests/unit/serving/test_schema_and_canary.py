@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from mlops_config import ContractConfig
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 from mlops_serving.canary import CanaryRouter
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 from mlops_serving.schema import parse_columns, parse_v1
@@ -21,10 +22,10 @@ def good(**over: Any) -> dict[str, Any]:
 
 
 def test_v1_rows_are_plain_and_typed() -> None:
-    rows = parse_v1({"instances": [good(transaction_id="t9")]}, max_instances=4)
+    rows = parse_v1({"instances": [good(transaction_id="t9")]}, max_instances=4, contract=FRAUD_CONTRACT)
     assert rows == [{**good(amount=10.0), "transaction_id": "t9"}]
     assert isinstance(rows[0]["amount"], float)
-    assert parse_v1({"instances": [good()]}, 4)[0]["transaction_id"] is None
+    assert parse_v1({"instances": [good()]}, 4, contract=FRAUD_CONTRACT)[0]["transaction_id"] is None
 
 
 @pytest.mark.parametrize(("body", "fragment"), [
@@ -42,21 +43,21 @@ def test_v1_rows_are_plain_and_typed() -> None:
 ])
 def test_v1_refusals_name_the_problem(body: Any, fragment: str) -> None:
     with pytest.raises(BadRequestError) as info:
-        parse_v1(body, max_instances=4)
+        parse_v1(body, max_instances=4, contract=FRAUD_CONTRACT)
     assert fragment in str(info.value)
 
 
 def test_too_many_instances_is_its_own_error() -> None:
     with pytest.raises(TooManyInstancesError, match="5 instances; at most 4"):
-        parse_v1({"instances": [good()] * 5}, max_instances=4)
+        parse_v1({"instances": [good()] * 5}, max_instances=4, contract=FRAUD_CONTRACT)
 
 
 def test_columns_must_have_equal_lengths() -> None:
     cols = {k: [v, v] for k, v in good().items()}
-    assert len(parse_columns(cols, 4)) == 2
+    assert len(parse_columns(cols, 4, contract=FRAUD_CONTRACT)) == 2
     cols["amount"] = [1.0]
     with pytest.raises(BadRequestError, match="different lengths"):
-        parse_columns(cols, 4)
+        parse_columns(cols, 4, contract=FRAUD_CONTRACT)
 
 
 @pytest.mark.parametrize("percent", [0, 1, 10, 25, 33, 50, 99, 100])

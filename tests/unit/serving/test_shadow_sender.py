@@ -50,11 +50,13 @@ def test_bad_settings_are_named(shadow: dict[str, object], message: str) -> None
 
 def test_a_predictor_refuses_to_shadow(tmp_path: Path) -> None:
     from mlops_config import FeaturesConfig, TrackingConfig
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
     from mlops_serving import serve
 
     cfg = ServingConfig(role="predictor", shadow={"fraction": 1.0, "url": "candidate:80"})
     with pytest.raises(ServingError, match="cannot be used with role 'predictor'"):
-        serve(cfg, FeaturesConfig(), TrackingConfig(), tmp_path, "fraud", model_dir=tmp_path)
+        serve(cfg, FeaturesConfig(), TrackingConfig(), tmp_path, "fraud", model_dir=tmp_path,
+              contract=FRAUD_CONTRACT)
 
 
 CANDIDATE = {"version": 1, "input_dim": 3 + 1 + 3 + 3,

@@ -144,12 +144,13 @@ def test_the_validate_stages_reports_are_the_same_bytes_from_any_checkout(tmp_pa
     from mlops_config import DataConfig
     from mlops_features import validate_batches
     from mlops_features.sample import generate_transactions
+    from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
 
     data = DataConfig(validated_dir="data/validated", quarantine_dir="data/quarantine")
     written = []
     for root in (tmp_path / "a", tmp_path / "checkout-somewhere-else"):
         [batch] = generate_transactions(root / "raw", rows=300, days=1, seed=3)
-        result = validate_batches([batch], data, root).batches[0]
+        result = validate_batches([batch], data, root, contract=FRAUD_CONTRACT).batches[0]
         assert result.validated_path == str(root / "data/validated" / f"{batch.stem}.parquet")  # callers: full
         report = root / "data/quarantine" / f"{batch.stem}.report.json"
         written.append(report.read_bytes())

@@ -44,8 +44,8 @@ def fingerprint(df: pd.DataFrame) -> str:
     return digest.hexdigest()
 
 
-def split_holdout(df: pd.DataFrame, fraction: float, *, label: str) -> Holdout:
-    """The newest ``fraction`` of rows by event time (ties by transaction id), labelled by ``label``, cut by
+def split_holdout(df: pd.DataFrame, fraction: float, *, label: str, record_id: str) -> Holdout:
+    """The newest ``fraction`` of rows by event time (ties by ``record_id``), labelled by ``label``, cut by
     :func:`mlops_features.split_off_holdout`. Not fitted on, but not unseen either (issue #30): tabular training
     validates on its own newest slice of the same set, which with the default fractions is these rows."""
     from mlops_features import split_off_holdout
@@ -55,7 +55,7 @@ def split_holdout(df: pd.DataFrame, fraction: float, *, label: str) -> Holdout:
                               f"{sorted(df.columns)!r}")
     if not 0 < fraction < 1:
         raise EvaluationError(f"holdout fraction {fraction!r} must be between 0 and 1 (exclusive)")
-    _, frame = split_off_holdout(df, fraction)
+    _, frame = split_off_holdout(df, fraction, record_id=record_id)
     if frame.empty or frame[label].nunique() < 2:
         raise EvaluationError(
             f"the holdout has {len(frame)} rows and labels {sorted(frame[label].unique().tolist())!r}; "
@@ -70,4 +70,5 @@ def load_holdout(features: FeaturesConfig, data: DataConfig, root: Path, fractio
     holdout."""
     from mlops_features import training_set
 
-    return split_holdout(training_set(features, data, root, contract=contract), fraction, label=contract.label)
+    return split_holdout(training_set(features, data, root, contract=contract), fraction, label=contract.label,
+                         record_id=contract.record_id)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from mlops_features.errors import DataError
+from mlops_features.holdout_cut import order_keys
 
 logger = logging.getLogger(__name__)
 
@@ -20,20 +21,22 @@ TRANSACTIONS_FILE = "transactions.parquet"
 """The raw table in ``features.source_dir`` (the repository's FileSource reads it)."""
 
 
-def read_validated(validated_dir: str | Path) -> pd.DataFrame:
-    """All accepted rows under ``validated_dir`` as one DataFrame, sorted by event time."""
+def read_validated(validated_dir: str | Path, *, record_id: str) -> pd.DataFrame:
+    """All accepted rows under ``validated_dir`` as one DataFrame, sorted by event time, ties by ``record_id`` (the
+    contract's; fraud's is ``transaction_id``)."""
     files = sorted(Path(validated_dir).glob("*.parquet"))
     if not files:
         raise DataError(
             f"no validated batches in {str(validated_dir)!r}: run `mlops data generate` and `mlops data validate` first"
         )
     df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    return df.sort_values(["event_timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
+    return df.sort_values(list(order_keys(record_id)), kind="stable").reset_index(drop=True)
 
 
-def ingest(validated_dir: str | Path, source_dir: str | Path) -> dict[str, int]:
-    """Write the validated area as the raw source table; returns ``{"transactions": rows}``."""
-    tx = read_validated(validated_dir)
+def ingest(validated_dir: str | Path, source_dir: str | Path, *, record_id: str) -> dict[str, int]:
+    """Write the validated area as the raw source table, ordered by :func:`read_validated` (ties by ``record_id``);
+    returns ``{"transactions": rows}``."""
+    tx = read_validated(validated_dir, record_id=record_id)
     out = Path(source_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{TRANSACTIONS_FILE}.tmp"

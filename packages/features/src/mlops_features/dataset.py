@@ -153,7 +153,7 @@ def training_set(
         Columns :func:`leading_columns` (record id, ``event_timestamp``, entity keys, request-time fields), the
         feature columns (plain names) and the label, sorted by event time (ties by record id).
     """
-    labels = read_validated(Path(root) / data.validated_dir)
+    labels = read_validated(Path(root) / data.validated_dir, record_id=contract.record_id)
     lead, label = leading_columns(contract), contract.label
     entity_df = labels[[*lead, label]].copy()
     entity_df["event_timestamp"] = entity_df["event_timestamp"] - JUST_BEFORE

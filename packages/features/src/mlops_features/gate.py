@@ -34,7 +34,6 @@ from mlops_config import ContractConfig, DataConfig
 from mlops_core import Progress, atomic_path, atomic_write_bytes, atomic_write_text
 from mlops_features.errors import DataError
 from mlops_features.schema import raw_schema
-from mlops_model import DEFAULT_CONTRACT
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class ValidationSummary:
         }
 
 
-def build_suite(now: datetime, contract: ContractConfig = DEFAULT_CONTRACT) -> Any:
+def build_suite(now: datetime, *, contract: ContractConfig) -> Any:
     """The row-level GX suite for raw rows under ``contract`` (``now`` bounds event times); needs an active GX
     context."""
     import great_expectations as gx
@@ -111,7 +110,7 @@ def build_suite(now: datetime, contract: ContractConfig = DEFAULT_CONTRACT) -> A
     return suite
 
 
-def build_batch_suite(data: DataConfig, contract: ContractConfig = DEFAULT_CONTRACT) -> Any:
+def build_batch_suite(data: DataConfig, *, contract: ContractConfig) -> Any:
     """The batch-level GX suite: exactly the raw columns, a row count within bounds; needs an active GX context."""
     import great_expectations as gx
 
@@ -126,7 +125,7 @@ def build_batch_suite(data: DataConfig, contract: ContractConfig = DEFAULT_CONTR
 
 def validate_batches(
     paths: Iterable[str | Path], data: DataConfig, root: str | Path, *, now: datetime | None = None,
-    contract: ContractConfig = DEFAULT_CONTRACT,
+    contract: ContractConfig,
 ) -> ValidationSummary:
     """Run the gate over raw batch files; see the module doc for what lands where.
 
@@ -169,8 +168,8 @@ class _SuiteRunner:
 
         context = gx.get_context(mode="ephemeral")  # suites need an active context
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        self.suite = build_suite(now, contract)
-        self.batch_suite = build_batch_suite(data, contract)
+        self.suite = build_suite(now, contract=contract)
+        self.batch_suite = build_batch_suite(data, contract=contract)
         self.schema = raw_schema(contract)
         self.record_id = contract.record_id
         self.bounds = (data.min_batch_rows, data.max_batch_rows)

@@ -31,7 +31,6 @@ from mlops_config import ContractConfig, DataConfig
 from mlops_core import Progress
 from mlops_features.errors import DataError
 from mlops_features.gate import ValidationSummary, validate_batches
-from mlops_model import DEFAULT_CONTRACT
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ def _landed(landing_uri: str) -> tuple[Any, list[str]]:
 
 
 def ingest_landed(data: DataConfig, root: str | Path, *, push: bool = True,
-                  contract: ContractConfig = DEFAULT_CONTRACT) -> IngestReport:
+                  contract: ContractConfig) -> IngestReport:
     """Validate batches that landed since the last run (against ``contract``'s raw schema and expectations) and
     version the accepted area (DVC add + push).
 

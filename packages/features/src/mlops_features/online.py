@@ -35,7 +35,7 @@ from mlops_features.online_parity import ParitySampler
 from mlops_features.online_plan import compute_on_demand
 from mlops_features.registry_refresh import RegistryRefresher
 from mlops_features.store import open_store
-from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY
+from mlops_model import UNKNOWN_ENTITY
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +66,11 @@ class OnlineFeatures:
     Args:
         features: The ``features`` section.
         root: Repo root the section's paths are relative to.
-        contract: The model's contract: the entity keys rows are looked up by and their unknown flags
-            (``None``: :data:`mlops_model.DEFAULT_CONTRACT`).
+        contract: The model's contract: the entity keys rows are looked up by and their unknown flags (required:
+            no model's contract stands in for another's).
     """
 
-    def __init__(self, features: FeaturesConfig, root: str | Path, *, contract: ContractConfig | None = None
-                 ) -> None:
-        contract = contract or DEFAULT_CONTRACT
+    def __init__(self, features: FeaturesConfig, root: str | Path, *, contract: ContractConfig) -> None:
         self.entity_keys: tuple[str, ...] = contract.entity_keys
         """The contract's entity keys: every row must carry them (serving checks its model's are the same)."""
         self._unknown_flags = dict(contract.unknown_flags)

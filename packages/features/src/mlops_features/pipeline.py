@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mlops_config import DataConfig, FeaturesConfig
+from mlops_config import ContractConfig, DataConfig, FeaturesConfig
 from mlops_core import hash_files
 from mlops_features.aggregates import ingest
 from mlops_features.backfill import backfill
@@ -62,6 +62,7 @@ def refresh_online(
     incremental: bool = False,
     end: datetime | None = None,
     ingest_first: bool = True,
+    contract: ContractConfig,
 ) -> dict[str, Any]:
     """``mlops features materialize``: ingest, backfill the offline tables, then load the online store.
 
@@ -72,19 +73,23 @@ def refresh_online(
         incremental: See :func:`mlops_features.materialize`.
         end: See :func:`mlops_features.materialize`.
         ingest_first: Lay the validated area down as the raw source before computing (default).
+        contract: The model's contract (its record id orders the raw source's ties).
     """
     root = Path(root)
-    rows = ingest(root / data.validated_dir, root / features.source_dir) if ingest_first else None
+    rows = (ingest(root / data.validated_dir, root / features.source_dir, record_id=contract.record_id)
+            if ingest_first else None)
     backfilled = backfill(features, root)
     return {**materialize(features, root, incremental=incremental, end=end), "ingested_rows": rows,
             "backfilled_rows": backfilled}
 
 
-def build_features(features: FeaturesConfig, data: DataConfig, root: str | Path) -> dict[str, Any]:
-    """Ingest the validated area, apply the repo, backfill its offline tables and materialize (the DVC stage)."""
+def build_features(features: FeaturesConfig, data: DataConfig, root: str | Path, *,
+                   contract: ContractConfig) -> dict[str, Any]:
+    """Ingest the validated area (ties ordered by ``contract``'s record id), apply the repo, backfill its offline
+    tables and materialize (the DVC stage)."""
     root = Path(root)
     t0 = time.perf_counter()
-    rows = ingest(root / data.validated_dir, root / features.source_dir)
+    rows = ingest(root / data.validated_dir, root / features.source_dir, record_id=contract.record_id)
     t1 = time.perf_counter()
     applied = apply_repo(features, root)
     t2 = time.perf_counter()
@@ -97,7 +102,8 @@ def build_features(features: FeaturesConfig, data: DataConfig, root: str | Path)
 
 
 def prepare_local_data(
-    data: DataConfig, features: FeaturesConfig, root: str | Path, *, seed: int = 42, drift: str | None = None
+    data: DataConfig, features: FeaturesConfig, root: str | Path, *, contract: ContractConfig, seed: int = 42,
+    drift: str | None = None,
 ) -> PreparedData:
     """Generate sample data from the ``data`` section, validate it, build the features, load the online store.
 
@@ -105,6 +111,8 @@ def prepare_local_data(
         data: The ``data`` section (size, days, folders, bounds).
         features: The ``features`` section (Feast stores, TTL).
         root: Repo root the sections' paths are relative to (tests pass a temp folder).
+        contract: The model's contract the gate validates against and whose record id orders ties (the generated
+            rows are the reference fraud model's: pass its contract, ``configs/models/fraud.yaml``).
         seed: Generator seed (``project.seed``).
         drift: Drift mode; default ``data.drift``.
 
@@ -118,11 +126,11 @@ def prepare_local_data(
         start_date=data.start_date, users=data.users, merchants=data.merchants, fraud_rate=data.fraud_rate,
     )
     t1 = time.perf_counter()
-    summary = validate_batches(raw, data, root)
+    summary = validate_batches(raw, data, root, contract=contract)
     if summary.accepted_rows == 0:
         raise DataError(f"the gate accepted no rows of {[p.name for p in raw]}: see {data.quarantine_dir}/")
     t2 = time.perf_counter()
-    built = build_features(features, data, root)
+    built = build_features(features, data, root, contract=contract)
     seconds = {"generate": t1 - t0, "validate": t2 - t1, **built["seconds"]}
     version = data_version(data, root)
     logger.info("prepared local data %s in %.1f s", version[:12], sum(seconds.values()))

@@ -27,11 +27,16 @@ import pyarrow.parquet as pq
 
 from mlops_core import atomic_path
 from mlops_features.errors import DataError
-from mlops_features.schema import RAW_SCHEMA
+from mlops_features.schema import raw_schema
+from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # the reference model's: the rows generated here
 
 logger = logging.getLogger(__name__)
 
-# The generated values: within the default contract's expectations.allowed_values (tests/unit/features/test_sample.py)
+FRAUD_SCHEMA = raw_schema(FRAUD_CONTRACT)
+"""The raw schema of the batches the generator writes: the reference fraud model's (``configs/models/fraud.yaml``),
+whose contract :data:`mlops_model.DEFAULT_CONTRACT` equals. The generator makes fraud's transactions only."""
+
+# The generated values: within fraud's contract's expectations.allowed_values (tests/unit/features/test_sample.py)
 CURRENCY_BY_COUNTRY = {
     "US": "USD",
     "GB": "GBP",
@@ -111,7 +116,7 @@ def generate_transactions(
     for d in range(days):
         part = df[day_index == d].reset_index(drop=True)
         path = out / f"transactions_{(start + timedelta(days=d)).date().isoformat()}.parquet"
-        table = pa.Table.from_pandas(part, schema=RAW_SCHEMA, preserve_index=False).replace_schema_metadata(None)
+        table = pa.Table.from_pandas(part, schema=FRAUD_SCHEMA, preserve_index=False).replace_schema_metadata(None)
         with atomic_path(path) as tmp:  # readers glob the folder: a torn batch must never carry the final name
             pq.write_table(table, tmp, compression="zstd")
         paths.append(path)
@@ -123,7 +128,7 @@ def generate_transactions(
 def build_transactions(
     *, rows: int, days: int, seed: int, drift: str, start: datetime, users: int, merchants: int, fraud_rate: float
 ) -> pd.DataFrame:
-    """The generator's body: one DataFrame with :data:`RAW_SCHEMA`'s columns, sorted by event time."""
+    """The generator's body: one DataFrame with :data:`FRAUD_SCHEMA`'s columns, sorted by event time."""
     rng = np.random.default_rng(seed)
     span_us = days * _US_PER_DAY
     # Users: home country, usual device, usual amount, activity.

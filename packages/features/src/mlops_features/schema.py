@@ -1,8 +1,8 @@
 """The raw batch schema: columns, Arrow types and allowed values, read from the model's contract.
 
 A raw batch holds the contract's record id, entity keys, the two timestamps, its request fields and its label
-(:attr:`mlops_config.ContractConfig.raw_columns`); the generator writes it and the gate checks it. The
-module-level names are the :data:`mlops_model.DEFAULT_CONTRACT`'s, for callers given no contract.
+(:attr:`mlops_config.ContractConfig.raw_columns`); the generator writes it and the gate checks it. Every caller
+passes its model's contract: there is no module-level default schema.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mlops_config import TIMESTAMP_COLUMNS, ContractConfig
-from mlops_model import DEFAULT_CONTRACT
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -28,12 +27,3 @@ def raw_schema(contract: ContractConfig) -> pa.Schema:
         (contract.label, pa.int8()),
     ])
 
-
-RAW_SCHEMA = raw_schema(DEFAULT_CONTRACT)
-"""The default contract's raw schema."""
-
-ALLOWED_VALUES: dict[str, tuple[str, ...]] = dict(DEFAULT_CONTRACT.expectations.allowed_values)
-"""The default contract's allowed values of each categorical column; anything else is quarantined."""
-
-NOT_NULL: tuple[str, ...] = DEFAULT_CONTRACT.expectations.not_null
-"""The default contract's columns that must never be null."""

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from mlops_model.contract import DEFAULT_CONTRACT
 from mlops_model.errors import EncoderSpecError
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ class CategoricalColumn(_Column):
     """Known values, in slot order; one more slot follows for anything else."""
 
 
-def default_numeric(df: pd.DataFrame, contract: ContractConfig = DEFAULT_CONTRACT) -> list[str]:
+def default_numeric(df: pd.DataFrame, *, contract: ContractConfig) -> list[str]:
     """The contract's numeric request fields, then the frame's other numeric, non-key, non-label columns."""
     import pandas as pd  # here, not at the top: the LM workers import this package but never handle a DataFrame
 
@@ -151,7 +150,7 @@ class EncoderSpec(BaseModel):
 
     @classmethod
     def fit(cls, df: pd.DataFrame, numeric: Sequence[str] | None = None,
-            categorical: Sequence[str] | None = None, *, contract: ContractConfig = DEFAULT_CONTRACT) -> EncoderSpec:
+            categorical: Sequence[str] | None = None, *, contract: ContractConfig) -> EncoderSpec:
         """Fit means, standard deviations and vocabularies on ``df`` (the training split only).
 
         Args:
@@ -163,7 +162,7 @@ class EncoderSpec(BaseModel):
         """
         if len(df) == 0:
             raise EncoderSpecError("cannot fit an encoder on an empty DataFrame: expected training rows")
-        numeric = list(numeric) if numeric is not None else default_numeric(df, contract)
+        numeric = list(numeric) if numeric is not None else default_numeric(df, contract=contract)
         categorical = (list(categorical) if categorical is not None
                        else [c for c in contract.categorical_fields if c in df.columns])
         missing = [c for c in (*numeric, *categorical) if c not in df.columns]

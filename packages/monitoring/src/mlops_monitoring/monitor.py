@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import ContractConfig, FeaturesConfig, MonitoringConfig, ProjectConfig, ServingConfig, TrackingConfig
-from mlops_model import DEFAULT_CONTRACT, ModelKind
+from mlops_model import ModelKind
 from mlops_monitoring.alert import (
     ActionResult,
     Alert,
@@ -158,7 +158,7 @@ def _compare(reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, mo
 def assess(
     reference: dict[str, Any] | pd.DataFrame, current: pd.DataFrame, monitoring: MonitoringConfig, *,
     labels: pd.DataFrame | None = None, window: dict[str, Any] | None = None,
-    contract: ContractConfig = DEFAULT_CONTRACT,
+    contract: ContractConfig,
 ) -> tuple[Level, list[str], DriftReport, RealizedQuality | None]:
     """The verdict on a window without side effects: drift against the reference, plus realized quality.
 
@@ -215,8 +215,9 @@ class MonitorRun:
             in :data:`DRIFT_SOURCES`.
         prompts: A fine-tuned language model's reference prompts (the JSONL ``training.causal_lm.dataset``
             names); its drift source compares the logged prompts with them.
-        contract: The model config's contract (``None``: :data:`mlops_model.DEFAULT_CONTRACT`): the label and the
-            record id the delayed labels are joined on.
+        contract: The model config's contract (``cfg.contract``; required, ``None`` only for a model that declares
+            none, which a tabular model's monitor refuses): the label and the record id the delayed labels are
+            joined on.
     """
 
     monitoring: MonitoringConfig
@@ -237,12 +238,20 @@ class MonitorRun:
     retrain: RetrainRequester | None = None
     kind: ModelKind = ModelKind.TABULAR
     prompts: Path | None = None
-    contract: ContractConfig | None = None
+    contract: ContractConfig | None = field(kw_only=True)
 
     @property
     def declared(self) -> ContractConfig:
-        """:attr:`contract`, or :data:`mlops_model.DEFAULT_CONTRACT` where none was given."""
-        return self.contract or DEFAULT_CONTRACT
+        """:attr:`contract`, for what needs it (a tabular model's verdict: its label and record id).
+
+        Raises:
+            MonitoringError: the model declares no contract (names its ``configs/models/<model>.yaml``).
+        """
+        if self.contract is None:
+            raise MonitoringError(f"monitoring tabular model {self.model!r} needs the model config's contract (its "
+                                  f"label and record id), and it declares none; expected a section contract in "
+                                  f"configs/models/{self.model}.yaml")
+        return self.contract
 
     @property
     def want_html(self) -> bool:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import MonitoringConfig
-from mlops_model import DEFAULT_CONTRACT, ReferenceF1, ThresholdChoice, reference_f1, resolve_threshold, statistics
+from mlops_model import ReferenceF1, ThresholdChoice, reference_f1, resolve_threshold, statistics
 from mlops_monitoring.errors import MonitoringError
 
 
@@ -59,10 +59,10 @@ class RealizedQuality:
 
 
 def realized_quality(
-    predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str = DEFAULT_CONTRACT.record_id,
-    label: str = DEFAULT_CONTRACT.label, score: str = "score",
+    predictions: pd.DataFrame, labels: pd.DataFrame, threshold: float, *, key: str, label: str, score: str = "score",
 ) -> RealizedQuality:
-    """Join the window's predictions to their labels on ``key`` and score them at ``threshold``.
+    """Join the window's predictions to their labels on ``key`` and score them at ``threshold``: ``key`` and
+    ``label`` are the model contract's ``record_id`` and ``label`` (no model's names stand in for another's).
 
     Predictions without a label yet are left out of the metrics and counted (``n_predictions`` −
     ``n_labelled``). A metric whose denominator is 0 is 0.

@@ -184,7 +184,8 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
         seed: Sampling seed.
         max_examples: Mismatches kept as examples in the report.
     """
-    from mlops_features import OnlineFeatures, historical_features, offline_views, open_store
+    from mlops_features import historical_features, offline_views, open_store
+    from mlops_features.dataset import service_defaults
 
     store = open_store(features, root)
     views, on_demand = _views(store, features.require_feature_service(), lambda vs: offline_views(features, root, vs))
@@ -196,7 +197,7 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
     rows = log.sample(n=sample, random_state=seed) if len(log) > sample else log
     degraded = rows["degraded"].astype(bool) if "degraded" in rows.columns else pd.Series(False, index=rows.index)
     rows = rows[~degraded].reset_index(drop=True)
-    defaults = OnlineFeatures(features, root).defaults
+    defaults = service_defaults(store, features.require_feature_service())  # what serving answers for no value
     feature_skew: dict[str, dict[str, Any]] = {n: {"compared": 0, "mismatches": 0, "causes": {}} for n in names}
     examples: list[dict[str, Any]] = []
     if len(rows):

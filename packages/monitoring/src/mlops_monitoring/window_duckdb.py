@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from mlops_config import ContractConfig, MonitoringConfig
-from mlops_model import DEFAULT_CONTRACT
 from mlops_monitoring.drift import SCORE, DriftReport
 from mlops_monitoring.drift_duckdb import DuckDBDrift, TableSource, compare_duckdb, infer_columns
 from mlops_monitoring.drift_engine import DriftEngine
@@ -51,7 +50,7 @@ def assess_window(
     monitoring: MonitoringConfig, reference: Reference | Callable[[], Reference], current: TableSource,
     info: dict[str, Any],
     *, labels: pd.DataFrame | None = None, sample_rows: int = 0, skew_rows: int = 0, seed: int = 0,
-    contract: ContractConfig = DEFAULT_CONTRACT,
+    contract: ContractConfig,
 ) -> WindowAssessment:
     """Compare the window with the reference in DuckDB, as ``monitor.assess`` does in memory.
 

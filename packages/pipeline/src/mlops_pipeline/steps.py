@@ -102,7 +102,8 @@ def step_data(ctx: PipelineContext) -> dict[str, Any]:
     truncated.write_bytes(raw[0].read_bytes()[: raw[0].stat().st_size // 3])
     side = cfg.data.model_copy(update={"validated_dir": str(ctx.work_dir / "incoming_validated"),
                                        "quarantine_dir": str(ctx.work_dir / "quarantine")})
-    bad = validate_batches([incoming / "corrupted_batch.parquet", truncated], side, ctx.root).to_dict()
+    bad = validate_batches([incoming / "corrupted_batch.parquet", truncated], side, ctx.root,
+                           contract=cfg.declared_contract("the pipeline's data step")).to_dict()
     batches = [*reports, *bad["batches"]]
     ctx.facts["validation"] = {"batches": batches, "injected_faults": faults}
     quarantined = sum(b["quarantined_rows"] for b in batches)
@@ -130,7 +131,8 @@ def step_features(ctx: PipelineContext) -> dict[str, Any]:
     dvc = _dvc(ctx, "features")
     from mlops_features import OnlineFeatures
 
-    store = OnlineFeatures(ctx.cfg.features, ctx.root, contract=ctx.cfg.contract)
+    store = OnlineFeatures(ctx.cfg.features, ctx.root,
+                           contract=ctx.cfg.declared_contract("the pipeline's online check"))
     probe = ctx.validated().iloc[-1]
     row = store.get([{k: str(probe[k]) for k in store.entity_keys}])[0]
     return {"dvc": dvc, "feature_service": ctx.cfg.features.feature_service, "features": len(store.names),

@@ -239,8 +239,8 @@ def run_ingest(loaded: LoadedConfig, *, push: bool = True, now: datetime | None 
     """``mlops data ingest``: validate and version what landed; a newly published version asks for a retraining
     that pins it (``delivery.retrain.on_data``)."""
     cfg = loaded.config
-    declared = {} if cfg.contract is None else {"contract": cfg.contract}
-    report = ingest_landed(cfg.data, loaded.root, push=push, **declared)
+    report = ingest_landed(cfg.data, loaded.root, push=push,
+                           contract=cfg.declared_contract("mlops data ingest (the gate checks batches against it)"))
     outcome = None
     if report.new_version:
         assert report.data_md5 is not None

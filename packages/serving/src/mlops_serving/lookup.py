@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from mlops_config import ContractConfig
-from mlops_model import DEFAULT_CONTRACT, UNKNOWN_ENTITY, EncoderSpec
+from mlops_model import UNKNOWN_ENTITY, EncoderSpec
 from mlops_serving.errors import FeatureStoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class FeatureLookup:
     ) -> None:
         self._source = source
         self._defaults: dict[str, Any] = {}
-        self._entity_keys: tuple[str, ...] = DEFAULT_CONTRACT.entity_keys
+        self._entity_keys: tuple[str, ...] | None = None  # the served model's contract's, set by configure()
         self._outage = outage
         self._retry_s = retry_s
         self._down_since: float | None = None
@@ -105,7 +105,7 @@ class FeatureLookup:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
 
-    def configure(self, *encoders: EncoderSpec, contract: ContractConfig = DEFAULT_CONTRACT) -> None:
+    def configure(self, *encoders: EncoderSpec, contract: ContractConfig) -> None:
         """Look up the store features the served encoders read, by the served model's ``contract``'s entity keys,
         defaulting each feature to the source's default.
 
@@ -184,10 +184,13 @@ class FeatureLookup:
         return {name: [row.get(name) for row in found] for name in names}
 
     def _entity_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        keys = self._entity_keys
+        if keys is None:  # no model's entity keys stand in for the served model's
+            raise RuntimeError("FeatureLookup read before configure(..., contract=...): the served model's contract "
+                               "names the entity keys rows are looked up by")
         # A FeatureService with request-time (on-demand) features computes them from the request's own fields.
         request = tuple(getattr(self._source, "request_fields", ()))
-        return [{**{k: row[k] for k in self._entity_keys}, **{k: row[k] for k in request if k in row}}
-                for row in rows]
+        return [{**{k: row[k] for k in keys}, **{k: row[k] for k in request if k in row}} for row in rows]
 
     def _found(self, found: Mapping[str, Sequence[Any]], n: int) -> LookupResult:
         """The served features by column: each configured feature, its default where the source has none (no

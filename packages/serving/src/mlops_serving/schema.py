@@ -3,7 +3,7 @@
 A request carries, per instance, the entity keys the transformer looks features up with and the request-time
 fields the model reads as they are. Anything else is refused with a message naming the field and the
 instance: nothing sent is silently dropped. The fields themselves are the model contract's
-(:class:`mlops_config.ContractConfig`; :data:`mlops_model.DEFAULT_CONTRACT` where a caller passes none).
+(:class:`mlops_config.ContractConfig`), which every caller passes: the served model's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlops_config import ContractConfig
-from mlops_model import DEFAULT_CONTRACT
 from mlops_serving.errors import BadRequestError, TooManyInstancesError
 
 MAX_STRING_CHARS = 128
@@ -47,7 +46,7 @@ def _check_number(field: str, value: Any, where: str) -> float:
     return number
 
 
-def validate_instance(instance: Any, index: int, contract: ContractConfig = DEFAULT_CONTRACT) -> dict[str, Any]:
+def validate_instance(instance: Any, index: int, *, contract: ContractConfig) -> dict[str, Any]:
     """One instance as a plain row under ``contract``; every problem names the instance and the field."""
     where = f"instance {index}"
     if not isinstance(instance, Mapping):
@@ -69,7 +68,7 @@ def validate_instance(instance: Any, index: int, contract: ContractConfig = DEFA
     return row
 
 
-def parse_v1(body: Any, max_instances: int, contract: ContractConfig = DEFAULT_CONTRACT) -> list[dict[str, Any]]:
+def parse_v1(body: Any, max_instances: int, *, contract: ContractConfig) -> list[dict[str, Any]]:
     """Rows of a V1 body ``{"instances": [{field: value, ...}, ...]}``."""
     if not isinstance(body, Mapping):
         raise BadRequestError(f'the body must be a JSON object {{"instances": [...]}}, got {type(body).__name__}')
@@ -82,11 +81,11 @@ def parse_v1(body: Any, max_instances: int, contract: ContractConfig = DEFAULT_C
     if not isinstance(instances, list):
         raise BadRequestError(f"'instances' must be a list, got {type(instances).__name__}")
     check_count(len(instances), max_instances)
-    return [validate_instance(inst, i, contract) for i, inst in enumerate(instances)]
+    return [validate_instance(inst, i, contract=contract) for i, inst in enumerate(instances)]
 
 
 def parse_columns(columns: Mapping[str, Sequence[Any]], max_instances: int,
-                  contract: ContractConfig = DEFAULT_CONTRACT) -> list[dict[str, Any]]:
+                  *, contract: ContractConfig) -> list[dict[str, Any]]:
     """Rows of a columnar request (V2 inputs by name); all columns must have the same length."""
     lengths = {name: len(values) for name, values in columns.items()}
     if len(set(lengths.values())) > 1:
@@ -94,4 +93,4 @@ def parse_columns(columns: Mapping[str, Sequence[Any]], max_instances: int,
     n = next(iter(lengths.values()), 0)
     check_count(n, max_instances)
     names = list(columns)
-    return [validate_instance({name: columns[name][i] for name in names}, i, contract) for i in range(n)]
+    return [validate_instance({name: columns[name][i] for name in names}, i, contract=contract) for i in range(n)]

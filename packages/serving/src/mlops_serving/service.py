@@ -153,7 +153,7 @@ def serve(
     report: Callable[[str], None] | None = None,
     provenance: ProvenanceConfig | None = None,
     kind: ModelKind = ModelKind.TABULAR,
-    contract: ContractConfig | None = None,
+    contract: ContractConfig | None,
 ) -> None:
     """Run the server for ``model`` until stopped (``serving`` already carries CLI overrides).
 
@@ -176,9 +176,9 @@ def serve(
             no verification, for callers that checked already).
         kind: The family the model config trains (``mlops_model.kind_of(config.training)``): what the
             registry's ``serving.alias`` version is served as when no folder is named.
-        contract: The model config's contract (``None``: :data:`mlops_model.DEFAULT_CONTRACT`): the entity keys the
-            online store is read by. Requests are validated by the served version's own; a version whose entity
-            keys differ is refused at load.
+        contract: The model config's contract (``cfg.contract``; ``None`` where the model declares none, which a
+            tabular server refuses): the entity keys the online store is read by. Requests are validated by the
+            served version's own; a version whose entity keys differ is refused at load.
 
     Raises:
         ServingError: a URI as ``model_dir``, a folder as ``model_uri``, or both; no server is registered for the
@@ -226,8 +226,8 @@ class ServeTarget:
     report: Callable[[str], None] | None
     check: Check | None
     provenance: ProvenanceConfig | None
-    contract: ContractConfig | None = None
-    """The model config's contract: the entity keys the online store is read by."""
+    contract: ContractConfig | None
+    """The model config's contract: the entity keys the online store is read by (``None``: it declares none)."""
 
 
 def _serve_tabular(t: ServeTarget) -> None:
@@ -240,6 +240,10 @@ def _serve_tabular(t: ServeTarget) -> None:
         _serve_predictor(serving, t.tracking, t.root, model, state_dir=t.state_dir, model_dir=model_dir,
                          model_version=t.model_version, report=report, check=check)
         return
+    if t.contract is None:
+        raise ServingError(f"serving tabular model {model!r} needs the model config's contract (its entity keys read "
+                           f"the online store), and it declares none; expected a section contract in "
+                           f"configs/models/{model}.yaml")
     if serving.workers != 1:
         raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
                            "(scale out with replicas of the InferenceService)")

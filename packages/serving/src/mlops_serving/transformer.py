@@ -199,7 +199,9 @@ class TabularModel(kserve.Model):
 
     # -- V2 metadata -----------------------------------------------------------------------------------
     def get_input_types(self) -> list[dict[str, Any]]:
-        return input_metadata(self.contract or DEFAULT_CONTRACT)
+        if self.contract is None:  # which fields a request holds is the loaded model's to say
+            raise ModelLoadError(f"model {self.name!r} is not loaded: {self.reason}")
+        return input_metadata(self.contract)
 
     def get_output_types(self) -> list[dict[str, Any]]:
         return [dict(o) for o in V2_OUTPUTS]
@@ -214,10 +216,11 @@ class TabularModel(kserve.Model):
         request_id = (headers or {}).get("x-request-id") or next(_REQUEST_IDS)
         if isinstance(payload, InferRequest):
             columns = columns_from_infer_request(payload, contract)
-            return _Batch(parse_columns(columns, self._max_instances, contract), "v2", payload.id or request_id)
+            rows = parse_columns(columns, self._max_instances, contract=contract)
+            return _Batch(rows, "v2", payload.id or request_id)
         if isinstance(payload, bytes | str):
             raise BadRequestError("the body must be JSON (Content-Type: application/json)")
-        return _Batch(parse_v1(payload, self._max_instances, contract), "v1", request_id)
+        return _Batch(parse_v1(payload, self._max_instances, contract=contract), "v1", request_id)
 
     async def predict(self, payload: _Batch, headers: dict[str, str] | None = None) -> _Scored:
         if self.router is None:

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlops_config import PlatformConfig
-from mlops_model import DEFAULT_CONTRACT, ExportedModelError, contract_of
+from mlops_config import ContractConfig, PlatformConfig
+from mlops_model import ExportedModelError, contract_of
 from mlops_training.errors import TrainingError
 from mlops_training.spec import train_spec
 
@@ -99,8 +99,16 @@ def choose_decision_threshold(task: Task, outcome: TrainOutcome, criterion: str,
 
 
 def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
-                      calibration: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The training set's reference profile with the trained model's scores (calibrated as served, if it is)."""
+                      calibration: dict[str, Any] | None = None, *,
+                      declared: ContractConfig | None) -> dict[str, Any] | None:
+    """The training set's reference profile with the trained model's scores (calibrated as served, if it is).
+
+    The set's ids and label are left out by the contract it records; a set prepared before sets recorded one is
+    read under ``declared``, the model config's (``None``: it declares none, refused).
+
+    Raises:
+        TrainingError: the set records no contract and the model config declares none.
+    """
     data = getattr(task, "data", None)
     if data is None:
         return None
@@ -113,8 +121,12 @@ def reference_profile(task: Task, outcome: TrainOutcome, n_bins: int,
 
     scores = _served(outcome, data.train_x, calibration)  # the drift reference must hold the scores serving returns
     df = pd.read_parquet(data.frame_path)
-    # the set records the contract it was prepared under; one prepared before sets recorded it: the default's
-    contract = contract_of({"contract": data.contract}, source=str(data.frame_path)) or DEFAULT_CONTRACT
+    # the set records the contract it was prepared under; one prepared before sets recorded it: the config's
+    contract = contract_of({"contract": data.contract}, source=str(data.frame_path)) or declared
+    if contract is None:
+        raise TrainingError(f"the training set {str(data.frame_path)!r} records no contract and the model config "
+                            "declares none: its ids and label cannot be told from its features; prepare it again "
+                            "under a model config with a section contract (configs/models/<model>.yaml)")
     ids = {contract.record_id, *contract.entity_keys, contract.label, *_TIME_COLUMNS}
     cols = [c for c in df.columns if c not in ids]
     numeric = [c for c in cols if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
@@ -182,7 +194,7 @@ def publish(config: PlatformConfig, plan: ShardPlan, root: Path, run_name: str, 
             system=outcome.system, per_rank=outcome.per_rank,
             artifacts={"checkpoint_manifest.json": outcome.manifest,
                        "reference_profile.json": reference_profile(task, outcome, config.monitoring.n_bins,
-                                                                   calibration)},
+                                                                   calibration, declared=config.contract)},
             export=do_export)
         result.update(run_id=recorded.run_id, model_name=recorded.model_name, model_version=recorded.model_version)
     from mlops_model import read_meta

@@ -60,11 +60,12 @@ def frame_hash(df: pd.DataFrame) -> str:
     return digest.hexdigest()
 
 
-def split_by_time(df: pd.DataFrame, val_fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Oldest rows train, newest ``val_fraction`` validate (ties broken by ``transaction_id`` when present)."""
+def split_by_time(df: pd.DataFrame, val_fraction: float, *, record_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Oldest rows train, newest ``val_fraction`` validate (ties broken by ``record_id``, the contract's, when
+    present)."""
     if not 0 < val_fraction < 1:
         raise TrainingError(f"val_fraction {val_fraction!r} must be between 0 and 1 (exclusive)")
-    keys = [c for c in (TIME, "transaction_id") if c in df.columns]
+    keys = [c for c in (TIME, record_id) if c in df.columns]
     ordered = df.sort_values(keys, kind="mergesort").reset_index(drop=True) if keys else df
     cut = int(len(ordered) * (1 - val_fraction))
     return ordered.iloc[:cut].reset_index(drop=True), ordered.iloc[cut:].reset_index(drop=True)
@@ -120,7 +121,7 @@ def prepare_tabular(features: FeaturesConfig, data: DataConfig, root: Path, cach
             f"training set from FeatureService {features.feature_service!r} has {len(df)} rows and columns "
             f"{list(df.columns)!r}; expected labelled rows with {label!r} (run `mlops data generate` first?)"
         )
-    train, val = split_by_time(df, val_fraction)
+    train, val = split_by_time(df, val_fraction, record_id=contract.record_id)
     spec = EncoderSpec.fit(train, contract=contract)
     encoder = spec.to_dict()
     cache.mkdir(parents=True, exist_ok=True)

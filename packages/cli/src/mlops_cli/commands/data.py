@@ -58,9 +58,8 @@ def validate(
         batches = sorted(loaded.resolve_path(d.raw_dir).glob("*.parquet"))
         if not batches:
             raise DataError(f"no batches given and none in {d.raw_dir!r}: run `mlops data generate` first")
-    contract = loaded.config.contract
-    summary = (validate_batches(batches, d, loaded.root) if contract is None
-               else validate_batches(batches, d, loaded.root, contract=contract))
+    contract = loaded.config.declared_contract("mlops data validate (the gate checks batches against it)")
+    summary = validate_batches(batches, d, loaded.root, contract=contract)
     if as_json:
         print_json(summary.to_dict())
         return

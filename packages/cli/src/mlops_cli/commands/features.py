@@ -23,8 +23,9 @@ def ingest(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = No
     from mlops_features import ingest as run_ingest
 
     loaded = load(profile, model, sets)
+    contract = loaded.config.declared_contract("mlops features ingest (ties in event time go by its record id)")
     rows = run_ingest(loaded.resolve_path(loaded.config.data.validated_dir),
-                      loaded.resolve_path(loaded.config.features.source_dir))
+                      loaded.resolve_path(loaded.config.features.source_dir), record_id=contract.record_id)
     print_json(rows) if as_json else console.print(rows)
 
 
@@ -52,7 +53,7 @@ def materialize(
     loaded = load(profile, model, sets)
     cfg = loaded.config
     done = refresh_online(cfg.features, cfg.data, loaded.root, incremental=incremental, end=_utc(end),
-                          ingest_first=ingest_first)
+                          ingest_first=ingest_first, contract=cfg.declared_contract("mlops features materialize"))
     if as_json:
         print_json(done)
         return
@@ -65,7 +66,8 @@ def build(profile: ProfileOpt = None, model: ModelOpt = None, sets: SetOpt = Non
     from mlops_features import build_features
 
     loaded = load(profile, model, sets)
-    result = build_features(loaded.config.features, loaded.config.data, loaded.root)
+    result = build_features(loaded.config.features, loaded.config.data, loaded.root,
+                            contract=loaded.config.declared_contract("mlops features build"))
     print_json(result) if as_json else console.print(result)
 
 
@@ -87,7 +89,8 @@ def get(
         if key.strip() not in keys:
             raise DataError(f"--entity {item!r}: unknown key {key.strip()!r}; expected one of {list(keys)}")
         row[key.strip()] = value.strip()
-    result = OnlineFeatures(loaded.config.features, loaded.root, contract=loaded.config.contract).get([row])[0]
+    result = OnlineFeatures(loaded.config.features, loaded.root,
+                            contract=loaded.config.declared_contract("mlops features get")).get([row])[0]
     if as_json:
         print_json({"entity": row, "features": result})
         return

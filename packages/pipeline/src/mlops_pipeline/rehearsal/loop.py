@@ -174,7 +174,7 @@ def step_validate(ctx: RehearsalContext) -> dict[str, Any]:
     from mlops_features import data_version, ingest_landed
 
     ctx.move_root(datapath.checkout(ctx.repo_root, ctx.work_repo))
-    report = ingest_landed(ctx.cfg.data, ctx.root)
+    report = ingest_landed(ctx.cfg.data, ctx.root, contract=ctx.cfg.declared_contract("the rehearsal's ingestion"))
     if report.validation is None or report.validation.accepted_rows == 0 or not report.pushed:
         raise PipelineError(f"the ingestion accepted or pushed nothing: {report.to_dict()}")
     version = data_version(ctx.cfg.data, ctx.root)
@@ -204,7 +204,8 @@ def step_features(ctx: RehearsalContext) -> dict[str, Any]:
     if features.batch_engine == "spark":
         ctx.harness.wait_ready(ctx.facts["spark_worker"])
     try:
-        built = build_features(features, ctx.cfg.data, ctx.root)
+        built = build_features(features, ctx.cfg.data, ctx.root,
+                               contract=ctx.cfg.declared_contract("the rehearsal's features step"))
     finally:
         _stop_spark_driver()
     apps = topology.spark_applications(ctx.platform) if features.batch_engine == "spark" else []

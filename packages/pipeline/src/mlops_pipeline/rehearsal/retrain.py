@@ -72,7 +72,7 @@ def step_ingest_drifted(ctx: RehearsalContext) -> dict[str, Any]:
     assert data.landing_uri
     day = Path(ctx.facts["drifted_batch"])
     shutil.copy(day, Path(data.landing_uri.removeprefix("file://")) / day.name)
-    report = ingest_landed(data, ctx.work_repo)
+    report = ingest_landed(data, ctx.work_repo, contract=ctx.cfg.declared_contract("the rehearsal's ingestion"))
     if not report.new_version or report.data_md5 is None:
         raise PipelineError(f"the drifted day published no new data version: {report.to_dict()}")
     ctx.facts["drifted_md5"] = report.data_md5
@@ -117,7 +117,8 @@ def step_retrain(ctx: RehearsalContext) -> dict[str, Any]:
         raise PipelineError(f"main pins {pinned!r} after the merge; the pull request pinned {opened['data_version']!r}")
     pull_accepted(ctx.cfg.data, ctx.root, pinned)
     try:
-        build_features(ctx.cfg.features, ctx.cfg.data, ctx.root)
+        build_features(ctx.cfg.features, ctx.cfg.data, ctx.root,
+                       contract=ctx.cfg.declared_contract("the rehearsal's retrain features step"))
     finally:
         _stop_spark_driver()
     with acting(ctx, "trainer"):  # train.yml on the merge, with the training job's MLflow user
