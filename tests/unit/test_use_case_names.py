@@ -21,8 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 USE_CASE = re.compile(r"fraud|amount", re.IGNORECASE)
 """``fraud``, ``is_fraud``, ``FraudModel``, ``train_fraud``, ``amount``, ``user_amount_mean``, …"""
 
-_DEFAULTS = ("the section's defaults are the reference model's, resolved as such for the models without a "
-             "contract (the language models): see DEFAULTS_ALLOWED")
 _REHEARSAL = "the rehearsal's topology names the reference deployment (fraud-serving, its Feast users, alerts)"
 ALLOWED: dict[str, str] = {
     "packages/model/src/mlops_model/contract.py": "DEFAULT_CONTRACT: the fallback for an export recording none",
