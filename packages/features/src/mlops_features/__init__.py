@@ -6,7 +6,7 @@ instrumented on each method's first call, not at its import (:mod:`mlops_feature
 
 from mlops_features.aggregates import ingest, read_validated
 from mlops_features.backfill import backfill, offline_views
-from mlops_features.dataset import historical_features, service_features, training_set
+from mlops_features.dataset import historical_features, service_defaults, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
 from mlops_features.holdout_cut import row_key, split_off_holdout
@@ -89,6 +89,7 @@ __all__ = [
     "registry_digest",
     "render_feature_store_yaml",
     "row_key",
+    "service_defaults",
     "service_features",
     "split_off_holdout",
     "training_set",

@@ -184,8 +184,7 @@ def replay_skew(features: FeaturesConfig, root: str | Path, log: pd.DataFrame, *
         seed: Sampling seed.
         max_examples: Mismatches kept as examples in the report.
     """
-    from mlops_features import historical_features, offline_views, open_store
-    from mlops_features.dataset import service_defaults
+    from mlops_features import historical_features, offline_views, open_store, service_defaults
 
     store = open_store(features, root)
     views, on_demand = _views(store, features.require_feature_service(), lambda vs: offline_views(features, root, vs))
