@@ -9,7 +9,7 @@ from mlops_features.backfill import backfill, offline_views
 from mlops_features.dataset import historical_features, service_defaults, service_features, training_set
 from mlops_features.errors import DataError, FeaturesError, FeatureStoreError, FeatureStoreUnavailableError
 from mlops_features.gate import BatchResult, ValidationSummary, validate_batches
-from mlops_features.holdout_cut import row_key, split_off_holdout
+from mlops_features.holdout_cut import order_by_time, row_key, split_off_holdout
 from mlops_features.instructions import (
     IGNORE_INDEX,
     InstructionGateResult,
@@ -77,6 +77,7 @@ __all__ = [
     "materialize",
     "offline_views",
     "open_store",
+    "order_by_time",
     "plan_features",
     "prepare_local_data",
     "publish_transactions",

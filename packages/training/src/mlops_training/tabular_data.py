@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIME = "event_timestamp"
 _ARRAYS = ("train_x", "train_y", "val_x", "val_y")
 
 
@@ -63,10 +62,11 @@ def frame_hash(df: pd.DataFrame) -> str:
 def split_by_time(df: pd.DataFrame, val_fraction: float, *, record_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Oldest rows train, newest ``val_fraction`` validate (ties broken by ``record_id``, the contract's, when
     present)."""
+    from mlops_features import order_by_time
+
     if not 0 < val_fraction < 1:
         raise TrainingError(f"val_fraction {val_fraction!r} must be between 0 and 1 (exclusive)")
-    keys = [c for c in (TIME, record_id) if c in df.columns]
-    ordered = df.sort_values(keys, kind="mergesort").reset_index(drop=True) if keys else df
+    ordered = order_by_time(df, record_id=record_id)  # the holdout cut's order: one definition of "by time"
     cut = int(len(ordered) * (1 - val_fraction))
     return ordered.iloc[:cut].reset_index(drop=True), ordered.iloc[cut:].reset_index(drop=True)
 
