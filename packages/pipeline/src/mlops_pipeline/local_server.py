@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -53,7 +54,7 @@ it did not get within the request's deadline (408)."""
 
 
 def post_retrying(client: httpx.Client, url: str, body: bytes | str, headers: dict[str, str] | None = None,
-                  ) -> tuple[httpx.Response, dict[int, int]]:
+                  ) -> tuple[httpx.Response, Counter[int]]:
     """POST ``body`` to ``url`` as a client of the shedding server; the final response and the retries by status.
 
     A 503 with ``Retry-After`` (overload, or a missed deadline) is retried after that wait, a 408 at once on a new
@@ -62,13 +63,13 @@ def post_retrying(client: httpx.Client, url: str, body: bytes | str, headers: di
     the sender's lateness, not the model's: a client process starved between writing the headers and the body (a
     loaded 2-core machine) gets it; every other status, 4xx and 5xx alike, counts at once.
     """
-    retried: dict[int, int] = {}
+    retried: Counter[int] = Counter()
     while True:
         resp = client.post(url, content=body, headers=headers)
         wait = resp.headers.get("retry-after") if resp.status_code == 503 else "0" if resp.status_code == 408 else None
-        if wait is None or sum(retried.values()) >= SHED_RETRIES:
+        if wait is None or retried.total() >= SHED_RETRIES:
             return resp, retried
-        retried[resp.status_code] = retried.get(resp.status_code, 0) + 1
+        retried[resp.status_code] += 1
         time.sleep(min(float(wait), 5.0))
 
 
@@ -82,12 +83,12 @@ def send_traffic(server: Endpoint, rows: list[dict[str, Any]], *, batch: int = 1
     endpoint = f"{server.url}/v1/models/{server.model}:predict"
     chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
     statuses: dict[int, int] = {}
-    retries: dict[int, int] = {}
+    retries: Counter[int] = Counter()
     degraded = 0
     latencies: list[float] = []
     with httpx.Client(timeout=30) as client:
 
-        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float, dict[int, int]]:
+        def one(chunk: list[dict[str, Any]]) -> tuple[int, bool, float, Counter[int]]:
             started = time.perf_counter()
             resp, retried = post_retrying(client, endpoint, json.dumps({"instances": chunk}),
                                           {"content-type": "application/json"})
@@ -98,11 +99,10 @@ def send_traffic(server: Endpoint, rows: list[dict[str, Any]], *, batch: int = 1
             for status, was_degraded, ms, retried in pool.map(one, chunks):
                 statuses[status] = statuses.get(status, 0) + 1
                 degraded += was_degraded
-                for code, n in retried.items():
-                    retries[code] = retries.get(code, 0) + n
+                retries.update(retried)
                 latencies.append(ms)
     return {"requests": len(chunks), "instances": len(rows), "statuses": statuses, "degraded": degraded,
-            "shed_retries": retries.get(503, 0), "retries": retries, "latency_ms": latencies}
+            "shed_retries": retries[503], "retries": dict(retries), "latency_ms": latencies}
 
 
 def request_rows(frame: Any, n: int, seed: int, contract: ContractConfig) -> list[dict[str, Any]]:
