@@ -64,7 +64,17 @@ CODE = """
     import hashlib, importlib, inspect, json, sys
     lazy = "mlops_features" in sys.modules
     if lazy:
-        from mlops_features.lazy_typecheck import deferred_functions, instrumented
+        from mlops_features.lazy_typecheck import MARK, instrumented
+
+    def deferred_functions(cls):  # the deferred wrappers among cls's own attributes, property accessors as name.fget
+        out = {}
+        for key, attr in cls.__dict__.items():
+            attr = getattr(attr, "__func__", attr)
+            parts = [(f"{key}.{n}", getattr(attr, n)) for n in ("fget", "fset", "fdel")] \\
+                if isinstance(attr, property) else [(key, attr)]
+            out.update({k: f for k, f in parts if getattr(f, MARK, False)})
+        return out
+
     out = {}
     for short in CHECKED_MODULES:
         module = importlib.import_module("feast." + short)
@@ -96,3 +106,9 @@ def test_every_deferred_method_instruments_to_the_code_typeguard_makes_eagerly()
     assert len(checked) >= 100  # feast 0.67: 118 of the 242 methods it instruments have annotations to check
     assert {k for k, v in eager.items() if v[3]} == checked
     assert {k: eager[k] for k in checked} == {k: lazy[k] for k in checked}
+
+
+def test_a_process_that_never_imports_feast_loads_no_typeguard() -> None:
+    assert _run("import json, sys\nprint(json.dumps('typeguard' in sys.modules))", lazy=True) is False
+    assert _run("import json, sys, feast, typeguard\nprint(json.dumps(typeguard.typechecked.__module__))",
+                lazy=True) == "mlops_features.lazy_typecheck"

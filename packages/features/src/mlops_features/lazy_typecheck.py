@@ -6,9 +6,11 @@ method's whole module again (typeguard#468). Importing feast 0.x did that 242 ti
 the import costs, paid by every process that reads features (each pipeline step and DVC stage, the transformer,
 the stream updater, the CronJobs) whether it constructs a feature view or not.
 
-:func:`install` replaces ``typeguard.typechecked`` (before feast imports it) by :func:`deferred_typechecked`: the same
-decorator, except that each method is instrumented by typeguard's own ``instrument`` on its first call, once per
-process. The checks are typeguard's, unchanged; a process pays for the methods it calls.
+:func:`install` (run by ``mlops_features``) arranges for ``typeguard.typechecked`` to be replaced by
+:func:`deferred_typechecked` just before feast is imported (an import hook: a process that never imports feast
+loads nothing, typeguard included): the same decorator, except that each method is instrumented by typeguard's
+own ``instrument`` on its first call, once per process. The checks are typeguard's, unchanged; a process pays for
+the methods it calls.
 
 One case the deferral cannot instrument as typeguard would: a function whose annotations name variables of an
 enclosing *function* (typeguard reads them from the decorating frame, which is gone by the first call). It is left
@@ -19,24 +21,34 @@ unchecked, with typeguard's ``InstrumentationWarning`` naming it; none of feast'
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from inspect import isclass
 from typing import Any
 
-import typeguard
-from typeguard import InstrumentationWarning
-from typeguard import _decorators as decorators  # instrument(): typeguard's instrumentation of one function
-
 MARK = "__mlops_deferred_typecheck__"
-_EAGER = typeguard.typechecked
+_EAGER: list[Callable[..., Any]] = []  # typeguard's own decorator, once the hook has replaced it
+
+
+class _BeforeFeast(importlib.abc.MetaPathFinder):
+    """Replaces typeguard's decorator as feast's import starts (feast binds the name then); finds nothing itself."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> None:
+        if fullname == "feast":
+            sys.meta_path.remove(self)
+            import typeguard
+
+            _EAGER.append(typeguard.typechecked)
+            typeguard.typechecked = deferred_typechecked
 
 
 def install() -> None:
-    """Make ``typeguard.typechecked`` defer instrumentation; idempotent. Run before feast is imported: feast binds
-    the name at its import (``from typeguard import typechecked``), so classes imported earlier stay eager."""
-    typeguard.typechecked = deferred_typechecked
+    """Defer the instrumentation of feast's checks; idempotent. Feast imported earlier keeps its eager classes."""
+    if "feast" not in sys.modules and not any(isinstance(f, _BeforeFeast) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BeforeFeast())
 
 
 def deferred_typechecked(target: Any = None, **options: Any) -> Any:
@@ -48,7 +60,7 @@ def deferred_typechecked(target: Any = None, **options: Any) -> Any:
     if target is None:
         return functools.partial(deferred_typechecked, **options)
     if options or not __debug__:
-        return _EAGER(target, **options)
+        return _EAGER[0](target, **options)
     if isclass(target):
         for key, attr in list(target.__dict__.items()):
             if _own(attr, target):
@@ -68,7 +80,9 @@ def deferred_typechecked(target: Any = None, **options: Any) -> Any:
 
 
 def _own(attr: Any, cls: type) -> bool:
-    return decorators.is_method_of(attr, cls) and not getattr(attr, MARK, False)
+    from typeguard._utils import is_method_of
+
+    return is_method_of(attr, cls) and not getattr(attr, MARK, False)
 
 
 def _deferred(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,10 +104,13 @@ def _deferred(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def instrumented(func: Callable[..., Any]) -> Callable[..., Any]:
     """typeguard's instrumented copy of ``func``, or ``func`` itself (with typeguard's warning) where it cannot be."""
-    result = decorators.instrument(func)
+    from typeguard import InstrumentationWarning
+    from typeguard._decorators import instrument  # typeguard's instrumentation of one function
+
+    result = instrument(func)
     if isinstance(result, str):
         reason = result
-    elif result.__code__.co_freevars != getattr(func, "__code__", result.__code__).co_freevars:
+    elif result.__code__.co_freevars != func.__code__.co_freevars:
         reason = "its annotations name variables of an enclosing function, gone by its first call"
     else:
         return result
@@ -101,16 +118,3 @@ def instrumented(func: Callable[..., Any]) -> Callable[..., Any]:
                   stacklevel=3)
     return func
 
-
-def deferred_functions(cls: type) -> dict[str, Callable[..., Any]]:
-    """The deferred wrappers among ``cls``'s own attributes (property accessors as ``name.fget``), by name."""
-    out: dict[str, Callable[..., Any]] = {}
-    for key, attr in cls.__dict__.items():
-        if isinstance(attr, (classmethod, staticmethod)):
-            attr = attr.__func__
-        if isinstance(attr, property):
-            out.update({f"{key}.{n}": f for n in ("fget", "fset", "fdel")
-                        if getattr(f := getattr(attr, n), MARK, False)})
-        elif getattr(attr, MARK, False):
-            out[key] = attr
-    return out
