@@ -23,7 +23,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, copy_repo: Any, run_mlops: An
 
 def _step(doc: dict, name: str) -> dict:
     step = next(s for s in doc["steps"] if s["name"] == name)
-    assert step["status"] == "ok", step
+    assert step["status"] == "ok", f"step {name} {step['status']}: {step.get('error')}"  # a str: pytest shows it whole
     return step["outputs"]
 
 
