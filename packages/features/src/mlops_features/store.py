@@ -7,6 +7,7 @@ writes to ``feature_repo/feature_store*.yaml`` (one per profile), so the YAML fi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -201,7 +202,18 @@ def open_store(features: FeaturesConfig, root: str | Path, *, registry_refresh: 
             (repo / raw[key]["path"]).parent.mkdir(parents=True, exist_ok=True)
     if raw.get("batch_engine", {}).get("type") == "spark.engine":  # Spark's Python workers run this interpreter
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return FeatureStore(config=RepoConfig(repo_path=repo, **raw), repo_path=str(repo))
+    store = FeatureStore(config=RepoConfig(repo_path=repo, **raw), repo_path=str(repo))
+    if registry_refresh == "background":
+        _drop_dead_exit_handler(store.registry)
+    return store
+
+
+def _drop_dead_exit_handler(registry: Any) -> None:
+    """Unregister the exit handler Feast's caching (SQL) registry adds with ``cache_mode: thread``: it cancels the
+    refresh thread, which ``cache_ttl_seconds: 0`` never starts, so at exit it raised AttributeError ("Exception
+    ignored in atexit callback … no attribute 'registry_refresh_thread'") in every process that opened one."""
+    if getattr(registry, "cache_mode", None) == "thread" and not hasattr(registry, "registry_refresh_thread"):
+        atexit.unregister(registry._exit_handler)
 
 
 def apply_repo(features: FeaturesConfig, root: str | Path) -> dict[str, list[str]]:
