@@ -44,28 +44,31 @@ def test_apply_materialize_and_read_through_a_sql_registry(
         open_store(features, tmp_path).teardown()
 
 
-def test_a_process_that_opened_the_sql_registry_off_the_request_path_exits_cleanly(
-    postgres_url: str, postgres_schema: str, tmp_path: Path
+@pytest.mark.parametrize("kind", ["sql", "file"])
+def test_a_process_that_opened_the_registry_off_the_request_path_exits_cleanly(
+    kind: str, postgres_url: str, postgres_schema: str, tmp_path: Path
 ) -> None:
-    """Feast registers an exit handler that cancels the registry's refresh thread, which ``cache_ttl_seconds: 0``
-    never starts: without the platform's fix, every serving process printed "Exception ignored in atexit callback
-    … 'SqlRegistry' object has no attribute 'registry_refresh_thread'" as it exited."""
+    """Feast's SQL registry registers an exit handler that cancels the registry's refresh thread, which
+    ``cache_ttl_seconds: 0`` never starts: without the platform's fix, every serving process printed "Exception
+    ignored in atexit callback … 'SqlRegistry' object has no attribute 'registry_refresh_thread'" as it exited. The
+    file registry (the local profile) has no such handler, and opens as before."""
     import subprocess
     import sys
 
     registry = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
     registry += f"?options=-csearch_path%3D{postgres_schema}"
+    where = f"registry_type='sql', registry={registry!r}" if kind == "sql" else "registry_type='file'"
     shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     code = (
         "import sys; from pathlib import Path\n"
         "from mlops_config import FeaturesConfig\n"
         "from mlops_features import open_store\n"
-        f"features = FeaturesConfig(feature_service='fraud_v1', registry_type='sql', registry={registry!r},"
+        f"features = FeaturesConfig(feature_service='fraud_v1', {where},"
         f" feast_project='t_{uuid.uuid4().hex[:10]}')\n"
         f"store = open_store(features, Path({str(tmp_path)!r}), registry_refresh='background')\n"
         "print(type(store.registry).__name__)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "SqlRegistry"
+    assert done.stdout.strip() == {"sql": "SqlRegistry", "file": "Registry"}[kind]
     assert "Exception ignored" not in done.stderr and "registry_refresh_thread" not in done.stderr, done.stderr[-3000:]

@@ -212,8 +212,9 @@ def _drop_dead_exit_handler(registry: Any) -> None:
     """Unregister the exit handler Feast's caching (SQL) registry adds with ``cache_mode: thread``: it cancels the
     refresh thread, which ``cache_ttl_seconds: 0`` never starts, so at exit it raised AttributeError ("Exception
     ignored in atexit callback … no attribute 'registry_refresh_thread'") in every process that opened one."""
-    if getattr(registry, "cache_mode", None) == "thread" and not hasattr(registry, "registry_refresh_thread"):
-        atexit.unregister(registry._exit_handler)
+    handler = getattr(registry, "_exit_handler", None)  # the file registry has none
+    if handler is not None and registry.cache_mode == "thread" and not hasattr(registry, "registry_refresh_thread"):
+        atexit.unregister(handler)
 
 
 def apply_repo(features: FeaturesConfig, root: str | Path) -> dict[str, list[str]]:
