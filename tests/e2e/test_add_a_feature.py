@@ -117,9 +117,9 @@ def test_the_trained_models_read_the_new_feature_and_serve_it(added: tuple[Path,
     train = status["train"]["outputs"]
     first, candidate = train["first_champion"]["version"], train["version"]
     assert int(candidate) > int(first)
-    exported = list((repo / ".mlops").rglob("model.json"))
-    assert len({p.stat().st_ino for p in exported}) >= 2  # both generations exported
-    for meta in (json.loads(p.read_text()) for p in exported):
+    registered = [json.loads(p.read_text()) for p in (repo / ".mlops" / "mlartifacts").rglob("model.json")]
+    assert len({m["weights_sha256"] for m in registered}) == len(registered) == 2  # first champion and candidate
+    for meta in registered:
         assert meta["features"]["feature_service"] == "fraud_v2"
         assert "user_amount_max_24h" in [c["name"] for c in meta["features"]["encoder"]["numeric"]]
     # the first champion went through every gate; its contract gate compared fraud_v2 with what serving reads
