@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -52,15 +54,12 @@ def test_a_process_that_opened_the_registry_off_the_request_path_exits_cleanly(
     ``cache_ttl_seconds: 0`` never starts: without the platform's fix, every serving process printed "Exception
     ignored in atexit callback … 'SqlRegistry' object has no attribute 'registry_refresh_thread'" as it exited. The
     file registry (the local profile) has no such handler, and opens as before."""
-    import subprocess
-    import sys
-
     registry = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
     registry += f"?options=-csearch_path%3D{postgres_schema}"
     where = f"registry_type='sql', registry={registry!r}" if kind == "sql" else "registry_type='file'"
     shutil.copytree(REPO_ROOT / "feature_repo", tmp_path / "feature_repo", ignore=shutil.ignore_patterns("__pycache__"))
     code = (
-        "import sys; from pathlib import Path\n"
+        "from pathlib import Path\n"
         "from mlops_config import FeaturesConfig\n"
         "from mlops_features import open_store\n"
         f"features = FeaturesConfig(feature_service='fraud_v1', {where},"
