@@ -1,8 +1,9 @@
 """`mlops canary analyze --model llm-sft` against two real LM servers writing one shared prediction log.
 
 Real parts: small Hugging Face checkpoints (tests/hf_checkpoint.py), each served by its own `mlops serve` process
-(stable and canary, one log folder for both, as the cluster's shared store), scraped at their ``/metrics``; the CLI
-runs as its own process and looks again and again while its answer is ``hold``.
+(stable and canary, one log folder for both, as the cluster's shared store; the two start at once), scraped at their
+``/metrics``. Where the CLI looks again and again while its answer is ``hold``, it runs as its own process, read
+while it runs; its one-shot looks run the same command in this process (click's runner).
 
 Four checkpoints, their behaviour checked with plain ``transformers`` before any server starts (the independent
 expectation): two random-weight versions that both answer at the full ``max_tokens`` (alike: the good canary), and
@@ -20,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,31 +114,41 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @contextmanager
-def lm_server(folder: Path, version: str, log_dir: Path, work: Path) -> Iterator[str]:
+def lm_process(folder: Path, version: str, log_dir: Path, work: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """One `mlops serve` process serving ``folder`` as ``version`` (started, not yet ready), stopped afterwards."""
     port = free_port()
-    err_path = work / f"serve-{version}.err"
-    with err_path.open("wb") as err:
+    with (work / f"serve-{version}.err").open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlops_cli", "serve", "--model", MODEL, "--port", str(port), "--model-dir",
              str(folder), "--model-version", version, "--set", f"serving.prediction_log_uri={log_dir}",
              "--set", "serving.prediction_log_flush_s=0.2"],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-        url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 240  # start-up only; no verdict hangs on it
+            yield proc, f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+@contextmanager
+def lm_servers(stable: Path, canary: Path, log_dir: Path, work: Path) -> Iterator[tuple[str, str]]:
+    """Versions 1 (``stable``) and 2 (``canary``), each in its own `mlops serve` process, both started before
+    either is waited for (their start-ups overlap); their URLs once both are ready."""
+    with ExitStack() as stack:
+        started = [stack.enter_context(lm_process(folder, version, log_dir, work))
+                   for folder, version in ((stable, "1"), (canary, "2"))]
+        deadline = time.monotonic() + 240  # start-up only; no verdict hangs on it
+        for (proc, url), version in zip(started, ("1", "2"), strict=True):
             while True:
-                assert proc.poll() is None, err_path.read_text()[-3000:]
+                assert proc.poll() is None, (work / f"serve-{version}.err").read_text()[-3000:]
                 try:
                     if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
-                assert time.monotonic() < deadline, "LM server not ready in 240 s"
+                assert time.monotonic() < deadline, f"LM server of version {version} not ready in 240 s"
                 time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        yield started[0][1], started[1][1]
 
 
 def send(urls: list[str], texts: list[str]) -> None:
@@ -182,11 +193,36 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, json.loads(out), err
 
 
+def look_once(log_dir: Path, stable: str, canary: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    """One look (no retries): the command :func:`canary_cli` runs, in this process; its exit code and JSON."""
+    result = invoke_cli(
+        ["canary", "analyze", "--model", MODEL, "--json", "--exit-code", "--stable-metrics", f"{stable}/metrics",
+         "--canary-metrics", f"{canary}/metrics", "--stable-version", "1", "--canary-version", "2",
+         "--set", f"serving.prediction_log_uri={log_dir}", *extra])
+    assert result.stdout.strip(), f"{result.stderr[-3000:]}{result.exception!r}"
+    return result.exit_code, json.loads(result.stdout)
+
+
+def invoke_cli(args: list[str]) -> Any:
+    """``mlops <args>`` run in this process from the repository root (click's runner); its result."""
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    cwd = Path.cwd()
+    os.chdir(REPO)
+    try:
+        result = CliRunner().invoke(app, args)
+    finally:
+        os.chdir(cwd)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result
+
+
 def test_a_good_canary_is_promoted_after_the_cli_looked_again_while_it_held(
         checkpoints: dict[str, Path], tmp_path: Path) -> None:
     log_dir = tmp_path / "log"
-    with lm_server(checkpoints["random1"], "1", log_dir, tmp_path) as stable, \
-            lm_server(checkpoints["random2"], "2", log_dir, tmp_path) as canary:
+    with lm_servers(checkpoints["random1"], checkpoints["random2"], log_dir, tmp_path) as (stable, canary):
         send([stable, canary], prompts(10))
         wait_for_log(log_dir, 20)
         proc = canary_cli(log_dir, stable, canary, "--wait-s", "540", "--interval-s", "1")
@@ -219,11 +255,10 @@ def test_a_rambling_canary_is_rolled_back_by_the_sequential_verdict(checkpoints:
     a side, where the thresholds alone still hold (fewer than min_canary_requests); with all 120 the thresholds
     roll it back too."""
     log_dir = tmp_path / "log"
-    with lm_server(checkpoints["concise"], "1", log_dir, tmp_path) as stable, \
-            lm_server(checkpoints["random2"], "2", log_dir, tmp_path) as canary:
+    with lm_servers(checkpoints["concise"], checkpoints["random2"], log_dir, tmp_path) as (stable, canary):
         send([stable, canary], prompts(20))
         wait_for_log(log_dir, 40)
-        code, doc, _ = finish(canary_cli(log_dir, stable, canary))
+        code, doc = look_once(log_dir, stable, canary)
         assert (code, doc["decision"], doc["sequential"]["decision"]) == (4, "rollback", "rollback"), doc["reasons"]
         assert doc["threshold_decision"] == "hold"  # 20 canary requests: the thresholds could not stop it yet
         cut = truncation_test(doc)
@@ -232,7 +267,7 @@ def test_a_rambling_canary_is_rolled_back_by_the_sequential_verdict(checkpoints:
         assert [t["outcome"] for t in doc["sequential"]["tests"] if t is not cut].count("worse") == 0
         send([stable, canary], prompts(100, offset=20))
         wait_for_log(log_dir, 240)
-        code, doc, _ = finish(canary_cli(log_dir, stable, canary, "--set", "delivery.sequential.verdict=threshold"))
+        code, doc = look_once(log_dir, stable, canary, "--set", "delivery.sequential.verdict=threshold")
     assert (code, doc["decision"]) == (4, "rollback"), doc["reasons"]
     assert any(r.startswith("FAILED: answers cut at max_tokens") for r in doc["reasons"]), doc["reasons"]
     assert (doc["stable"]["truncated_responses"], doc["canary"]["truncated_responses"]) == (0, 120)
@@ -249,16 +284,14 @@ def test_an_equal_canary_is_not_rolled_back_early(checkpoints: dict[str, Path], 
     texts = prompts(40)
     log_dir = tmp_path / "log"
     few = ("--set", "delivery.min_canary_requests=10")
-    with lm_server(checkpoints["concise"], "1", log_dir, tmp_path) as stable, \
-            lm_server(checkpoints["concise2"], "2", log_dir, tmp_path) as canary:
+    with lm_servers(checkpoints["concise"], checkpoints["concise2"], log_dir, tmp_path) as (stable, canary):
         first = [(u, texts[i], order[i]) for i in range(10) for u, order in ((stable, order_s), (canary, order_c))]
         reasons = send_each(first)
         assert (reasons[0::2].count("length"), reasons[1::2].count("length")) == (2, 6)  # cut exactly at 2
         wait_for_log(log_dir, 20)
-        code, threshold, _ = finish(canary_cli(log_dir, stable, canary, *few,
-                                               "--set", "delivery.sequential.verdict=threshold"))
+        code, threshold = look_once(log_dir, stable, canary, *few, "--set", "delivery.sequential.verdict=threshold")
         assert (code, threshold["decision"]) == (4, "rollback"), threshold["reasons"]
-        code, early, _ = finish(canary_cli(log_dir, stable, canary, *few))
+        code, early = look_once(log_dir, stable, canary, *few)
         assert early["decision"] != "rollback" and early["sequential"]["decision"] != "rollback", early["reasons"]
         cut = truncation_test(early)
         assert (cut["canary_events"], cut["canary_seen"], cut["stable_events"], cut["stable_seen"]) == (6, 10, 2, 10)
@@ -266,7 +299,7 @@ def test_an_equal_canary_is_not_rolled_back_early(checkpoints: dict[str, Path], 
         rest = [(u, texts[i], order[i]) for i in range(10, 40) for u, order in ((stable, order_s), (canary, order_c))]
         send_each(rest)
         wait_for_log(log_dir, 80)
-        code, late, _ = finish(canary_cli(log_dir, stable, canary, *few))
+        code, late = look_once(log_dir, stable, canary, *few)
     assert late["decision"] != "rollback" and late["sequential"]["decision"] != "rollback", late["reasons"]
     cut = truncation_test(late)
     assert (cut["canary_events"], cut["canary_seen"], cut["stable_events"], cut["stable_seen"]) == (16, 40, 16, 40)
@@ -277,11 +310,9 @@ def test_without_the_servers_metrics_the_lm_canary_asks_prometheus_and_names_it_
     """Without ``--*-metrics`` the LM canary is read from Prometheus (as promote.yml runs it); one that does not
     answer is named with the key that points at it. (No Prometheus configured either:
     ``test_canary_lm_prometheus.py`` checks that both ways are named.)"""
-    done = subprocess.run(
-        [sys.executable, "-m", "mlops_cli", "canary", "analyze", "--model", MODEL, "--stable-version", "1",
-         "--canary-version", "2", "--set", f"serving.prediction_log_uri={tmp_path / 'log'}",
-         "--set", "delivery.prometheus_url=http://127.0.0.1:9"], cwd=REPO, capture_output=True, text=True,
-        timeout=300)
-    assert done.returncode != 0
+    done = invoke_cli(
+        ["canary", "analyze", "--model", MODEL, "--stable-version", "1", "--canary-version", "2",
+         "--set", f"serving.prediction_log_uri={tmp_path / 'log'}", "--set", "delivery.prometheus_url=http://127.0.0.1:9"])
+    assert done.exit_code != 0
     said = done.stderr + done.stdout
     assert "Prometheus at 'http://127.0.0.1:9' is unreachable" in said and "delivery.prometheus_url" in said, said

@@ -1,10 +1,11 @@
 """The language model's reproducibility gate replays its own training, as the fraud model's does.
 
-A real fine-tune (torchrun, 2 CPU processes, tracked and registered in MLflow) of a tiny LLaMA checkpoint made
+A real fine-tune (torchrun, one CPU process, tracked and registered in MLflow) of a tiny LLaMA checkpoint made
 here records its weights hash at ``evaluation.repro_steps`` and at its last step. ``evaluate`` replays the first
 ``repro_steps`` steps of the recorded recipe and must hit the recorded hash bit for bit; the greedy-decoding check
 runs beside it under its own name. An altered record fails: the old gate only decoded the export twice, which
-passes whatever the record says.
+passes whatever the record says. (The replay of a fine-tune on 2 processes, as the loop trains it, is asserted by
+tests/e2e/test_lm_pipeline.py's reproducibility gate; what is checked here is the gate's logic.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mlops_config import PlatformConfig, load_config
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
-STEPS = ("training.max_steps=6", "training.checkpoint.every_steps=0", "training.eval_every=0",
+STEPS = ("training.nproc=1", "training.max_steps=6", "training.checkpoint.every_steps=0", "training.eval_every=0",
          "training.warmup_steps=2", "training.batch_size=16", "training.lr=0.01", "evaluation.repro_steps=3",
          "evaluation.lm.max_new_tokens=4", "training.causal_lm.checkpoint=pretrained")
 

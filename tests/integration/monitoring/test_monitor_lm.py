@@ -2,9 +2,10 @@
 webhook delivery, Prometheus metrics file and the same rollback stage (GitOps commit, alias, ledger).
 
 Real parts: two versions of a small Hugging Face checkpoint (tests/hf_checkpoint.py) registered in MLflow's
-registry (SQLite) with v2 champion and v1 fallback; `mlops serve` serving v2 as its own process, writing the shared
-prediction log; a bare git repository as the GitOps remote; a real HTTP receiver for the alert. The reference is
-the fine-tuning prompts (datasets/instructions.jsonl) encoded by the served version's tokenizer.
+registry (SQLite) with v2 champion and v1 fallback; `mlops serve` serving v2 as its own process (one for the
+module), writing the prediction log; a bare git repository as the GitOps remote; a real HTTP receiver for the alert.
+The reference is the fine-tuning prompts (datasets/instructions.jsonl) encoded by the served version's tokenizer.
+Each test's window is the log parts its own requests added, copied into the log folder its monitor run reads.
 
 Independent expectations: the clean window is the 240 training prompts themselves, so the logged prompt lengths
 and token ids are the reference's exactly (PSI 0 by construction); the drifted prompts are each longer, counted by
@@ -132,40 +133,57 @@ def webhook() -> Iterator[tuple[str, list[dict]]]:
         yield receiver
 
 
-def serve_prompts(folder: Path, version: str, log_dir: Path, prompts: list[str], work: Path) -> None:
-    """Serve ``folder`` as ``version`` in its own `mlops serve` process, send each prompt to its OpenAI completions
-    route, stop it and wait until the log holds one row per request."""
+@pytest.fixture(scope="module")
+def served(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """Version 2 served by one `mlops serve` process for the module (prompt text logged), logging to a folder of
+    its own; its URL and that folder. Stopped after the module's last test."""
+    work = tmp_path_factory.mktemp("lm-monitor-serve")
+    log_dir, err_path, port = work / "log", work / "serve-2.err", free_port()
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlops_cli", "serve", "--model", MODEL, "--port", str(port), "--model-dir",
+             str(world["folders"]["2"]), "--model-version", "2", "--set", f"serving.prediction_log_uri={log_dir}",
+             "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.lm.log_text=true"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 240  # start-up only; no verdict hangs on this
+            while True:
+                assert proc.poll() is None, err_path.read_text()[-3000:]
+                try:
+                    if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "LM server not ready in 240 s"
+                time.sleep(0.3)
+            yield url, log_dir
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def _parts(log_dir: Path) -> set[Path]:
+    """The finished parts of the prediction log at ``log_dir`` (a part appears whole, renamed from ``.tmp``)."""
+    return {p.relative_to(log_dir) for p in log_dir.rglob("*.parquet")} if log_dir.exists() else set()
+
+
+def serve_prompts(served: tuple[str, Path], log_dir: Path, prompts: list[str]) -> None:
+    """Send each prompt to the served version's OpenAI completions route and copy the log parts those requests
+    added to the server's log into ``log_dir``; wait until it holds one row per request."""
     from mlops_serving import read_prediction_log
 
-    port = free_port()
-    err = (work / f"serve-{version}.err").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlops_cli", "serve", "--model", MODEL, "--port", str(port), "--model-dir",
-         str(folder), "--model-version", version, "--set", f"serving.prediction_log_uri={log_dir}",
-         "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.lm.log_text=true"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240  # start-up only; no verdict hangs on this
-        while True:
-            assert proc.poll() is None, (work / f"serve-{version}.err").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "LM server not ready in 240 s"
-            time.sleep(0.3)
-        with httpx.Client(timeout=60) as client:
-            for prompt in prompts:
-                r = client.post(f"{url}/openai/v1/completions",
-                                json={"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0})
-                assert r.status_code == 200, r.text
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        err.close()
+    url, server_log = served
+    before = _parts(server_log)
+    with httpx.Client(timeout=60) as client:
+        for prompt in prompts:
+            r = client.post(f"{url}/openai/v1/completions",
+                            json={"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0})
+            assert r.status_code == 200, r.text
     for _ in range(100):
+        for part in _parts(server_log) - before - _parts(log_dir):
+            (log_dir / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(server_log / part, log_dir / part)
         if log_dir.exists() and len(read_prediction_log(log_dir, MODEL)) == len(prompts):
             return
         time.sleep(0.2)
@@ -192,7 +210,7 @@ def _served_at_head(remote: Path) -> dict[str, str]:
 
 
 def test_drifted_prompts_are_critical_and_roll_the_lm_back_through_git_alias_and_ledger(
-        world: dict[str, Any], root: Path, remote: Path, webhook: tuple[str, list[dict]], tmp_path: Path,
+        world: dict[str, Any], served: tuple[str, Path], root: Path, remote: Path, webhook: tuple[str, list[dict]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoTokenizer
 
@@ -203,7 +221,7 @@ def test_drifted_prompts_are_critical_and_roll_the_lm_back_through_git_alias_and
     tok = AutoTokenizer.from_pretrained(str(world["folders"]["2"]))
     longest_training = max(len(tok(p)["input_ids"]) for p in training_prompts())
     assert min(len(tok(p)["input_ids"]) for p in prompts) > longest_training  # the window lies above the reference
-    serve_prompts(world["folders"]["2"], "2", root / "log", prompts, tmp_path)
+    serve_prompts(served, root / "log", prompts)
     before = git(remote, "rev-parse", "main")
 
     result = monitor(root, remote, webhook[0], monkeypatch)
@@ -234,12 +252,12 @@ def test_drifted_prompts_are_critical_and_roll_the_lm_back_through_git_alias_and
 
 
 def test_the_training_prompts_themselves_are_ok_and_nothing_moves(
-        world: dict[str, Any], root: Path, remote: Path, webhook: tuple[str, list[dict]], tmp_path: Path,
+        served: tuple[str, Path], root: Path, remote: Path, webhook: tuple[str, list[dict]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     from mlops_core import lifecycle
 
     prompts = training_prompts()
-    serve_prompts(world["folders"]["2"], "2", root / "log", prompts, tmp_path)
+    serve_prompts(served, root / "log", prompts)
     before = git(remote, "rev-parse", "main")
 
     result = monitor(root, remote, webhook[0], monkeypatch)

@@ -56,7 +56,9 @@ def full(root: Path) -> TrainResult:
 
 @pytest.fixture(scope="module")
 def lora(root: Path) -> TrainResult:
-    result = launch(config(root, "lora"), root, run_name="lora", track=False)
+    """The LoRA run, tracked: logged to MLflow under ``root`` and registered as version 1 (tracking only adds the
+    run's record after training; the tests of its weights and checkpoints read them as an untracked run's)."""
+    result = launch(config(root, "lora"), root, run_name="lora", track=True)
     assert result is not None and result.steps == 8
     return result
 
@@ -211,15 +213,14 @@ def test_the_adapter_alone_applies_to_the_base_as_the_merged_export_decodes(root
     assert _greedy(applied.eval(), tokenizer, PROMPTS) == _greedy(merged.eval(), tokenizer, PROMPTS)
 
 
-def test_a_tracked_run_registers_the_folder_with_the_fraud_models_lineage(root: Path) -> None:
+def test_a_tracked_run_registers_the_folder_with_the_fraud_models_lineage(root: Path, lora: TrainResult) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mlops_core import mlflow_client
     from mlops_training.pretrained import resolve_checkpoint
 
-    result = launch(config(root, "lora", "training.max_steps=4", "training.checkpoint.every_steps=0"), root,
-                    run_name="tracked", track=True)
-    assert result is not None and result.run_id and result.model_version == "1"
+    result = lora  # the module's only tracked run
+    assert result.run_id and result.model_version == "1"
     client = mlflow_client(config(root, "lora").tracking, root)
     tags = client.get_run(result.run_id).data.tags
     assert tags["mlops.weights_sha256"] == result.weights_sha256 and tags["mlops.model_kind"] == "hf_causal_lm"
