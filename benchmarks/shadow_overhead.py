@@ -1,4 +1,4 @@
-"""Cost of shadow traffic to the live path: the same server with shadow off and with ``serving.shadow.fraction``
+"""Cost of shadow traffic to the live path: the same server with shadow off and with ``serving.tabular.shadow.fraction``
 1.0, measured in one run, alternating (off, on, off, on, ...) so drift of the machine hits both arms alike.
 
 Processes on loopback, as in ``serving_load.py`` (whose data preparation and load generator this reuses): a

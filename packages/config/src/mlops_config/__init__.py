@@ -29,7 +29,7 @@ from mlops_config.monitoring import MonitoringConfig
 from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
 from mlops_config.provenance import ProvenanceConfig
-from mlops_config.serving import LLMServingConfig, ServingConfig, ShadowConfig
+from mlops_config.serving import LLMServingConfig, ServingConfig, ShadowConfig, TabularServingConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import (
     CausalLMConfig,
@@ -74,6 +74,7 @@ __all__ = [
     "ServingConfig",
     "ShadowConfig",
     "TabularEvaluationConfig",
+    "TabularServingConfig",
     "TrackingConfig",
     "TrainingConfig",
     "WrapPolicyConfig",
