@@ -112,7 +112,7 @@ def run_ours(root: Path, redis_port: int, port: int, logging_on: bool, online_re
         log_dir = root / "predlog"
     else:
         host = f"127.0.0.1:{predictor_port}"
-        serving = ServingConfig(port=port, role="transformer", predictor_host=host,
+        serving = ServingConfig(port=port, tabular={"role": "transformer", "predictor_host": host},
                                 prediction_log_uri=str(root / "predlog-split"))
         loader = remote_loader(host, MODEL)  # type: ignore[assignment]
         log_dir = root / "predlog-split"
@@ -139,7 +139,7 @@ def run_predictor(root: Path, port: int, logging_on: bool, deadline_ms: float) -
     from mlops_serving.service import create_predictor_app
 
     ref = ModelRef(MODEL, "1", root / "model" / "1")
-    serving = ServingConfig(port=port, role="predictor", request_deadline_ms=deadline_ms)
+    serving = ServingConfig(port=port, tabular={"role": "predictor"}, request_deadline_ms=deadline_ms)
     app = create_predictor_app(serving, model_name=MODEL, loader=lambda: load_model(ref))
     if logging_on:
         _log_like_kserve(app.state.model)
