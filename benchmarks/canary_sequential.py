@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mlops_config import DeliveryConfig, SequentialCanaryConfig
+from mlops_config import DeliveryConfig, SequentialCanaryConfig, TabularSequentialConfig
 from mlops_delivery.canary import VariantEvidence, decide
 from mlops_delivery.metrics import histogram_quantile, population_stability_index
 from mlops_delivery.sequential import HOLD, PROMOTE, ROLLBACK, arm_counts, run_tests, verdict_codes
@@ -44,6 +44,8 @@ CANARY_SHARE = 0.1
 ERROR_RATE = 0.005
 LAT_MEDIAN_S, LAT_SIGMA = 0.02, 0.8
 LOGIT_MEAN, LOGIT_SD = -3.0, 1.2
+TAB = TabularSequentialConfig()
+"""The tabular tests' signals and margins (``delivery.tabular.sequential``), at their defaults."""
 
 
 def latency_probs(median_s: float) -> np.ndarray:
@@ -69,15 +71,15 @@ def solve(fn, target: float, lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
 
-def scenarios(cfg: SequentialCanaryConfig, effect: float) -> dict[str, dict[str, float]]:
+def scenarios(effect: float) -> dict[str, dict[str, float]]:
     """Canary parameters per scenario; each worse one moves one metric by ``effect`` margins."""
-    k = slow_index(cfg.slow_ms / 1000)
+    k = slow_index(TAB.slow_ms / 1000)
     slow0 = latency_probs(LAT_MEDIAN_S)[k:].sum()
-    slow_median = solve(lambda m: latency_probs(m)[k:].sum(), slow0 + effect * cfg.slow_margin, LAT_MEDIAN_S, 1.0)
-    base = band_probs(cfg.score_edges, 0.0)
-    shift = solve(lambda s: np.abs(band_probs(cfg.score_edges, s) - base).max(), effect * cfg.score_margin, 0, 5)
+    slow_median = solve(lambda m: latency_probs(m)[k:].sum(), slow0 + effect * TAB.slow_margin, LAT_MEDIAN_S, 1.0)
+    base = band_probs(TAB.score_edges, 0.0)
+    shift = solve(lambda s: np.abs(band_probs(TAB.score_edges, s) - base).max(), effect * TAB.score_margin, 0, 5)
     same = {"error": ERROR_RATE, "median": LAT_MEDIAN_S, "shift": 0.0}
-    return {"aa": same, "worse_error": {**same, "error": ERROR_RATE + effect * cfg.error_margin},
+    return {"aa": same, "worse_error": {**same, "error": ERROR_RATE + effect * TAB.error_margin},
             "worse_latency": {**same, "median": slow_median}, "worse_scores": {**same, "shift": shift}}
 
 
@@ -99,7 +101,7 @@ def simulate(args: argparse.Namespace, effect: float, *, with_aa: bool = True) -
     cfg = SequentialCanaryConfig(alpha=args.alpha, mixture_scale=args.mixture_scale)
     delivery = DeliveryConfig(sequential=cfg)
     rng = np.random.default_rng(args.seed + int(effect * 1000))
-    plan = scenarios(cfg, effect)
+    plan = scenarios(effect)
     worse_kinds = ("worse_error", "worse_latency", "worse_scores")
     kinds = ["aa"] * (args.sims if with_aa else 0) + [k for i, k in enumerate(worse_kinds)
                                                       for _ in range(args.sims // 3 + (i < args.sims % 3))]
@@ -107,11 +109,11 @@ def simulate(args: argparse.Namespace, effect: float, *, with_aa: bool = True) -
     n_sims = kind.size
     error_c = np.array([plan[k]["error"] for k in kinds])
     lat_c = np.stack([latency_probs(plan[k]["median"]) for k in kinds])
-    band_c = np.stack([band_probs(cfg.score_edges, plan[k]["shift"]) for k in kinds])
-    lat_s, band_s = latency_probs(LAT_MEDIAN_S), band_probs(cfg.score_edges, 0.0)
+    band_c = np.stack([band_probs(TAB.score_edges, plan[k]["shift"]) for k in kinds])
+    lat_s, band_s = latency_probs(LAT_MEDIAN_S), band_probs(TAB.score_edges, 0.0)
     n_stable = round(LOOK * (1 - CANARY_SHARE) / CANARY_SHARE)
-    k_slow = slow_index(cfg.slow_ms / 1000)
-    edges = np.array(cfg.score_edges)
+    k_slow = slow_index(TAB.slow_ms / 1000)
+    edges = np.array(TAB.score_edges)
 
     # cumulative counts per arm: errors, requests, latency buckets, score bands
     cum = {side: {"errors": np.zeros(n_sims), "requests": np.zeros(n_sims),
@@ -148,7 +150,7 @@ def simulate(args: argparse.Namespace, effect: float, *, with_aa: bool = True) -
                                  answered=c["requests"][idx] - c["errors"][idx],
                                  slow=c["lat"][idx][:, k_slow:].sum(axis=1), bands=c["bands"][idx])
                 for side, c in cum.items()}
-        codes = verdict_codes(run_tests(cfg, arms["stable"], arms["canary"]), arms["canary"].requests,
+        codes = verdict_codes(run_tests(cfg, TAB, arms["stable"], arms["canary"]), arms["canary"].requests,
                               delivery.min_canary_requests)
         decided = codes != HOLD
         seq_code[idx[decided]] = codes[decided]
@@ -186,15 +188,15 @@ def fixed_sample_requests(cfg: SequentialCanaryConfig) -> int:
     """Canary requests at which the fixed-horizon test promotes an equal canary with probability 1 - alpha."""
     z = stats.norm.ppf(1 - cfg.alpha)
     ratio = CANARY_SHARE / (1 - CANARY_SHARE)
-    slow = latency_probs(LAT_MEDIAN_S)[slow_index(cfg.slow_ms / 1000):].sum()
-    bands = band_probs(cfg.score_edges, 0.0)
+    slow = latency_probs(LAT_MEDIAN_S)[slow_index(TAB.slow_ms / 1000):].sum()
+    bands = band_probs(TAB.score_edges, 0.0)
 
     def power(n: float) -> float:
         def sd(p: float) -> float:
             return math.sqrt(p * (1 - p) * (1 / n + ratio / n))
-        one_sided = [stats.norm.cdf(cfg.error_margin / sd(ERROR_RATE) - z),
-                     stats.norm.cdf(cfg.slow_margin / sd(slow) - z)]
-        tost = [max(0.0, 2 * stats.norm.cdf(cfg.score_margin / sd(p) - z) - 1) for p in bands]
+        one_sided = [stats.norm.cdf(TAB.error_margin / sd(ERROR_RATE) - z),
+                     stats.norm.cdf(TAB.slow_margin / sd(slow) - z)]
+        tost = [max(0.0, 2 * stats.norm.cdf(TAB.score_margin / sd(p) - z) - 1) for p in bands]
         return float(np.prod(one_sided) * np.prod(tost))
 
     return math.ceil(solve(power, 1 - cfg.alpha, 10, 1e7))

@@ -4,10 +4,10 @@ Each function here is the body of one server process (``serving_load.py --role <
 
 - ``floor``: KServe's own ``ModelServer`` with the same exported weights, scoring a pre-encoded tensor (V1
   ``instances`` of numbers): no lookup, no validation, no log. What any model server costs.
-- ``ours``: ``mlops_serving`` in one process (``serving.role: all``): validate, online features, encode, forward,
-  prediction log.
-- ``transformer`` + ``predictor``: the same platform split as the InferenceService runs it (``serving.role:
-  transformer`` calling ``serving.role: predictor`` over V2 HTTP, one call per micro-batch).
+- ``ours``: ``mlops_serving`` in one process (``serving.tabular.role: all``): validate, online features, encode,
+  forward, prediction log.
+- ``transformer`` + ``predictor``: the same platform split as the InferenceService runs it (``serving.tabular.role:
+  transformer`` calling ``serving.tabular.role: predictor`` over V2 HTTP, one call per micro-batch).
 - ``glue``: what a user writes today, as KServe's and Feast's transformer examples show: a ``kserve.Model`` on
   KServe's ``ModelServer`` whose ``preprocess`` calls ``FeatureStore.get_online_features(...).to_dict()`` per
   request and encodes (with the platform's own encoder, so the encoding work is equal), and whose inherited
@@ -112,7 +112,7 @@ def run_ours(root: Path, redis_port: int, port: int, logging_on: bool, online_re
         log_dir = root / "predlog"
     else:
         host = f"127.0.0.1:{predictor_port}"
-        serving = ServingConfig(port=port, role="transformer", predictor_host=host,
+        serving = ServingConfig(port=port, tabular={"role": "transformer", "predictor_host": host},
                                 prediction_log_uri=str(root / "predlog-split"))
         loader = remote_loader(host, MODEL)  # type: ignore[assignment]
         log_dir = root / "predlog-split"
@@ -124,8 +124,8 @@ def run_ours(root: Path, redis_port: int, port: int, logging_on: bool, online_re
 
 
 def run_predictor(root: Path, port: int, logging_on: bool, deadline_ms: float) -> None:
-    """The platform's predictor (``serving.role: predictor``) on the exported folder, behind both the split arm and
-    the glue.
+    """The platform's predictor (``serving.tabular.role: predictor``) on the exported folder, behind both the split
+    arm and the glue.
 
     ``deadline_ms`` (``serving.request_deadline_ms``; the benchmark's default is the schema's upper bound): with
     the platform's 250 ms, the glue's calls are refused now and then with 408, because KServe's client writes the
@@ -139,7 +139,7 @@ def run_predictor(root: Path, port: int, logging_on: bool, deadline_ms: float) -
     from mlops_serving.service import create_predictor_app
 
     ref = ModelRef(MODEL, "1", root / "model" / "1")
-    serving = ServingConfig(port=port, role="predictor", request_deadline_ms=deadline_ms)
+    serving = ServingConfig(port=port, tabular={"role": "predictor"}, request_deadline_ms=deadline_ms)
     app = create_predictor_app(serving, model_name=MODEL, loader=lambda: load_model(ref))
     if logging_on:
         _log_like_kserve(app.state.model)

@@ -5,8 +5,10 @@ four arms (:mod:`serving_arms`: what each one is and why it is the fair comparis
 process of its own (:mod:`serving_loadgen`). Arms:
 
 - ``floor``: KServe's bare ``ModelServer`` scoring a pre-encoded tensor (no lookup, no validation, no log);
-- ``ours``: ``mlops_serving`` with ``serving.role: all``: online features on Redis + encode + forward + prediction log;
-- ``ours_split``: ``serving.role: transformer`` calling ``serving.role: predictor`` over HTTP (the InferenceService);
+- ``ours``: ``mlops_serving`` with ``serving.tabular.role: all``: online features on Redis + encode + forward +
+  prediction log;
+- ``ours_split``: ``serving.tabular.role: transformer`` calling ``serving.tabular.role: predictor`` over HTTP (the
+  InferenceService);
 - ``glue``: a ``kserve.Model`` transformer calling ``FeatureStore.get_online_features(...).to_dict()`` per request,
   encoding, and calling the same predictor process over HTTP: what users write today.
 

@@ -1,4 +1,4 @@
-"""Cost of shadow traffic to the live path: the same server with shadow off and with ``serving.shadow.fraction``
+"""Cost of shadow traffic to the live path: the same server with shadow off and with ``serving.tabular.shadow.fraction``
 1.0, measured in one run, alternating (off, on, off, on, ...) so drift of the machine hits both arms alike.
 
 Processes on loopback, as in ``serving_load.py`` (whose data preparation and load generator this reuses): a
@@ -46,7 +46,7 @@ def run_live(root: Path, redis_port: int, port: int, fraction: float, candidate_
     from mlops_serving.service import create_app, folder_loader
 
     shadow = {"fraction": fraction, "url": f"127.0.0.1:{candidate_port}", "queue_size": queue_size}
-    serving = ServingConfig(port=port, prediction_log_uri=str(root / "predlog"), shadow=shadow)
+    serving = ServingConfig(port=port, prediction_log_uri=str(root / "predlog"), tabular={"shadow": shadow})
     app = create_app(serving, model_name="fraud", loader=folder_loader("fraud", root / "model" / "1"),
                      source=OnlineFeatures(sl.features_section(root, redis_port), root, contract=FRAUD_CONTRACT),
                      log_dir=root / "predlog")
@@ -60,7 +60,7 @@ def run_candidate(root: Path, port: int) -> None:
     from mlops_serving.service import create_predictor_app
 
     ref = ModelRef("fraud", "2", root / "model" / "1")
-    app = create_predictor_app(ServingConfig(role="predictor", port=port), model_name="fraud",
+    app = create_predictor_app(ServingConfig(tabular={"role": "predictor"}, port=port), model_name="fraud",
                                loader=lambda: load_model(ref))
     run_app(app, "127.0.0.1", port)
 

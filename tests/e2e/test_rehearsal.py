@@ -86,7 +86,7 @@ def test_each_workload_reads_and_writes_the_online_store_as_its_own_acl_user(reh
     assert acl["other_env_read_refused"]
     assert platform["redis_users"] == {"loop": "mlops-staging.fraud-writer",
                                        "transformer": "mlops-staging.fraud-reader", "predictor": None}
-    # a refused read would be an outage, answered degraded (features.redis_outage: degraded): none was
+    # a refused read would be an outage, answered degraded (serving.tabular.redis_outage: degraded): none was
     traffic = _detail(doc, "canary-10")["traffic"]
     assert sum(t["instances"] for t in traffic.values()) > 0, traffic
     assert all(t["degraded"] == 0 for t in traffic.values()), traffic

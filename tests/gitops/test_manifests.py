@@ -233,16 +233,20 @@ def test_production_shadow_renders_and_validates(tmp_path: Path, kit: Any, model
     env_from = live["spec"]["transformer"]["containers"][0]["envFrom"]
     assert {"configMapRef": {"name": "fraud-shadow-env", "optional": True}} in env_from
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fraud-shadow-env")
-    assert config["data"] == {"MLOPS__SERVING__SHADOW__FRACTION": "0.5",
-                              "MLOPS__SERVING__SHADOW__URL": "fraud-shadow-predictor"}
+    assert config["data"] == {"MLOPS__SERVING__TABULAR__SHADOW__FRACTION": "0.5",
+                              "MLOPS__SERVING__TABULAR__SHADOW__URL": "fraud-shadow-predictor"}
     for isvc in isvcs.values():
         assert list(model_validator.errors(isvc, "V1beta1InferenceService")) == []
     policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "fraud-shadow-serving")
     assert policy["spec"]["podSelector"]["matchLabels"] == {"serving.kserve.io/inferenceservice": "fraud-shadow"}
-    # the transformer reads these keys through the one config layer: they must load as valid settings
-    from mlops_config import ServingConfig
+    # the transformer reads these keys through the one config layer: they must load as valid settings, by these names
+    from mlops_config import ServingConfig, load_config
 
-    assert ServingConfig(shadow={"fraction": 0.5, "url": "fraud-shadow-predictor"}).shadow.fraction == 0.5
+    mirrored = {"fraction": 0.5, "url": "fraud-shadow-predictor"}
+    assert ServingConfig(tabular={"shadow": mirrored}).tabular.shadow.fraction == 0.5
+    shadow_cfg = load_config("production", "fraud", config_dir=kit.repo / "configs", environ=dict(config["data"]),
+                             check_secrets=False).config.serving.tabular.shadow
+    assert (shadow_cfg.fraction, shadow_cfg.url) == (0.5, "fraud-shadow-predictor")
 
 
 def test_pytorchjob_is_multi_node_hybrid_shard_over_nccl(rendered: dict[str, list[dict[str, Any]]]) -> None:

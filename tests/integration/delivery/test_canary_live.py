@@ -161,7 +161,7 @@ def test_broken_canary_is_rolled_back(tmp_path: Path, stable: Predictor, source:
     # same network with its output logit shifted by +4: every score moves towards "fraud"
     result = run_canary(tmp_path, stable, export(tmp_path / "models" / "2", seed=11, bias=4.0), source)
     assert result.decision == "rollback", result.reasons
-    assert result.prediction_psi is not None and result.prediction_psi > CFG.max_prediction_psi
+    assert result.prediction_psi is not None and result.prediction_psi > CFG.tabular.max_prediction_psi
     assert any(r.startswith("FAILED: prediction PSI") for r in result.reasons)
     assert result.canary.requests == REQUESTS and result.canary.error_rate == 0.0
 

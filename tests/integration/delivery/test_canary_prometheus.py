@@ -116,7 +116,7 @@ def test_a_slower_failing_canary_is_rolled_back_on_prometheus_evidence(scraped: 
     assert result.canary.logged_predictions == 2000 and result.stable.logged_predictions == 2000
     failed = [r for r in result.reasons if r.startswith("FAILED")]
     assert any("error rate" in r for r in failed) and any("p99 latency" in r for r in failed)
-    assert result.prediction_psi is not None and result.prediction_psi < DELIVERY.max_prediction_psi
+    assert result.prediction_psi is not None and result.prediction_psi < DELIVERY.tabular.max_prediction_psi
 
 
 def test_a_healthy_canary_is_promoted_and_the_decision_rule_is_replaceable(scraped: tuple[str, Path]) -> None:
@@ -150,7 +150,7 @@ def test_cli_asks_prometheus_when_no_metrics_urls_are_given(scraped: tuple[str, 
 def test_the_sequential_verdict_reads_slow_share_and_answered_counts_from_prometheus(
         scraped: tuple[str, Path]) -> None:
     # slow = above 10 ms, a bucket bound: every canary answer (20 ms) is slow, no stable one (4 ms) is
-    delivery = DeliveryConfig(canary_rate_window="5m", sequential={"slow_ms": 10})
+    delivery = DeliveryConfig(canary_rate_window="5m", tabular={"sequential": {"slow_ms": 10}})
     result = analyze_canary_prometheus(delivery, url := scraped[0], scraped[1], "fraud", stable_version=1,
                                        canary_version=2)
     assert url

@@ -90,7 +90,8 @@ def checkpoint(base_checkpoint: Path) -> Path:
 def tabular(tmp_path: Path, kit: Any, redis_features: Any) -> Iterator[tuple[Any, GatedSource]]:
     source = GatedSource(redis_features)
     app = kit.make_app(
-        tmp_path, source, max_inflight=1, request_deadline_ms=30_000.0, shed_retry_after_s=int(RETRY_AFTER)
+        tmp_path, source, request_deadline_ms=30_000.0,
+        tabular={"max_inflight": 1, "shed_retry_after_s": int(RETRY_AFTER)},
     )
     srv = kit.start_server(app, tmp_path / "predlog")
     yield srv, source
@@ -148,7 +149,7 @@ def test_one_overload_gets_one_answer_from_both_families(kit: Any, tabular: Any,
     tab_messages = {r.json()["error"] for r in tab_refused}
     assert len(tab_messages) == 1  # KServe's body, the message alone
     (tab_message,) = tab_messages
-    assert "1 predict requests are in flight" in tab_message and "serving.max_inflight=1" in tab_message
+    assert "1 predict requests are in flight" in tab_message and "serving.tabular.max_inflight=1" in tab_message
     for r in lm_refused:  # OpenAI's error object, the V2 generate route included, one message for the three
         error = r.json()["error"]
         assert error == {"message": error["message"], "type": "server_error", "param": None, "code": 503}

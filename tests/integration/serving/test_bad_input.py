@@ -135,7 +135,7 @@ def strict_server(tmp_path: Path, kit: Any, redis_features: Any) -> Iterator[Any
     from mlops_serving.service import create_app, folder_loader
 
     folder = kit.export_model(tmp_path / "models" / "1", seed=1)
-    cfg = kit.serving_config(max_instances=MAX_INSTANCES, max_payload_bytes=MAX_BYTES)
+    cfg = kit.serving_config(tabular={"max_instances": MAX_INSTANCES}, max_payload_bytes=MAX_BYTES)
     app = create_app(cfg, model_name="fraud", loader=folder_loader("fraud", folder), source=redis_features,
                      log_dir=tmp_path / "predlog")
     srv = kit.start_server(app, tmp_path / "predlog")

@@ -59,7 +59,7 @@ def world(config_dir: Path, kit: Any) -> Iterator[dict[str, Any]]:
                     ignore=shutil.ignore_patterns("__pycache__"))
     sets = ["features.repo_path=feature_repo", "features.online_store=redis",
             f"features.redis_url=redis://127.0.0.1:{redis.port}/0", "serving.prediction_log_flush_s=0.3",
-            "serving.feature_retry_s=0.3"]
+            "serving.tabular.feature_retry_s=0.3"]
     cfg = load_config(config_dir=config_dir, overrides=sets).config
     data = DataConfig(rows=3000, days=3, users=150, merchants=40)
     prepare_local_data(data, cfg.features, root, contract=FRAUD_CONTRACT, seed=5)

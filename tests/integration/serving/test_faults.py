@@ -95,7 +95,8 @@ def test_redis_outage_unavailable_policy_503_then_recovers(
         tmp_path: Path, kit: Any, own_redis_server: RedisServer) -> None:
     source = kit.RedisHashFeatures(own_redis_server.url, "f:")
     source.write()
-    srv = kit.start_server(kit.make_app(tmp_path, source, redis_outage="unavailable"), tmp_path / "predlog")
+    app = kit.make_app(tmp_path, source, tabular={"redis_outage": "unavailable"})
+    srv = kit.start_server(app, tmp_path / "predlog")
     try:
         with httpx.Client(base_url=srv.url, timeout=10) as client:
             assert client.post(V1, json={"instances": [kit.instance(1)]}).status_code == 200

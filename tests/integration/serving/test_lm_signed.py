@@ -36,8 +36,8 @@ def _readiness(kit: Any, folder: Path, keys: Path, tmp: Path) -> tuple[int, dict
     from mlops_serving import create_lm_app
 
     check = model_verifier(ProvenanceConfig(local_key_dir=str(keys)), folder)
-    app = create_lm_app(kit.serving_config(role="predictor"), model_name="llm-sft", folder=folder, version="7",
-                        log_dir=None, check=check)
+    app = create_lm_app(kit.serving_config(tabular={"role": "predictor"}), model_name="llm-sft", folder=folder,
+                        version="7", log_dir=None, check=check)
     srv = kit.start_server(app, tmp, wait_ready=False)
     try:
         deadline = time.monotonic() + 60

@@ -1,7 +1,7 @@
 """Overload shedding and request deadlines (mlops_serving.admission) against real servers and a real Redis.
 
 The load test runs the server in a process of its own (the load generator must not share its GIL): far past
-``serving.max_inflight`` the surplus is refused at once with 503 + ``Retry-After``, what is admitted is answered
+``serving.tabular.max_inflight`` the surplus is refused at once with 503 + ``Retry-After``, what is admitted is answered
 correctly, the server's own counters match what the clients saw, and once the load stops every request is
 answered again. The deadline tests use a feature source that can be made slow, in process.
 """
@@ -34,7 +34,7 @@ kit = sys.modules["serving_kit"] = importlib.util.module_from_spec(spec); spec.l
 from mlops_serving.server import run_app
 tmp = Path(sys.argv[2])
 source = kit.RedisHashFeatures(sys.argv[3], sys.argv[4])
-app = kit.make_app(tmp, source, max_inflight=int(sys.argv[6]), request_deadline_ms=float(sys.argv[7]))
+app = kit.make_app(tmp, source, tabular={"max_inflight": int(sys.argv[6])}, request_deadline_ms=float(sys.argv[7]))
 run_app(app, "127.0.0.1", int(sys.argv[5]))
 """
 
@@ -187,7 +187,7 @@ def test_far_past_the_bound_the_surplus_is_shed_fast_and_throughput_returns(kit:
     assert shed and ok, (len(shed), len(ok))  # 96 clients against a bound of 8: both must happen
     for _, r in shed:
         assert r.headers["retry-after"] == "1"
-        assert "serving.max_inflight" in r.json()["error"] or "deadline" in r.json()["error"]
+        assert "serving.tabular.max_inflight" in r.json()["error"] or "deadline" in r.json()["error"]
     for _, r in ok:
         body = r.json()
         assert len(body["predictions"]) == 1 and body["degraded"] is False
@@ -289,7 +289,7 @@ def test_the_limit_adapts_down_when_admitted_requests_run_past_half_the_deadline
         tmp_path: Path, kit: Any, redis_features: Any) -> None:
     source = SlowSource(redis_features)
     # 400 ms deadline: the limit aims at 200 ms inside the server; every batch here takes 300 ms in the store
-    srv = kit.start_server(kit.make_app(tmp_path, source, max_inflight=32, request_deadline_ms=400.0),
+    srv = kit.start_server(kit.make_app(tmp_path, source, tabular={"max_inflight": 32}, request_deadline_ms=400.0),
                            tmp_path / "predlog")
     try:
         source.delay = 0.3

@@ -35,7 +35,7 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
     from mlops_serving.service import create_app, create_predictor_app
 
     folder = kit.export_model(tmp_path / "models" / "12", seed=12)
-    cfg = kit.serving_config(role="transformer")
+    cfg = kit.serving_config(tabular={"role": "transformer"})
     predictor_port = kit.free_port()
     transformer = create_app(cfg, model_name="fraud", loader=remote_loader(f"127.0.0.1:{predictor_port}", "fraud"),
                              source=redis_features, log_dir=tmp_path / "predlog")
@@ -52,7 +52,7 @@ def test_transformer_in_front_of_predictor(tmp_path: Path, kit: Any, redis_featu
 
         import uvicorn  # the predictor on the port the transformer was told about
 
-        predictor = create_predictor_app(kit.serving_config(role="predictor"), model_name="fraud",
+        predictor = create_predictor_app(kit.serving_config(tabular={"role": "predictor"}), model_name="fraud",
                                          loader=lambda: load_model(ModelRef("fraud", "12", folder)))
         p_srv = _serve_on(predictor, predictor_port, uvicorn)
         assert until(lambda: httpx.get(f"{t_srv.url}/v2/health/ready").status_code == 200, 30)

@@ -174,7 +174,7 @@ def test_the_shadow_log_records_the_contracts_record_id_and_joins_the_prediction
                                                  loader=lambda: folder_loader("churn", cand_dir)()[0]),
                             tmp_path / "cand")
     log_dir = tmp_path / "predlog"
-    app = create_app(kit.serving_config(shadow={"fraction": 1.0, "url": cand.url, "timeout_s": 5.0}),
+    app = create_app(kit.serving_config(tabular={"shadow": {"fraction": 1.0, "url": cand.url, "timeout_s": 5.0}}),
                      model_name="churn", loader=folder_loader("churn", live_dir),
                      source=RedisCustomerFeatures(redis_url, redis_prefix), log_dir=log_dir, retry_s=0.3)
     srv = kit.start_server(app, log_dir)

@@ -107,7 +107,7 @@ def transformer(kit: Any, tmp: Path, source: Any, predictor_url: str, **shadow: 
     from mlops_serving.remote import remote_loader
     from mlops_serving.service import create_app
 
-    cfg = kit.serving_config(role="transformer", **({"shadow": shadow} if shadow else {}))
+    cfg = kit.serving_config(tabular={"role": "transformer", **({"shadow": shadow} if shadow else {})})
     app = create_app(cfg, model_name="fraud", loader=remote_loader(predictor_url.removeprefix("http://"), "fraud"),
                      source=source, log_dir=tmp / "predlog")
     return kit.start_server(app, tmp / "predlog")

@@ -17,7 +17,7 @@ def _predictor(kit: Any, folder: Path, keys: Path) -> Any:
     from mlops_serving.service import create_predictor_app
 
     check = model_verifier(ProvenanceConfig(local_key_dir=str(keys)), folder)
-    return create_predictor_app(kit.serving_config(role="predictor"), model_name="fraud",
+    return create_predictor_app(kit.serving_config(tabular={"role": "predictor"}), model_name="fraud",
                                 loader=lambda: load_model(ModelRef("fraud", "7", folder), check))
 
 

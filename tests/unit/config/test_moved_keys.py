@@ -96,3 +96,36 @@ def test_the_new_places_load_from_every_source(config_dir: Path) -> None:
                 overrides=["evaluation.tabular.min_slice_rows=11"]).config
     assert (cfg.serving.lm.max_tokens, cfg.evaluation.lm.windows, cfg.evaluation.tabular.min_slice_rows) == (64, 7, 11)
     assert cfg.delivery.lm.sequential.ttft_slow_ms == 2500  # llm-sft.yaml's own, in its new place
+
+
+@pytest.mark.parametrize(("section", "old", "new"), [
+    ("serving:\n  redis_outage: unavailable\n", "serving.redis_outage", "serving.tabular.redis_outage"),
+    ("serving:\n  shadow:\n    fraction: 0.5\n", "serving.shadow.fraction", "serving.tabular.shadow.fraction"),
+    ("delivery:\n  sequential:\n    slow_ms: 250\n", "delivery.sequential.slow_ms",
+     "delivery.tabular.sequential.slow_ms"),
+    ("delivery:\n  sequential:\n    max_skew_mismatch_rate: 0.01\n", "delivery.sequential.max_skew_mismatch_rate",
+     "delivery.tabular.max_skew_mismatch_rate"),
+    ("delivery:\n  max_prediction_psi: 0.3\n", "delivery.max_prediction_psi", "delivery.tabular.max_prediction_psi"),
+])
+def test_a_tabular_key_left_at_section_level_in_a_profile_names_the_file_and_its_new_place(
+        config_dir: Path, section: str, old: str, new: str) -> None:
+    staging = config_dir / "profiles" / "staging.yaml"
+    staging.write_text(staging.read_text() + "\n" + section)
+    with pytest.raises(ConfigError) as info:
+        _load(config_dir, profile="staging", check_secrets=False)
+    assert str(info.value) == f"{old} has moved to {new} (set in configs/profiles/staging.yaml)"
+
+
+def test_the_tabular_subsections_load_from_every_source(config_dir: Path) -> None:
+    local = config_dir / "profiles" / "local.yaml"
+    local.write_text(local.read_text() + "\ndelivery:\n  tabular:\n    sequential:\n      score_edges: [0.1, 0.5]\n")
+    cfg = _load(config_dir, environ={"MLOPS__SERVING__TABULAR__SHADOW__FRACTION": "0.25",
+                                     "MLOPS__SERVING__TABULAR__SHADOW__URL": "candidate:80",
+                                     "MLOPS__DELIVERY__TABULAR__MAX_SKEW_MISMATCH_RATE": "0.02"},
+                overrides=["serving.tabular.max_inflight=64", "delivery.tabular.latency_metric=my_seconds"]).config
+    assert (cfg.serving.tabular.shadow.fraction, cfg.serving.tabular.shadow.url, cfg.serving.tabular.max_inflight) == (
+        0.25, "candidate:80", 64)
+    assert cfg.delivery.tabular.sequential.score_edges == (0.1, 0.5)
+    assert (cfg.delivery.tabular.max_skew_mismatch_rate, cfg.delivery.tabular.latency_metric) == (0.02, "my_seconds")
+    with pytest.raises(ConfigError, match="score_edges must strictly increase"):  # validation moved with the key
+        _load(config_dir, overrides=["delivery.tabular.sequential.score_edges=[0.5,0.2]"])

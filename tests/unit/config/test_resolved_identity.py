@@ -5,7 +5,8 @@ module's :func:`_snapshot` run on that code, never since): for every profile and
 the model the loader picks when none is named: the demo), the resolved values and the layer that set each. It holds
 the demo (``local/(default)``) whole and every other pair as its differences from the demo, flattened to dotted
 keys. The only change #26 meant is :data:`CHANGED`; the demo's entry must match to the source, since DVC's
-``config`` stage writes both (``dvc.lock`` holds its md5).
+``config`` stage writes both (``dvc.lock`` holds its md5). A key that moved since the snapshot
+(``mlops_config.moved.MOVED``) is compared at its new place: same value, same layer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from mlops_config import load_config
+from mlops_config.moved import MOVED
 
 REPO = Path(__file__).resolve().parents[3]
 SNAPSHOT = Path(__file__).with_name("resolved_before_26.json")
@@ -65,8 +67,18 @@ def _snapshot() -> dict[str, dict[str, dict[str, Any]]]:
     return {name: demo if name == DEMO else _diff(entry, demo) for name, entry in entries.items()}
 
 
+def _moved(key: str) -> str:
+    """Where a snapshot key lives now: at its new path if it (or a subsection above it) moved since."""
+    for old, new in MOVED.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old):]
+    return key
+
+
 def _expected() -> dict[str, dict[str, dict[str, Any]]]:
-    expected: dict[str, dict[str, dict[str, Any]]] = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    snapshot: dict[str, dict[str, dict[str, Any]]] = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    expected = {name: {part: {_moved(k): v for k, v in values.items()} for part, values in parts.items()}
+                for name, parts in snapshot.items()}
     for name, parts in CHANGED.items():
         for part, values in parts.items():
             expected[name][part].update(values)

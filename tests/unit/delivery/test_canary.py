@@ -146,7 +146,7 @@ def test_shifted_predictions_are_rolled_back(tmp_path: Path, scores: tuple[np.nd
     result = analyze_canary(CFG, exposition(ok=1000), exposition(ok=200, version="2"),
                             log_frame(tmp_path, stable_scores, shifted), stable_version=1, canary_version=2)
     assert result.decision == "rollback"
-    assert result.prediction_psi is not None and result.prediction_psi > CFG.max_prediction_psi
+    assert result.prediction_psi is not None and result.prediction_psi > CFG.tabular.max_prediction_psi
     assert result.reasons[0].startswith("FAILED: prediction PSI")
 
 
@@ -212,10 +212,10 @@ def test_the_estimate_check_decides_each_version_at_its_recorded_threshold(tmp_p
     rng = np.random.default_rng(5)
     stable, canary = rng.beta(0.5, 10, 3000), rng.beta(0.5, 8, 3000)  # calibrated-like: a few percent
     log = log_frame(tmp_path, stable, canary)
-    cfg = CFG.model_copy(update={"canary_max_estimated_f1_drop": 0.5})
+    cfg = CFG.model_copy(update={"tabular": CFG.tabular.model_copy(update={"canary_max_estimated_f1_drop": 0.5})})
     s_metrics, c_metrics = exposition(ok=1000), exposition(ok=1000, version="2")
     recorded = {"1": {"decision_threshold": {"value": 0.12}}, "2": {"decision_threshold": {"value": 0.18}}}
-    key = "delivery.canary_estimate_threshold"
+    key = "delivery.tabular.canary_estimate_threshold"
 
     def look(override: float | None) -> str:
         result = analyze_canary(cfg, s_metrics, c_metrics, log, stable_version=1, canary_version=2,
@@ -228,8 +228,8 @@ def test_the_estimate_check_decides_each_version_at_its_recorded_threshold(tmp_p
     assert "overrides" not in own
     over = look(0.3)
     assert f"canary {_cbpe_f1(canary, 0.3):.4f} (at 0.3) vs stable {_cbpe_f1(stable, 0.3):.4f} (at 0.3)" in over
-    assert "delivery.canary_estimate_threshold=0.3 overrides v1's recorded threshold 0.12 (they disagree)" in over
-    assert "delivery.canary_estimate_threshold=0.3 overrides v2's recorded threshold 0.18 (they disagree)" in over
+    assert f"{key}=0.3 overrides v1's recorded threshold 0.12 (they disagree)" in over
+    assert f"{key}=0.3 overrides v2's recorded threshold 0.18 (they disagree)" in over
     # versions that record none (exports made before per-version thresholds): the legacy 0.5, named
     legacy = analyze_canary(cfg, s_metrics, c_metrics, log, stable_version=1, canary_version=2)
     line = next(r for r in legacy.reasons if "estimated F1" in r)

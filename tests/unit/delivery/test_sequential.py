@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from mlops_config import DeliveryConfig, SequentialCanaryConfig
+from mlops_config import DeliveryConfig, SequentialCanaryConfig, TabularSequentialConfig
 from mlops_delivery import MetricsError
 from mlops_delivery.sequential import (
     HOLD,
@@ -34,6 +34,7 @@ from mlops_delivery.sequential import (
 )
 
 CFG = SequentialCanaryConfig()
+TAB = TabularSequentialConfig()
 
 
 def quad_lr(estimate: float, variance: float, null: float, tau: float, direction: int) -> float:
@@ -91,7 +92,7 @@ def test_gaussian_null_crossing_rate_stays_below_alpha_however_often_one_looks()
 def _simulate_aa(cfg: SequentialCanaryConfig, seed: int, sims: int = 1000, looks: int = 60) -> tuple[int, int]:
     """A/A canaries (10 % traffic), a look every 100 canary requests: (rolled back, promoted) counts."""
     rng = np.random.default_rng(seed)
-    n_bands = len(cfg.score_edges) + 1
+    n_bands = len(TAB.score_edges) + 1
     shares = np.array([0.5, 0.25, 0.15, 0.08, 0.02])
     cum = {s: np.zeros((sims, 4 + n_bands)) for s in ("stable", "canary")}
     code = np.full(sims, HOLD)
@@ -104,7 +105,7 @@ def _simulate_aa(cfg: SequentialCanaryConfig, seed: int, sims: int = 1000, looks
             cum[side] += np.column_stack([np.full(sims, n), errors, n - errors, slow, bands]) * open_[:, None]
         arms = {s: arm_counts(requests=c[:, 0], errors=c[:, 1], answered=c[:, 2], slow=c[:, 3], bands=c[:, 4:])
                 for s, c in cum.items()}
-        now = verdict_codes(run_tests(cfg, arms["stable"], arms["canary"]), arms["canary"].requests, 100)
+        now = verdict_codes(run_tests(cfg, TAB, arms["stable"], arms["canary"]), arms["canary"].requests, 100)
         code = np.where(open_, now, code)
     return int((code == ROLLBACK).sum()), int((code == PROMOTE).sum())
 
@@ -120,10 +121,10 @@ def test_a_canary_worse_by_the_margin_is_rarely_promoted() -> None:
     # the boundary case of non-inferiority: error rate exactly error_margin above stable's, looked at 60 times
     rng = np.random.default_rng(2)
     sims, alpha = 1000, CFG.alpha
-    x_c = np.cumsum(rng.binomial(100, 0.01 + CFG.error_margin, (sims, 60)), axis=1)
+    x_c = np.cumsum(rng.binomial(100, 0.01 + TAB.error_margin, (sims, 60)), axis=1)
     x_s = np.cumsum(rng.binomial(900, 0.01, (sims, 60)), axis=1)
     n_c, n_s = 100 * np.arange(1, 61), 900 * np.arange(1, 61)
-    r = proportion_test(x_c, n_c, x_s, n_s, margin=CFG.error_margin, tau=CFG.error_margin, alpha=alpha,
+    r = proportion_test(x_c, n_c, x_s, n_s, margin=TAB.error_margin, tau=TAB.error_margin, alpha=alpha,
                         alpha_rollback=alpha / 3, shift=False)
     promoted = int(r.promote_ok.any(axis=1).sum())
     assert stats.binomtest(promoted, sims).proportion_ci(0.99).low <= alpha, promoted
@@ -136,7 +137,7 @@ def _arm(requests: int, errors: int, slow: int, bands: list[int]):
 def test_clearly_worse_canary_rolls_back_with_its_evidence() -> None:
     stable = _arm(9000, 45, 200, [4500, 2250, 1350, 720, 180])
     canary = _arm(1000, 60, 22, [500, 250, 150, 80, 20])  # 6 % errors against 0.5 %
-    verdict = sequential_verdict(CFG, stable, canary, min_requests=100)
+    verdict = sequential_verdict(CFG, TAB, stable, canary, min_requests=100)
     assert verdict.decision == "rollback"
     err = next(t for t in verdict.tests if t.metric == "error_rate")
     assert err.outcome == "worse" and err.rollback_statistic is not None
@@ -149,15 +150,15 @@ def test_clearly_worse_canary_rolls_back_with_its_evidence() -> None:
 
 def test_equal_canary_promotes_only_with_enough_requests() -> None:
     shares = [0.5, 0.25, 0.15, 0.08, 0.02]
-    big = sequential_verdict(CFG, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
+    big = sequential_verdict(CFG, TAB, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
                              _arm(10000, 50, 300, [int(10000 * s) for s in shares]), min_requests=100)
     assert big.decision == "promote", big.reasons
     assert all(t.outcome == "non_inferior" for t in big.tests)
     assert all(t.promote_interval is not None and t.promote_interval[1] < t.margin for t in big.tests)
-    small = sequential_verdict(CFG, _arm(900, 4, 27, [450, 225, 135, 72, 18]),
+    small = sequential_verdict(CFG, TAB, _arm(900, 4, 27, [450, 225, 135, 72, 18]),
                                _arm(100, 0, 3, [50, 25, 15, 8, 2]), min_requests=100)
     assert small.decision == "hold"
-    few = sequential_verdict(CFG, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
+    few = sequential_verdict(CFG, TAB, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
                              _arm(10000, 50, 300, [int(10000 * s) for s in shares]), min_requests=20000)
     assert few.decision == "hold"
     assert few.reasons[0] == "insufficient: only 10000 canary requests, need 20000 to promote"
@@ -165,20 +166,20 @@ def test_equal_canary_promotes_only_with_enough_requests() -> None:
 
 def test_shifted_scores_roll_back_and_a_small_shift_still_promotes() -> None:
     stable = _arm(90000, 0, 0, [45000, 22500, 13500, 7200, 1800])
-    shifted = sequential_verdict(CFG, stable, _arm(10000, 0, 0, [2000, 3000, 2500, 2000, 500]), min_requests=100)
+    shifted = sequential_verdict(CFG, TAB, stable, _arm(10000, 0, 0, [2000, 3000, 2500, 2000, 500]), min_requests=100)
     assert shifted.decision == "rollback"
     assert any(t.metric == "score_band(-inf,0.05]" and t.outcome == "worse" for t in shifted.tests)
-    nudged = sequential_verdict(CFG, stable, _arm(10000, 0, 0, [4900, 2600, 1350, 720, 430]), min_requests=100)
+    nudged = sequential_verdict(CFG, TAB, stable, _arm(10000, 0, 0, [4900, 2600, 1350, 720, 430]), min_requests=100)
     assert nudged.decision == "promote", nudged.reasons
 
 
 def test_threshold_guard_only_vetoes_a_promotion() -> None:
     shares = [0.5, 0.25, 0.15, 0.08, 0.02]
-    promote = sequential_verdict(CFG, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
+    promote = sequential_verdict(CFG, TAB, _arm(90000, 450, 2700, [int(90000 * s) for s in shares]),
                                  _arm(10000, 50, 300, [int(10000 * s) for s in shares]), min_requests=100)
     assert guarded_decision(promote, "rollback", ["FAILED: p99"], guard=True)[0] == "hold"
     assert guarded_decision(promote, "rollback", ["FAILED: p99"], guard=False)[0] == "promote"
-    hold = sequential_verdict(CFG, _arm(900, 4, 27, [450, 225, 135, 72, 18]), _arm(100, 0, 3, [50, 25, 15, 8, 2]))
+    hold = sequential_verdict(CFG, TAB, _arm(900, 4, 27, [450, 225, 135, 72, 18]), _arm(100, 0, 3, [50, 25, 15, 8, 2]))
     decision, reasons = guarded_decision(hold, "rollback", ["FAILED: p99"], guard=True)
     assert decision == "hold" and "threshold: FAILED: p99" in reasons
 
@@ -192,12 +193,12 @@ def test_band_and_slow_counts_follow_the_histogram_le_rule_and_bad_input_is_name
     with pytest.raises(MetricsError, match="errors count"):
         arm_counts(requests=10, errors=11, answered=0, slow=0, bands=[0, 0, 0, 0, 0])
     with pytest.raises(MetricsError, match="need 5 bands"):
-        run_tests(CFG, _arm(10, 0, 0, [1, 2]), _arm(10, 0, 0, [1, 2]))
+        run_tests(CFG, TAB, _arm(10, 0, 0, [1, 2]), _arm(10, 0, 0, [1, 2]))
 
 
 def test_config_rejects_bad_edges_and_alpha() -> None:
     with pytest.raises(ValueError, match="score_edges must strictly increase"):
-        SequentialCanaryConfig(score_edges=(0.5, 0.2))
+        TabularSequentialConfig(score_edges=(0.5, 0.2))
     with pytest.raises(ValueError, match="alpha"):
         DeliveryConfig(sequential={"alpha": 0.7})
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlops_config import DeliveryConfig
-from mlops_delivery import PromotionRefusedError, plan_promotion, plan_shadow, shadow_status
+from mlops_delivery import ManifestError, PromotionRefusedError, plan_promotion, plan_shadow, shadow_status
 from mlops_delivery.promotion import apply_change
 from mlops_delivery.shadow_stage import apply_shadow
 
@@ -87,3 +87,11 @@ def test_a_shadow_change_is_one_commit_of_both_files(root: Path) -> None:
     assert git("rev-parse", stop.branch).strip() == stop.commit and git("rev-parse", f"{stop.commit}~1").strip() == head
     assert sorted(git("show", "--name-only", "--format=", stop.commit).split()) == [
         f"{PROD}/model-fraud.yaml", f"{PROD}/shadow-fraud.yaml"]
+
+
+def test_a_shadow_file_with_the_variables_named_before_the_move_is_refused_naming_the_new(root: Path) -> None:
+    path = root / PROD / "shadow-fraud.yaml"
+    path.write_text(path.read_text().replace("MLOPS__SERVING__TABULAR__SHADOW__", "MLOPS__SERVING__SHADOW__"))
+    with pytest.raises(ManifestError, match=r"has moved to serving\.tabular\.shadow\.\*; rename them "
+                                            r"MLOPS__SERVING__TABULAR__SHADOW__"):
+        shadow_status(CFG, root, "fraud")

@@ -11,8 +11,8 @@ from mlops_cli.app import app
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--canary-percent", "101"], "canary_percent"),
     (["--port", "0"], "port"),
-    (["--set", "serving.workers=2"], "serving.workers=2"),
-    (["--set", "serving.redis_outage=maybe"], "redis_outage"),
+    (["--set", "serving.tabular.workers=2"], "serving.tabular.workers=2"),
+    (["--set", "serving.tabular.redis_outage=maybe"], "redis_outage"),
     (["--canary-percent", "10"], "needs serving.canary_alias"),
     (["--canary-alias", "canary", "--model-dir", "/tmp"], "cannot be used with --model-dir"),
 ])

@@ -45,9 +45,8 @@ def test_only_the_server_answers_errors() -> None:
 
 def test_each_family_takes_its_bounds_from_its_keys() -> None:
     cfg = ServingConfig(
-        max_inflight=40,
+        tabular={"max_inflight": 40, "shed_retry_after_s": 2},
         request_deadline_ms=300.0,
-        shed_retry_after_s=2,
         max_payload_bytes=4096,
         lm={"max_concurrent": 3, "max_queue": 5, "retry_after_s": 7},
     )
@@ -72,12 +71,12 @@ def test_each_family_takes_its_bounds_from_its_keys() -> None:
 @pytest.mark.parametrize(
     ("family", "words"),
     [
-        ("tabular", ["0 predict requests are in flight", "at most serving.max_inflight=40"]),
+        ("tabular", ["0 predict requests are in flight", "at most serving.tabular.max_inflight=40"]),
         ("lm", ["server busy: 3 running + 5 queued", "serving.lm.max_concurrent + serving.lm.max_queue"]),
     ],
 )
 def test_a_refusal_names_the_bound_and_is_one_overloaded_error(family: str, words: list[str]) -> None:
-    cfg = ServingConfig(max_inflight=40, lm={"max_concurrent": 3, "max_queue": 5, "retry_after_s": 7})
+    cfg = ServingConfig(tabular={"max_inflight": 40}, lm={"max_concurrent": 3, "max_queue": 5, "retry_after_s": 7})
     limits = AdmissionLimits.from_config(cfg) if family == "tabular" else AdmissionLimits.for_generation(cfg)
     exc = Admission(limits, CollectorRegistry(), "m").overloaded()
     assert type(exc) is OverloadedError and exc.http_status == 503
@@ -87,7 +86,8 @@ def test_a_refusal_names_the_bound_and_is_one_overloaded_error(family: str, word
 
 
 def test_the_concurrency_mode_keeps_its_limit_and_the_adaptive_one_moves() -> None:
-    cfg = ServingConfig(max_inflight=40, request_deadline_ms=100.0, lm={"max_concurrent": 3, "max_queue": 5})
+    cfg = ServingConfig(tabular={"max_inflight": 40}, request_deadline_ms=100.0,
+                        lm={"max_concurrent": 3, "max_queue": 5})
     adaptive = Admission(AdmissionLimits.from_config(cfg), CollectorRegistry(), "m")
     fixed = Admission(AdmissionLimits.for_generation(cfg), CollectorRegistry(), "m")
     for adm in (adaptive, fixed):

@@ -44,7 +44,7 @@ def test_exactly_the_fraction_is_mirrored_spread_evenly(fraction: float, per_ten
 ])
 def test_bad_settings_are_named(shadow: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError) as err:
-        ServingConfig(shadow=shadow)
+        ServingConfig(tabular={"shadow": shadow})
     assert message in str(err.value)
 
 
@@ -53,7 +53,7 @@ def test_a_predictor_refuses_to_shadow(tmp_path: Path) -> None:
     from mlops_model import DEFAULT_CONTRACT as FRAUD_CONTRACT  # fraud's (configs/models/fraud.yaml)
     from mlops_serving import serve
 
-    cfg = ServingConfig(role="predictor", shadow={"fraction": 1.0, "url": "candidate:80"})
+    cfg = ServingConfig(tabular={"role": "predictor", "shadow": {"fraction": 1.0, "url": "candidate:80"}})
     with pytest.raises(ServingError, match="cannot be used with role 'predictor'"):
         serve(cfg, FeaturesConfig(), TrackingConfig(), tmp_path, "fraud", model_dir=tmp_path,
               contract=FRAUD_CONTRACT)

@@ -16,6 +16,8 @@ from mlops_config.delivery import (
     LMSequentialConfig,
     RetrainConfig,
     SequentialCanaryConfig,
+    TabularDeliveryConfig,
+    TabularSequentialConfig,
     data_pin_path,
     parse_data_pin,
     read_data_pin,
@@ -29,7 +31,7 @@ from mlops_config.monitoring import MonitoringConfig
 from mlops_config.platform import PlatformConfig
 from mlops_config.project import ProjectConfig
 from mlops_config.provenance import ProvenanceConfig
-from mlops_config.serving import LLMServingConfig, ServingConfig, ShadowConfig
+from mlops_config.serving import LLMServingConfig, ServingConfig, ShadowConfig, TabularServingConfig
 from mlops_config.tracking import TrackingConfig
 from mlops_config.training import (
     CausalLMConfig,
@@ -73,7 +75,10 @@ __all__ = [
     "SequentialCanaryConfig",
     "ServingConfig",
     "ShadowConfig",
+    "TabularDeliveryConfig",
     "TabularEvaluationConfig",
+    "TabularSequentialConfig",
+    "TabularServingConfig",
     "TrackingConfig",
     "TrainingConfig",
     "WrapPolicyConfig",

@@ -76,9 +76,10 @@ class LMDeliveryConfig(Section):
 class SequentialCanaryConfig(Section):
     """The sequential canary verdict: always-valid (mixture SPRT) tests, safe however often the analysis looks.
 
-    Each metric is a difference of proportions, canary minus stable (error rate, share of slow requests, share
-    of scores in each band). Promote when every test shows the canary is not worse than stable by its margin;
-    roll back when a test shows it is worse; hold otherwise. See ``mlops_delivery.sequential``.
+    Each metric is a difference of proportions, canary minus stable; each family's metrics and margins are its own
+    (``delivery.tabular.sequential``, ``delivery.lm.sequential``), the settings here both families'. Promote when
+    every test shows the canary is not worse than stable by its margin; roll back when a test shows it is worse;
+    hold otherwise. See ``mlops_delivery.sequential``.
     """
 
     verdict: Literal["sequential", "threshold"] = "sequential"
@@ -88,6 +89,22 @@ class SequentialCanaryConfig(Section):
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
     """Guaranteed bound on the chance of promoting a canary worse than stable by a margin on some metric, and on
     the chance of rolling back one that is as good as stable (split across the metrics), over any number of looks."""
+
+    mixture_scale: float = Field(default=1.0, gt=0)
+    """Standard deviation of the mSPRT's normal mixture, in units of each test's margin: the effect size the
+    tests are most sensitive to."""
+
+    threshold_guard: bool = True
+    """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
+
+
+class TabularSequentialConfig(Section):
+    """The tabular model's sequential tests (``mlops_delivery.sequential``): its signals and margins; ``alpha``,
+    ``mixture_scale``, ``verdict`` and ``threshold_guard`` are ``delivery.sequential``'s.
+
+    Each metric is a difference of proportions, canary minus stable (error rate, share of slow requests, share
+    of scores in each band), read from the serving latency histogram and the prediction log's scores.
+    """
 
     error_margin: float = Field(default=0.005, gt=0, lt=1)
     """Non-inferiority margin on the 5xx error rate (absolute): a canary worse than this is never promoted."""
@@ -105,18 +122,8 @@ class SequentialCanaryConfig(Section):
     score_margin: float = Field(default=0.1, gt=0, lt=1)
     """Largest tolerated change of any score band's share (absolute, either direction): a bigger shift shown
     by the test rolls back; promotion needs every band's shift shown smaller. A retrained model moves its
-    scores somewhat; 0.1 moved between two mid bands is a PSI near 0.06, inside ``max_prediction_psi``."""
-
-    mixture_scale: float = Field(default=1.0, gt=0)
-    """Standard deviation of the mSPRT's normal mixture, in units of each test's margin: the effect size the
-    tests are most sensitive to."""
-
-    threshold_guard: bool = True
-    """With the sequential verdict, a promotion is held back while the fixed thresholds (``max_*``) fail."""
-
-    max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
-    """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
-    ``monitoring.skew_sample_rows``) whose mismatch rate is at most this; without one, or above it, it holds."""
+    scores somewhat; 0.1 moved between two mid bands is a PSI near 0.06, inside
+    ``delivery.tabular.max_prediction_psi``."""
 
     @field_validator("score_edges")
     @classmethod
@@ -224,6 +231,37 @@ def require_data_pin(retrain: RetrainConfig, root: Path, model: str) -> str | No
     return pinned
 
 
+class TabularDeliveryConfig(Section):
+    """The tabular canary's own settings (``delivery.tabular``; ``mlops_delivery.canary``): its sequential tests'
+    signals and margins and the checks only the tabular model has (prediction-score PSI, the estimated-F1 guard,
+    the skew replay, the latency histogram it reads p99 and slow requests from). The rest of ``delivery``
+    (``min_canary_requests``, ``max_error_rate_increase``, ``max_p99_ratio``, ``psi_bins``, ``sequential``'s
+    ``alpha``, ``verdict``, ``threshold_guard``, …) is shared with the language-model canary."""
+
+    sequential: TabularSequentialConfig = TabularSequentialConfig()
+    """The tabular canary's sequential tests (error rate, slow requests, score bands) and their margins."""
+
+    max_prediction_psi: float = Field(default=0.2, ge=0)
+    """PSI of canary vs stable prediction scores above which the canary is rolled back."""
+
+    canary_max_estimated_f1_drop: float | None = Field(default=None, gt=0, lt=1)
+    """Tabular canaries: the most the canary's CBPE estimated F1 may fall below the stable's on the same traffic
+    (relative; ``mlops_delivery.estimate_guard``). Beyond it, past label noise: rollback; undecided: a promotion
+    is held. ``null``: not checked. Only for calibrated models (the calibration gate)."""
+
+    canary_estimate_threshold: float | None = Field(default=None, gt=0, lt=1)
+    """Override of the decision threshold the canary's and the stable's estimated F1 are computed at. ``null``:
+    each version's own, recorded in its ``model.json`` (0.5 for an export that records none, reported as such);
+    a value set here that disagrees with a recorded one is named in the reason."""
+
+    latency_metric: str = "mlops_serving_request_seconds"
+    """Prometheus histogram of request latency in seconds (p99 is read from its buckets)."""
+
+    max_skew_mismatch_rate: float | None = Field(default=None, ge=0, le=1)
+    """When set, a promotion needs a training/serving skew replay (``mlops monitor run`` with
+    ``monitoring.skew_sample_rows``) whose mismatch rate is at most this; without one, or above it, it holds."""
+
+
 class DeliveryConfig(Section):
     infra_dir: str = "infra"
     """Kustomize root with ``base/`` and ``overlays/<env>/``."""
@@ -255,19 +293,6 @@ class DeliveryConfig(Section):
     """Absolute slack on top of the ratio: a p99 read from histogram buckets is only as exact as the bucket
     width (2.5 ms around 5 ms), so the canary fails only when p99 > stable p99 × ratio + this."""
 
-    max_prediction_psi: float = Field(default=0.2, ge=0)
-    """PSI of canary vs stable prediction scores above which the canary is rolled back."""
-
-    canary_max_estimated_f1_drop: float | None = Field(default=None, gt=0, lt=1)
-    """Tabular canaries: the most the canary's CBPE estimated F1 may fall below the stable's on the same traffic
-    (relative; ``mlops_delivery.estimate_guard``). Beyond it, past label noise: rollback; undecided: a promotion
-    is held. ``null``: not checked. Only for calibrated models (the calibration gate)."""
-
-    canary_estimate_threshold: float | None = Field(default=None, gt=0, lt=1)
-    """Override of the decision threshold the canary's and the stable's estimated F1 are computed at. ``null``:
-    each version's own, recorded in its ``model.json`` (0.5 for an export that records none, reported as such);
-    a value set here that disagrees with a recorded one is named in the reason."""
-
     min_canary_requests: int = Field(default=100, ge=1)
     """Below this many canary requests the analysis answers ``hold``."""
 
@@ -282,9 +307,6 @@ class DeliveryConfig(Section):
 
     errors_metric: str = "mlops_serving_errors_total"
     """Prometheus counter of failed requests; only series whose ``status`` label is 5xx count as errors."""
-
-    latency_metric: str = "mlops_serving_request_seconds"
-    """Prometheus histogram of request latency in seconds (p99 is read from its buckets)."""
 
     prometheus_url: str | None = None
     """Prometheus HTTP API base (``http://prometheus:9090``) the canary analysis queries for error rate and
@@ -301,6 +323,10 @@ class DeliveryConfig(Section):
     """Branch of ``gitops_repo`` whose overlays Argo CD syncs."""
     sequential: SequentialCanaryConfig = SequentialCanaryConfig()
     """The sequential canary verdict (always-valid tests) and its guaranteed error rate."""
+
+    tabular: TabularDeliveryConfig = TabularDeliveryConfig()
+    """The tabular canary's own checks and sequential margins (``delivery.tabular.*``); the language-model
+    canary does not read them."""
 
     lm: LMDeliveryConfig = LMDeliveryConfig()
     """The language-model canary's own checks and sequential margins (``delivery.lm.*``); the tabular canary does

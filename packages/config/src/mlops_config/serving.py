@@ -65,13 +65,45 @@ class LLMServingConfig(Section):
     """Write the prompt and the response text into the prediction log (by default only their token lengths)."""
 
 
-class ServingConfig(Section):
+class TabularServingConfig(Section):
+    """The tabular family's serving settings (``serving.tabular``): read by the tabular servers only (the
+    transformer/predictor split, the online-store lookup and its outage policy, shadow traffic, the adaptive
+    admission bound), beside the section's shared keys. The language model's own are in ``serving.lm``."""
+
     role: Literal["all", "transformer", "predictor"] = "all"
     """``all``: transformer + predictor in one process (local). On Kubernetes the InferenceService runs a
     ``transformer`` (features + encoding, calls ``predictor_host``) and a ``predictor`` (the model only)."""
 
     predictor_host: str | None = None
     """``host[:port]`` of the predictor (role ``transformer``); KServe passes it as ``--predictor_host``."""
+
+    shadow: ShadowConfig = ShadowConfig()
+    """Shadow traffic to a candidate predictor (``serving.tabular.shadow.fraction``, ``.url``, ``.queue_size``,
+    ``.timeout_s``)."""
+
+    max_instances: int = Field(default=256, ge=1)
+    """Requests with more instances get 422."""
+
+    redis_outage: Literal["degraded", "unavailable"] = "degraded"
+    """When the online store is unreachable: answer with default features and ``degraded: true``, or 503."""
+
+    feature_retry_s: float = Field(default=1.0, gt=0, le=60)
+    """After the online store failed, wait this long before trying it again (and the 503's Retry-After)."""
+
+    workers: int = Field(default=1, ge=1)
+    """Server worker processes."""
+
+    max_inflight: int = Field(default=128, ge=1, le=100_000)
+    """Most predict requests one server holds at once (being read, waiting for a batch, or scored); one past the
+    limit is refused at once with 503 + ``Retry-After`` instead of queueing. The limit in force adapts below this
+    bound so that admitted requests stay within half of ``serving.request_deadline_ms`` (overload shedding)."""
+
+    shed_retry_after_s: int = Field(default=1, ge=1, le=3600)
+    """``Retry-After`` (seconds) of a request refused for overload or a missed deadline."""
+
+
+class ServingConfig(Section):
+    """Keys both families' servers read; each family's own are in ``tabular`` and ``lm``."""
 
     host: str = "127.0.0.1"
     """Address the local server binds to."""
@@ -88,10 +120,6 @@ class ServingConfig(Section):
     canary_percent: int = Field(default=0, ge=0, le=100)
     """Share of requests routed to the canary."""
 
-    shadow: ShadowConfig = ShadowConfig()
-    """Shadow traffic to a candidate predictor (``serving.shadow.fraction``, ``.url``, ``.queue_size``,
-    ``.timeout_s``)."""
-
     max_payload_bytes: int = Field(default=1_048_576, ge=1024)
     """Requests with a larger body get 413."""
 
@@ -99,20 +127,8 @@ class ServingConfig(Section):
     """``/status`` shows the model's description and the online store's last error (its URL, its exception);
     false in the cluster profiles, where it says ready or not and why in one line, nothing internal."""
 
-    max_instances: int = Field(default=256, ge=1)
-    """Requests with more instances get 422."""
-
-    redis_outage: Literal["degraded", "unavailable"] = "degraded"
-    """When the online store is unreachable: answer with default features and ``degraded: true``, or 503."""
-
-    feature_retry_s: float = Field(default=1.0, gt=0, le=60)
-    """After the online store failed, wait this long before trying it again (and the 503's Retry-After)."""
-
     prediction_log_max_queue: int = Field(default=100_000, ge=100)
     """Rows held in memory between flushes; beyond it rows are counted as dropped, never blocking a request."""
-
-    workers: int = Field(default=1, ge=1)
-    """Server worker processes."""
 
     prediction_log_uri: str = Field(default=".mlops/prediction_log", min_length=1)
     """Store of the prediction log (parquet parts partitioned by model / version / hour): a folder (relative to
@@ -125,22 +141,18 @@ class ServingConfig(Section):
     prediction_log_flush_s: float = Field(default=2.0, gt=0)
     """Flush interval of the prediction log; a crash loses at most this much."""
 
-    max_inflight: int = Field(default=128, ge=1, le=100_000)
-    """Most predict requests one server holds at once (being read, waiting for a batch, or scored); one past the
-    limit is refused at once with 503 + ``Retry-After`` instead of queueing. The limit in force adapts below this
-    bound so that admitted requests stay within half of ``request_deadline_ms`` (overload shedding)."""
-
     request_deadline_ms: float = Field(default=250.0, gt=0, le=60_000)
     """Latency objective of a predict request: one not scored by then is refused with 503 + ``Retry-After``, and
     a feature lookup still running at its batch's deadline is abandoned (the outage policy answers instead). A
     client may shorten it per request with the ``X-Request-Deadline-Ms`` header, never lengthen it."""
 
-    shed_retry_after_s: int = Field(default=1, ge=1, le=3600)
-    """``Retry-After`` (seconds) of a request refused for overload or a missed deadline."""
-
     not_ready_retry_after_s: int = Field(default=5, ge=1, le=3600)
     """``Retry-After`` (seconds) of an inference request to a model that is not ready (still loading, or refused at
     load): 503, the same for every family."""
+
+    tabular: TabularServingConfig = TabularServingConfig()
+    """The tabular servers' own settings (``serving.tabular.*``); the language-model server does not read
+    them."""
 
     lm: LLMServingConfig = LLMServingConfig()
     """The language-model server (``mlops serve --model-dir`` on a ``hf_causal_lm`` folder)."""

@@ -162,7 +162,7 @@ class DecisionThresholdConfig(Section):
     """How training chooses the tabular model's decision threshold on the validation split (the scores the
     export serves, calibrated if it is); recorded in ``model.json`` (``mlops_model.threshold``) and read by the
     gates, the monitor and the canary's estimate (``evaluation`` / ``monitoring.decision_threshold`` and
-    ``delivery.canary_estimate_threshold`` only override it, and their reasons say so)."""
+    ``delivery.tabular.canary_estimate_threshold`` only override it, and their reasons say so)."""
 
     criterion: Literal["f1", "fixed"] = "f1"
     """``f1``: the validation score that maximises F1 (ties: the highest); ``fixed``: :attr:`value`."""

@@ -64,7 +64,7 @@ class VariantEvidence:
     p99_s: float | None
     logged_predictions: int
     slow_requests: float | None = None
-    """Requests slower than ``delivery.sequential.slow_ms`` (sequential verdict only)..."""
+    """Requests slower than ``delivery.tabular.sequential.slow_ms`` (sequential verdict only)..."""
     latency_count: float | None = None
     """... out of this many in the latency histogram."""
 
@@ -101,13 +101,13 @@ def variant_evidence(delivery: DeliveryConfig, metrics_text: str, scores: np.nda
         labels["version"] = str(version)
     names = {s.name for s in samples}
     for metric, suffix in ((delivery.requests_metric.removesuffix("_total"), ("", "_total")),
-                           (delivery.latency_metric, ("_bucket",))):
+                           (delivery.tabular.latency_metric, ("_bucket",))):
         if not any(f"{metric}{x}" in names for x in suffix):
             raise MetricsError(f"{source!r} has no {metric!r} series; set delivery.requests_metric / "
-                               f"delivery.latency_metric to the serving exporter's names")
+                               f"delivery.tabular.latency_metric to the serving exporter's names")
     answered = counter_total(samples, delivery.requests_metric, labels=labels)
     errors = counter_total(samples, delivery.errors_metric, labels=labels, label_prefix={"status": "5"})
-    buckets = histogram_buckets(samples, delivery.latency_metric, labels=labels)
+    buckets = histogram_buckets(samples, delivery.tabular.latency_metric, labels=labels)
     p99 = histogram_quantile(0.99, buckets) if answered > 0 else None
     return _evidence(delivery, version, answered, errors, p99, scores, buckets, source=source)
 
@@ -128,8 +128,8 @@ def decide(delivery: DeliveryConfig, stable: VariantEvidence, canary: VariantEvi
     if psi is None:
         checks.append(Check("no logged predictions on one side: cannot compare score distributions", None))
     else:
-        checks.append(Check(f"prediction PSI {psi:.4f} (max {delivery.max_prediction_psi})",
-                            psi > delivery.max_prediction_psi))
+        checks.append(Check(f"prediction PSI {psi:.4f} (max {delivery.tabular.max_prediction_psi})",
+                            psi > delivery.tabular.max_prediction_psi))
     return decide_checks(checks)
 
 
@@ -174,9 +174,9 @@ def analyze_canary(
         model: When set, only metric series with this ``model`` label count.
         decide_fn: The decision rule (default :func:`decide`).
         skew_mismatch_rate: A skew replay's mismatch rate; a promotion needs one at most
-            ``delivery.sequential.max_skew_mismatch_rate`` when that is set.
+            ``delivery.tabular.max_skew_mismatch_rate`` when that is set.
         threshold_of: Version → its decision threshold (:func:`mlops_serving.version_thresholds`), for the
-            estimated-F1 check; ``None``: ``delivery.canary_estimate_threshold``, else the legacy 0.5.
+            estimated-F1 check; ``None``: ``delivery.tabular.canary_estimate_threshold``, else the legacy 0.5.
     """
     if stable_version == canary_version:
         raise MetricsError(f"stable and canary are both version {stable_version}: nothing to compare")
@@ -195,24 +195,25 @@ def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: Variant
     decision, reasons = decide_fn(delivery, stable, canary, psi)
     threshold_decision, verdict = None, None
     if delivery.sequential.verdict == "sequential":
-        verdict = sequential_verdict(delivery.sequential, _arm(delivery, stable, stable_scores),
-                                     _arm(delivery, canary, canary_scores), min_requests=delivery.min_canary_requests)
+        verdict = sequential_verdict(delivery.sequential, delivery.tabular.sequential,
+                                     _arm(delivery, stable, stable_scores), _arm(delivery, canary, canary_scores),
+                                     min_requests=delivery.min_canary_requests)
         threshold_decision = decision
         decision, reasons = guarded_decision(verdict, decision, reasons, guard=delivery.sequential.threshold_guard)
-    decision, reasons = skew_guard(decision, reasons, skew_mismatch_rate, delivery.sequential.max_skew_mismatch_rate)
-    if delivery.canary_max_estimated_f1_drop is not None:  # each arm at its own threshold (model.json)
-        key = "delivery.canary_estimate_threshold"
+    decision, reasons = skew_guard(decision, reasons, skew_mismatch_rate, delivery.tabular.max_skew_mismatch_rate)
+    if delivery.tabular.canary_max_estimated_f1_drop is not None:  # each arm at its own threshold (model.json)
+        key = "delivery.tabular.canary_estimate_threshold"
         st, ct = ((threshold_of(str(stable.version)), threshold_of(str(canary.version))) if threshold_of else
-                  (resolve_threshold(None, delivery.canary_estimate_threshold, override_key=key,
+                  (resolve_threshold(None, delivery.tabular.canary_estimate_threshold, override_key=key,
                                      model=f"v{v.version}") for v in (stable, canary)))
         decision, reasons = estimate_guard(decision, reasons, stable_scores, canary_scores,
-                                           limit=delivery.canary_max_estimated_f1_drop, threshold=st.value,
+                                           limit=delivery.tabular.canary_max_estimated_f1_drop, threshold=st.value,
                                            canary_threshold=ct.value,
                                            notes=[c.note for c in (st, ct) if c.disagrees or c.source == "legacy"])
     logger.info("canary v%s vs stable v%s: %s", canary.version, stable.version, decision)
     thresholds = {"max_error_rate_increase": delivery.max_error_rate_increase, "max_p99_ratio": delivery.max_p99_ratio,
                   "p99_slack_ms": delivery.p99_slack_ms,
-                  "max_prediction_psi": delivery.max_prediction_psi,
+                  "max_prediction_psi": delivery.tabular.max_prediction_psi,
                   "min_canary_requests": float(delivery.min_canary_requests)}
     return CanaryAnalysis(decision=decision, reasons=reasons, stable=stable, canary=canary, prediction_psi=psi,
                           thresholds=thresholds, threshold_decision=threshold_decision, sequential=verdict)
@@ -221,7 +222,7 @@ def _conclude(delivery: DeliveryConfig, stable: VariantEvidence, canary: Variant
 def _arm(delivery: DeliveryConfig, evidence: VariantEvidence, scores: np.ndarray) -> Any:
     return arm_counts(requests=evidence.requests, errors=evidence.errors,
                       answered=evidence.latency_count or 0.0, slow=evidence.slow_requests or 0.0,
-                      bands=band_counts(scores, delivery.sequential.score_edges))
+                      bands=band_counts(scores, delivery.tabular.sequential.score_edges))
 
 
 def prometheus_evidence(delivery: DeliveryConfig, figures: dict[str, dict[str, Any]], scores: np.ndarray,
@@ -239,7 +240,8 @@ def _evidence(delivery: DeliveryConfig, version: int, answered: float, errors: f
               scores: np.ndarray, buckets: list[tuple[float, float]], *, source: str) -> VariantEvidence:
     """One variant's evidence; the slow count (sequential verdict only) from cumulative latency buckets."""
     requests = answered + errors
-    slow = (slow_count(buckets, delivery.sequential.slow_ms / 1000, source=f"{source} {delivery.latency_metric}")
+    tabular = delivery.tabular
+    slow = (slow_count(buckets, tabular.sequential.slow_ms / 1000, source=f"{source} {tabular.latency_metric}")
             if delivery.sequential.verdict == "sequential" else None)
     return VariantEvidence(version=version, requests=requests, errors=errors,
                            error_rate=errors / requests if requests > 0 else None, p99_s=p99,

@@ -59,7 +59,7 @@ class CanaryLook:
     canary_before: str | None = None
     threshold_of: ThresholdOf | None = None
     """Version → its recorded decision threshold, for the estimated-F1 check (:func:`mlops_serving.
-    version_thresholds`); ``None``: ``delivery.canary_estimate_threshold``, else the legacy 0.5."""
+    version_thresholds`); ``None``: ``delivery.tabular.canary_estimate_threshold``, else the legacy 0.5."""
 
 
 def _tabular(look: CanaryLook) -> CanaryAnalysis:

@@ -5,7 +5,7 @@ F1 (the expected confusion matrix of calibrated scores, :func:`mlops_model.stati
 a difference of the models, measured before any label arrives. The interval is a paired draw: each arm's labels
 drawn from its own scores (``y ~ Bernoulli(s)``), the relative drop of the canary's F1 recomputed per draw.
 
-With ``delivery.canary_max_estimated_f1_drop`` set:
+With ``delivery.tabular.canary_max_estimated_f1_drop`` set:
 
 - the interval's lower end above the limit → **rollback** (the canary is worse beyond label noise), whatever
   the other checks say;

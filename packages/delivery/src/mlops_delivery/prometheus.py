@@ -112,7 +112,7 @@ def version_figures(delivery: DeliveryConfig, prometheus_url: str, model: str, *
     # `at - w`, so queries evaluated a moment apart would count different requests and skew their ratio
     figures: dict[str, dict[str, Any]] = {
         name: by_version(query(prometheus_url, promql, at=at)) for name, promql in queries.items()}
-    buckets = f"{delivery.latency_metric}_bucket{_selector(model)}"
+    buckets = f"{delivery.tabular.latency_metric}_bucket{_selector(model)}"
     figures["buckets"] = by_version_buckets(query(
         prometheus_url, f"sum by (version, le) ({_counted(buckets, w)})", at=at))
     # p99 from those exact counts (PromQL's interpolation), not from rate() of each bucket series, which

@@ -60,7 +60,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.special import log_ndtr
 
-from mlops_config import SequentialCanaryConfig
+from mlops_config import SequentialCanaryConfig, TabularSequentialConfig
 from mlops_delivery.errors import MetricsError
 
 Decision = Literal["promote", "hold", "rollback"]
@@ -162,7 +162,8 @@ def band_counts(scores: np.ndarray, edges: Sequence[float]) -> np.ndarray:
 
 
 def slow_count(buckets: Sequence[tuple[float, float]], slow_s: float, *, source: str = "latency histogram",
-               setting: str = "delivery.sequential.slow_ms", scale: float = 1000.0, unit: str = "ms") -> float:
+               setting: str = "delivery.tabular.sequential.slow_ms", scale: float = 1000.0,
+               unit: str = "ms") -> float:
     """Observations above ``slow_s`` from cumulative ``(le, count)`` buckets; ``slow_s`` must be a bucket bound
     (else the error names ``setting``, in ``unit`` = the buckets' ``le`` × ``scale``)."""
     if not buckets:
@@ -230,22 +231,25 @@ class MetricTest:
     result: TestArrays
 
 
-def run_tests(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: ArmCounts) -> list[MetricTest]:
-    """Every test of the verdict: error rate, slow share, and each score band's share."""
-    n_bands = len(cfg.score_edges) + 1
+def run_tests(cfg: SequentialCanaryConfig, tabular: TabularSequentialConfig, stable: ArmCounts,
+              canary: ArmCounts) -> list[MetricTest]:
+    """Every test of the verdict: error rate, slow share, and each score band's share (signals and margins from
+    ``tabular``, ``delivery.tabular.sequential``; ``alpha`` and the mixture from ``cfg``, ``delivery.sequential``)."""
+    n_bands = len(tabular.score_edges) + 1
     if stable.bands.shape[-1] != n_bands or canary.bands.shape[-1] != n_bands:
-        raise MetricsError(f"score band counts need {n_bands} bands for edges {list(cfg.score_edges)}, got "
+        raise MetricsError(f"score band counts need {n_bands} bands for edges {list(tabular.score_edges)}, got "
                            f"{stable.bands.shape[-1]} (stable) and {canary.bands.shape[-1]} (canary)")
     third = cfg.alpha / 3.0
     specs: list[tuple[str, bool, float, float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
-        ("error_rate", False, cfg.error_margin, third, canary.errors, canary.requests, stable.errors, stable.requests),
-        (f"slow_share(>{cfg.slow_ms:g}ms)", False, cfg.slow_margin, third, canary.slow, canary.answered,
+        ("error_rate", False, tabular.error_margin, third, canary.errors, canary.requests, stable.errors,
+         stable.requests),
+        (f"slow_share(>{tabular.slow_ms:g}ms)", False, tabular.slow_margin, third, canary.slow, canary.answered,
          stable.slow, stable.answered),
     ]
-    bounds = (-math.inf, *cfg.score_edges, math.inf)
+    bounds = (-math.inf, *tabular.score_edges, math.inf)
     n_c, n_s = canary.bands.sum(axis=-1), stable.bands.sum(axis=-1)
     for b in range(n_bands):
-        specs.append((f"score_band({bounds[b]:g},{bounds[b + 1]:g}]", True, cfg.score_margin,
+        specs.append((f"score_band({bounds[b]:g},{bounds[b + 1]:g}]", True, tabular.score_margin,
                       third / (2 * n_bands), canary.bands[..., b], n_c, stable.bands[..., b], n_s))
     return [metric_test(cfg, name, shift=shift, margin=margin, alpha_rollback=alpha_r, canary_events=x_c,
                         canary_trials=t_c, stable_events=x_s, stable_trials=t_s)
@@ -358,18 +362,19 @@ def _reason(t: TestEvidence) -> str:
     return f"undecided: {head}; promote statistic {t.promote_statistic:.2f} < {t.promote_boundary:.2f}"
 
 
-def sequential_verdict(cfg: SequentialCanaryConfig, stable: ArmCounts, canary: ArmCounts, *,
-                       min_requests: int = 1) -> SequentialVerdict:
+def sequential_verdict(cfg: SequentialCanaryConfig, tabular: TabularSequentialConfig, stable: ArmCounts,
+                       canary: ArmCounts, *, min_requests: int = 1) -> SequentialVerdict:
     """Decide from cumulative counts of both variants (scalars); valid at every look.
 
     Args:
-        cfg: The ``delivery.sequential`` section (alpha, margins, bands, mixture scale).
+        cfg: The ``delivery.sequential`` section (alpha, mixture scale).
+        tabular: The ``delivery.tabular.sequential`` section (signals, margins, score bands).
         stable: Counts of the stable variant since the canary started.
         canary: Counts of the canary variant.
         min_requests: Fewest canary requests before a promotion (``delivery.min_canary_requests``);
             a rollback needs no minimum, its guarantee holds at any sample size.
     """
-    return verdict_from_tests(cfg, run_tests(cfg, stable, canary), canary_requests=canary.requests,
+    return verdict_from_tests(cfg, run_tests(cfg, tabular, stable, canary), canary_requests=canary.requests,
                               stable_requests=stable.requests, min_requests=min_requests)
 
 

@@ -1,4 +1,4 @@
-"""Shadow analysis: how the candidate answered the live requests mirrored to it (``serving.shadow``).
+"""Shadow analysis: how the candidate answered the live requests mirrored to it (``serving.tabular.shadow``).
 
 Reads the shadow log (``mlops_serving.read_shadow_log``: one row per mirrored instance, the live score beside
 the candidate's) and reports
@@ -199,7 +199,7 @@ def analyze_shadow(log_uri: str | Path, model: str, *, threshold: float, since: 
         window = f" between {since} and {until}" if since or until else ""
         only = f" of version(s) {list(versions)!r}" if versions else ""
         raise ShadowError(f"no shadow answers of {model!r}{only}{window} in {shadow_log_uri(log_uri)!r}: is "
-                          "serving.shadow.fraction > 0 with serving.shadow.url set on the transformer?")
+                          "serving.tabular.shadow.fraction > 0 with serving.tabular.shadow.url set on the transformer?")
     return summarize_shadow(frame, model=model, threshold=threshold, limits=limits, threshold_of=threshold_of)
 
 

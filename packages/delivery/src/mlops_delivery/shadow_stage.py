@@ -1,8 +1,8 @@
 """The shadow stage of the promotion flow: candidate (staging) → shadow → canary → production, each a commit.
 
 Production's overlay holds ``shadow-<model>.yaml`` (``SHADOW_MANIFEST``): a ConfigMap ``<model>-shadow-env`` with
-the share of live requests the transformer mirrors (``MLOPS__SERVING__SHADOW__FRACTION``, read through
-``envFrom``) and the URL of the shadow predictor, and the InferenceService ``<model>-shadow`` (predictor only)
+the share of live requests the transformer mirrors (``MLOPS__SERVING__TABULAR__SHADOW__FRACTION``, read
+through ``envFrom``) and the URL of the shadow predictor, and the InferenceService ``<model>-shadow`` (predictor only)
 that serves the candidate. Starting a shadow pins the candidate's immutable ``storageUri`` there, scales the
 shadow predictor to one replica and sets the fraction; stopping it sets the fraction to 0 and scales it to zero.
 Both also set (or drop) ``mlops.platform/shadow-version`` on the model manifest: a change of the
@@ -34,7 +34,9 @@ logger = logging.getLogger(__name__)
 
 SHADOW_MANIFEST = "shadow-{model}.yaml"
 SHADOW_VERSION = "mlops.platform/shadow-version"
-FRACTION = "MLOPS__SERVING__SHADOW__FRACTION"
+FRACTION = "MLOPS__SERVING__TABULAR__SHADOW__FRACTION"
+MOVED_PREFIX = ("MLOPS__SERVING__SHADOW__", "MLOPS__SERVING__TABULAR__SHADOW__")
+"""The ConfigMap's variables before ``serving.shadow`` moved to ``serving.tabular.shadow``, and after."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class ShadowManifest:
                 doc = doc.get(key) if isinstance(doc, dict) else None
             if not isinstance(doc, CommentedMap):
                 raise ManifestError(f"{str(path)!r} lacks the mapping {'.'.join(keys)!r}")
+        stale = sorted(str(k) for k in self.config["data"] if str(k).startswith(MOVED_PREFIX[0]))
+        if stale:  # the transformer refuses them at load; a start or stop must not write the new name beside them
+            raise ManifestError(f"{str(path)!r}: {stale} name serving.shadow.*, which has moved to "
+                                f"serving.tabular.shadow.*; rename them {MOVED_PREFIX[1]}…")
         self.placement()
 
     def _find(self, kind: str, name: str) -> CommentedMap:

@@ -29,8 +29,9 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
     with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-shadow-candidate.log",
                     ["--role", "predictor", "--alias", "staging"]) as candidate:
         live_args = ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}",
-                     "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.shadow.fraction=1.0",
-                     "--set", f"serving.shadow.url={candidate.url}", "--set", "serving.shadow.timeout_s=2"]
+                     "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.tabular.shadow.fraction=1.0",
+                     "--set", f"serving.tabular.shadow.url={candidate.url}",
+                     "--set", "serving.tabular.shadow.timeout_s=2"]
         with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-shadow.log", live_args) as server:
             traffic = send_traffic(server, rows)
             time.sleep(1.0)  # the sender's last call answers before the server stops (and flushes the log)

@@ -278,8 +278,9 @@ def step_canary(ctx: PipelineContext) -> dict[str, Any]:
 
     version = ctx.facts["candidate_version"]
     stable = _aliases(ctx)["champion"]
-    threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, ctx.cfg.delivery.canary_estimate_threshold,
-                                      override_key="delivery.canary_estimate_threshold")
+    threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model,
+                                      ctx.cfg.delivery.tabular.canary_estimate_threshold,
+                                      override_key="delivery.tabular.canary_estimate_threshold")
     if "canary" not in _held(ctx, version):
         _promote(ctx, version, "canary", "staged; canary starts")
     percent = 50

@@ -10,12 +10,12 @@ as in any admission controller:
   answered by the server's one error map), so a refusal costs microseconds and the admitted ones keep their
   latency. Two modes, set by :class:`AdmissionLimits`:
 
-  - **adaptive** (the tabular model, ``serving.max_inflight``): ``limit`` adapts (AIMD, as TCP's window): by
+  - **adaptive** (the tabular model, ``serving.tabular.max_inflight``): ``limit`` adapts (AIMD, as TCP's window): by
     Little's law the time a request spends inside is ``inflight / throughput``, so a fixed bound breaks the
     objective whenever throughput drops (a busy node, a slow store). An admitted request that took longer than
     half its deadline cuts ``limit`` by a fifth (at most every 100 ms); a faster one raises it by ``1/limit`` (one
-    per round of requests), between a quarter of ``serving.max_inflight`` and ``serving.max_inflight``. The floor
-    keeps throughput when the slowness is not the in-flight work's doing (a retry storm saturating the event loop
+    per round of requests), between a quarter of ``serving.tabular.max_inflight`` and all of it. The floor keeps
+    throughput when the slowness is not the in-flight work's doing (a retry storm saturating the event loop
     with refusals);
   - **concurrency** (the language model, ``serving.lm``): ``limit`` is fixed at ``max_concurrent + max_queue``
     and at most ``max_concurrent`` of the admitted requests generate at once (:meth:`Admission.slot`); the others
@@ -66,7 +66,7 @@ _ticket: ContextVar[Ticket | None] = ContextVar("mlops_serving_ticket", default=
 
 
 class OverloadedError(ServingError):
-    """The server cannot take the request now (predict requests past ``serving.max_inflight``, every generation
+    """The server cannot take the request now (predict requests past ``serving.tabular.max_inflight``, every generation
     slot and queue place of an LM server taken, a model not ready): 503 + Retry-After."""
 
     http_status = 503
@@ -93,13 +93,13 @@ class AdmissionLimits:
     max_running: int | None = None
     """Concurrency mode: at most this many of the admitted requests run at once (:meth:`Admission.slot`), the
     others wait; the limit stays at ``max_inflight``. ``None``: adaptive mode."""
-    bound: str = "serving.max_inflight"
+    bound: str = "serving.tabular.max_inflight"
     """The config keys the bound comes from, named in refusals."""
 
     @classmethod
     def from_config(cls, serving: Any) -> AdmissionLimits:
-        """The tabular servers' bounds (``serving.max_inflight``, adaptive)."""
-        return cls(serving.max_inflight, serving.request_deadline_ms, serving.shed_retry_after_s,
+        """The tabular servers' bounds (``serving.tabular.max_inflight``, adaptive)."""
+        return cls(serving.tabular.max_inflight, serving.request_deadline_ms, serving.tabular.shed_retry_after_s,
                    serving.max_payload_bytes)
 
     @classmethod
@@ -160,7 +160,7 @@ class AdmissionMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.shed = Counter("mlops_serving_shed_requests", "Inference requests refused for overload, by reason "
-                            "(inflight: over serving.max_inflight; deadline: not scored in time; reading: the "
+                            "(inflight: over serving.tabular.max_inflight; deadline: not scored in time; reading: the "
                             "bodies being read hold too many bytes, 503; body_timeout: the body not in by the "
                             "deadline, 408).",
                             ["model", "reason"], registry=registry)
@@ -170,7 +170,8 @@ class AdmissionMetrics:
                                  "Requests whose batch's feature lookup was abandoned at its deadline.", ["model"],
                                  registry=registry)
         self.limit = Gauge("mlops_serving_inflight_limit", "Inference requests admitted at once now (adaptive: at "
-                           "most serving.max_inflight; the language model's: fixed).", ["model"], registry=registry)
+                           "most serving.tabular.max_inflight; the language model's: fixed).", ["model"],
+                           registry=registry)
         self.admitted = Histogram("mlops_serving_admitted_seconds", "Admitted inference requests, from admission to "
                                   "the end of the answer (what the in-flight bound and the deadline control).",
                                   ["model"], buckets=ADMITTED_BUCKETS, registry=registry)

@@ -36,13 +36,13 @@ class UnsupportedMediaTypeError(ServingError):
 
 
 class TooManyInstancesError(ServingError):
-    """More instances in one request than ``serving.max_instances``."""
+    """More instances in one request than ``serving.tabular.max_instances``."""
 
     http_status = 422
 
 
 class FeatureStoreUnavailableError(ServingError):
-    """The online store is unreachable and ``serving.redis_outage`` is ``unavailable``: 503 + Retry-After."""
+    """The online store is unreachable and ``serving.tabular.redis_outage`` is ``unavailable``: 503 + Retry-After."""
 
     http_status = 503
 

@@ -1,6 +1,6 @@
 """The transformer's feature lookup: online features per entity, with the Redis-outage policy applied.
 
-Outage policy (``serving.redis_outage``):
+Outage policy (``serving.tabular.redis_outage``):
 
 - ``degraded`` (default): when the online store fails, every row gets the neutral default of each feature
   (the training mean, which the encoder maps to 0) and the response says ``degraded: true`` per

@@ -1,4 +1,4 @@
-"""The KServe predictor on its own (``serving.role: predictor``): encoded rows in, fraud probability out.
+"""The KServe predictor on its own (``serving.tabular.role: predictor``): encoded rows in, fraud probability out.
 
 On Kubernetes the InferenceService's predictor loads the version KServe's storage initializer put in
 ``/mnt/models`` and answers V2 tensors ``input`` (FP32 ``[n, input_dim]``) with ``score``; its transformer

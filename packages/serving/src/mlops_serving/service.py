@@ -57,20 +57,20 @@ def create_app(
         on_dropped=lambda n: metrics.log_dropped.labels(model_name).inc(n),
         on_failed=lambda: metrics.log_flush_failures.labels(model_name).inc(),
     )
-    lookup = FeatureLookup(source, outage=serving.redis_outage,
-                           retry_s=serving.feature_retry_s if retry_s is None else retry_s)
+    lookup = FeatureLookup(source, outage=serving.tabular.redis_outage,
+                           retry_s=serving.tabular.feature_retry_s if retry_s is None else retry_s)
     shadow = None
-    if serving.shadow.fraction > 0 and serving.shadow.url:
-        shadow = shadow_sender(model_name, url=serving.shadow.url, fraction=serving.shadow.fraction,
-                               queue_size=serving.shadow.queue_size, timeout_s=serving.shadow.timeout_s,
+    if serving.tabular.shadow.fraction > 0 and serving.tabular.shadow.url:
+        shadow = shadow_sender(model_name, url=serving.tabular.shadow.url, fraction=serving.tabular.shadow.fraction,
+                               queue_size=serving.tabular.shadow.queue_size, timeout_s=serving.tabular.shadow.timeout_s,
                                registry=metrics.registry, prediction_log_uri=log_dir,
                                flush_s=serving.prediction_log_flush_s,
                                retention_hours=serving.prediction_log_retention_hours,
-                               max_rows=serving.max_instances)
+                               max_rows=serving.tabular.max_instances)
     model = TabularModel(model_name, loader=loader, lookup=lookup, metrics=metrics,
-                       prediction_log=writer, max_instances=serving.max_instances,
+                       prediction_log=writer, max_instances=serving.tabular.max_instances,
                        canary_percent=serving.canary_percent if serving.canary_alias else 0, shadow=shadow)
-    return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.redis_outage),
+    return build_app(model, metrics, readiness=StoreReadiness(model, lookup, serving.tabular.redis_outage),
                      max_payload_bytes=serving.max_payload_bytes,
                      status_detail=serving.status_detail,
                      not_ready_retry_after_s=serving.not_ready_retry_after_s, prediction_log=writer,
@@ -236,7 +236,7 @@ def _serve_tabular(t: ServeTarget) -> None:
     from mlops_serving.server import run_app
 
     serving, model, model_dir, report, check = t.serving, t.model, t.model_dir, t.report, t.check
-    if serving.role == "predictor":
+    if serving.tabular.role == "predictor":
         _serve_predictor(serving, t.tracking, t.root, model, state_dir=t.state_dir, model_dir=model_dir,
                          model_version=t.model_version, report=report, check=check)
         return
@@ -244,15 +244,16 @@ def _serve_tabular(t: ServeTarget) -> None:
         raise ServingError(f"serving tabular model {model!r} needs the model config's contract (its entity keys read "
                            f"the online store), and it declares none; expected a section contract in "
                            f"configs/models/{model}.yaml")
-    if serving.workers != 1:
-        raise ServingError(f"serving.workers={serving.workers} is not supported by the local server; use 1 "
-                           "(scale out with replicas of the InferenceService)")
+    if serving.tabular.workers != 1:
+        raise ServingError(f"serving.tabular.workers={serving.tabular.workers} is not supported by the local server; "
+                           "use 1 (scale out with replicas of the InferenceService)")
     cache = t.root / t.state_dir / "serving" / "models"
     loader: Callable[[], tuple[ServedModel, ServedModel | None]]
-    if serving.role == "transformer":
-        if not serving.predictor_host:
-            raise ServingError("serving.role=transformer needs serving.predictor_host (KServe: --predictor_host)")
-        loader = remote_loader(serving.predictor_host, model)
+    if serving.tabular.role == "transformer":
+        if not serving.tabular.predictor_host:
+            raise ServingError("serving.tabular.role=transformer needs serving.tabular.predictor_host "
+                               "(KServe: --predictor_host)")
+        loader = remote_loader(serving.tabular.predictor_host, model)
     elif model_dir is not None:
         loader = folder_loader(model, model_dir, version=t.model_version, check=check)
     else:
@@ -351,7 +352,7 @@ def create_predictor_app(serving: ServingConfig, *, model_name: str, loader: Cal
     from mlops_serving.server import ModelReadiness, build_app
 
     metrics = ServingMetrics()
-    model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.max_instances)
+    model = PredictorModel(model_name, loader=loader, metrics=metrics, max_instances=serving.tabular.max_instances)
     return build_app(model, metrics, readiness=ModelReadiness(model), max_payload_bytes=serving.max_payload_bytes,
                      status_detail=serving.status_detail,
                      not_ready_retry_after_s=serving.not_ready_retry_after_s,
@@ -382,14 +383,14 @@ def _check_plan(serving: ServingConfig, model_dir: Path | None, model_uri: str |
     if serving.canary_percent and not serving.canary_alias:
         raise ServingError(f"serving.canary_percent={serving.canary_percent} needs serving.canary_alias "
                            "(the version to send that share to)")
-    if serving.canary_alias and (named is not None or serving.role != "all"):
-        where = named or f"role {serving.role!r}"
+    if serving.canary_alias and (named is not None or serving.tabular.role != "all"):
+        where = named or f"role {serving.tabular.role!r}"
         raise ServingError(f"serving.canary_alias={serving.canary_alias!r} cannot be used with {where}: the local "
                            "canary needs both versions from the registry (on Kubernetes, KServe splits traffic)")
-    if serving.shadow.fraction > 0 and serving.role == "predictor":
-        raise ServingError(f"serving.shadow.fraction={serving.shadow.fraction} cannot be used with role 'predictor': "
-                           "the transformer (role 'transformer' or 'all') mirrors requests; the candidate is a "
-                           "predictor of its own at serving.shadow.url")
+    if serving.tabular.shadow.fraction > 0 and serving.tabular.role == "predictor":
+        raise ServingError(f"serving.tabular.shadow.fraction={serving.tabular.shadow.fraction} cannot be used with "
+                           "role 'predictor': the transformer (role 'transformer' or 'all') mirrors requests; the "
+                           "candidate is a predictor of its own at serving.tabular.shadow.url")
     if serving.canary_alias and serving.canary_percent == 0:
         log.warning("canary alias %r set with canary_percent 0: it is loaded but gets no traffic",
                     serving.canary_alias)

@@ -8,7 +8,7 @@ candidate does (errors, hangs, being down) reaches the live answer: one daemon t
 queue (everything queued, up to ``max_rows`` rows: under load one call carries many requests, which keeps the
 sender's CPU, and the candidate's, per request small), encodes them with the *candidate's* encoder (read from
 its ``/mlops/models/{name}/meta``, as the transformer does for its own predictor) and sends one V2 tensor per
-call with ``serving.shadow.timeout_s``. A request's shadow latency is the round trip of the call it rode in.
+call with ``serving.tabular.shadow.timeout_s``. A request's shadow latency is the round trip of the call it rode in.
 
 Every mirrored request that was sent is logged, answered or not, to the shadow log: the prediction-log store's
 layout under ``<prediction_log_uri>/role=shadow`` (``model=<m>/version=<candidate version>/hour=<h>/part-*``),
@@ -132,7 +132,7 @@ class ShadowSender:
         self.fraction = fraction
         self.timeout_s = timeout_s
         self.max_rows = max_rows
-        """Rows per call to the candidate at most (its ``serving.max_instances``)."""
+        """Rows per call to the candidate at most (its ``serving.tabular.max_instances``)."""
         self._log = log_writer
         self._metrics = metrics
         self._mirrored = metrics.mirrored.labels(model)

@@ -54,7 +54,7 @@ def analyze(
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 0 promote, 3 hold, 4 rollback.")] = False,
     skew_report: Annotated[Path | None, typer.Option(
         help="JSON of a skew replay (`mlops monitor run --json` with monitoring.skew_sample_rows > 0, or its "
-             "drift.json); required when delivery.sequential.max_skew_mismatch_rate is set.")] = None,
+             "drift.json); required when delivery.tabular.max_skew_mismatch_rate is set.")] = None,
     profile: ProfileOpt = None,
     model: ModelOpt = None,
     sets: SetOpt = None,
@@ -80,8 +80,8 @@ def analyze(
                       stable_version=stable_version, canary_version=canary_version, since=since,
                       skew_mismatch_rate=skew_rate, stable_before=stable_before, canary_before=canary_before,
                       threshold_of=version_thresholds(cfg.tracking, loaded.root, cfg.project.model,
-                                                      cfg.delivery.canary_estimate_threshold,
-                                                      override_key="delivery.canary_estimate_threshold"))
+                                                      cfg.delivery.tabular.canary_estimate_threshold,
+                                                      override_key="delivery.tabular.canary_estimate_threshold"))
     result = analyze_until_decided(look, kind=kind_of(cfg.training), wait_s=wait_s, interval_s=interval_s)
     if as_json:
         print_json(result.to_dict())

@@ -35,9 +35,11 @@ def serve(
         help="Version label of --model-dir in metrics and the prediction log (default: the folder's name).")
     ] = None,
     role: Annotated[str | None, typer.Option(
-        "--role", help="all (local), transformer or predictor (the two halves of an InferenceService).")] = None,
+        "--role", help="all (local), transformer or predictor (the two halves of an InferenceService; "
+        "serving.tabular.role).")] = None,
     predictor_host: Annotated[str | None, typer.Option(
-        "--predictor-host", "--predictor_host", help="host:port of the predictor (role transformer).")] = None,
+        "--predictor-host", "--predictor_host",
+        help="host:port of the predictor (role transformer; serving.tabular.predictor_host).")] = None,
     kserve_model_name: Annotated[str | None, typer.Option(
         "--model_name", hidden=True, help="Set by KServe; must name the served model.")] = None,
     kserve_http_port: Annotated[int | None, typer.Option("--http_port", hidden=True, help="Set by KServe.")] = None,
@@ -53,7 +55,8 @@ def serve(
     if kserve_protocol not in (None, "v2"):
         raise ServingError(f"--predictor_protocol {kserve_protocol!r} is not supported; the transformer speaks v2")
     flags = {"alias": alias, "canary_alias": canary_alias, "canary_percent": canary_percent, "host": host,
-             "port": port if port is not None else kserve_http_port, "role": role, "predictor_host": predictor_host}
+             "port": port if port is not None else kserve_http_port, "tabular.role": role,
+             "tabular.predictor_host": predictor_host}
     overrides = [*(sets or []), *(f"serving.{k}={v}" for k, v in flags.items() if v is not None)]
     loaded = load(profile, model, overrides, check_secrets=False)  # the sections used check their own secrets
     cfg = loaded.config

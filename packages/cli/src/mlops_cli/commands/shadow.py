@@ -1,4 +1,4 @@
-"""``mlops shadow``: how a candidate answered the live requests mirrored to it (``serving.shadow``)."""
+"""``mlops shadow``: how a candidate answered the live requests mirrored to it (``serving.tabular.shadow``)."""
 
 from __future__ import annotations
 

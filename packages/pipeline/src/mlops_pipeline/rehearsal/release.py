@@ -65,9 +65,10 @@ def analyze(ctx: RehearsalContext, since: datetime) -> dict[str, Any]:
     log_uri = resolve_prediction_log_uri(ctx.cfg.serving.prediction_log_uri, ctx.root)
     result = analyze_canary_prometheus(delivery, delivery.prometheus_url, log_uri, ctx.model,
                                        stable_version=stable.version, canary_version=canary.version, since=since,
-                                       threshold_of=version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model,
-                                                                       delivery.canary_estimate_threshold,
-                                                                       override_key="delivery.canary_estimate_threshold"))
+                                       threshold_of=version_thresholds(
+                                           ctx.cfg.tracking, ctx.root, ctx.model,
+                                           delivery.tabular.canary_estimate_threshold,
+                                           override_key="delivery.tabular.canary_estimate_threshold"))
     up = prometheus_query(ctx.platform.prometheus_url, 'up{job="fraud-serving"}')
     doc = result.to_dict()
     ctx.facts["canary"] = {
