@@ -32,7 +32,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import serving_load as sl  # noqa: E402  (the sibling benchmark: data preparation, load generator, readiness)
+import serving_arms as arms  # noqa: E402  (data preparation and the feature section, shared with serving_load)
+import serving_load as sl  # noqa: E402  (the sibling benchmark: load generator, readiness)
 
 PATH = "/v1/models/fraud:predict"
 LINGER = 1.0
@@ -48,7 +49,7 @@ def run_live(root: Path, redis_port: int, port: int, fraction: float, candidate_
     shadow = {"fraction": fraction, "url": f"127.0.0.1:{candidate_port}", "queue_size": queue_size}
     serving = ServingConfig(port=port, prediction_log_uri=str(root / "predlog"), tabular={"shadow": shadow})
     app = create_app(serving, model_name="fraud", loader=folder_loader("fraud", root / "model" / "1"),
-                     source=OnlineFeatures(sl.features_section(root, redis_port), root, contract=FRAUD_CONTRACT),
+                     source=OnlineFeatures(arms.features_section(root, redis_port), root, contract=FRAUD_CONTRACT),
                      log_dir=root / "predlog")
     run_app(app, "127.0.0.1", port)
 
@@ -94,7 +95,7 @@ def start_live(args: argparse.Namespace, fraction: float, candidate_port: int) -
 def load(args: argparse.Namespace, port: int) -> dict[str, Any]:
     """One closed-loop burst on ``port`` (serving_load's generator, in a process of its own)."""
     out = subprocess.run([sys.executable, str(HERE / "serving_load.py"), "--role", "load", "--port", str(port),
-                          "--path", PATH, "--bodies", str(args.root_dir / "ours.json"), "--duration",
+                          "--path", PATH, "--bodies", str(args.root_dir / "entity.json"), "--duration",
                           str(args.duration), "--warmup", str(args.warmup), "--concurrency", str(args.concurrency),
                           "--max-requests", "1000000"], capture_output=True, text=True, check=True,
                          timeout=args.duration + args.warmup + 60)
@@ -137,16 +138,16 @@ def main() -> None:
     servers: dict[float, tuple[subprocess.Popen[bytes], int]] = {}
     try:
         time.sleep(0.5)
-        prepared = sl.prepare(tmp, args.redis_port, args.rows)
-        (tmp / "ours.json").write_text(json.dumps(prepared["ours"]))
+        prepared = arms.prepare(tmp, args.redis_port, args.rows)
+        (tmp / "entity.json").write_text(json.dumps(prepared["entity"]))
         candidate_port = sl.free_port()
         candidate = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--role", "candidate", "--root",
                                       str(tmp), "--port", str(candidate_port)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        sl.wait_ready(candidate_port, "/v2/health/ready", timeout=300.0)
+        sl.wait_ready(candidate_port, "/v2/health/ready", candidate, timeout=300.0)
         servers = {f: start_live(args, f, candidate_port) for f in (0.0, 1.0)}
-        for _, port in servers.values():
-            sl.wait_ready(port, "/v2/health/ready", timeout=300.0)
+        for proc, port in servers.values():
+            sl.wait_ready(port, "/v2/health/ready", proc, timeout=300.0)
         off, on = [], []
         for _ in range(args.rounds):  # alternating bursts: the machine's drift hits both arms alike
             off.append(load(args, servers[0.0][1]))
