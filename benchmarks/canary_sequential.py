@@ -92,7 +92,7 @@ def draw_look(rng: np.random.Generator, n: int, error: np.ndarray, lat_p: np.nda
         lat = rng.multinomial(answered, lat_p)
     else:
         slow = rng.binomial(answered, lat_p[..., k_slow:].sum(axis=-1))
-        lat = np.zeros((errors.size, lat_p.shape[-1]))
+        lat = np.zeros((errors.size, lat_p.shape[-1]), dtype=np.int64)
         lat[:, -1] = slow
     return errors, lat, rng.multinomial(answered, band_p)
 

@@ -132,7 +132,8 @@ def main() -> None:
     if args.impl == "ours":
         built = task.build()
         model = apply_parallelism(built.module, ShardPlan.resolve(training), training.fsdp, info)
-        built.materialize(model)
+        if built.materialize is not None:  # a pretrained checkpoint: weights into the shards (as the trainer does)
+            built.materialize(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         backward = torch.Tensor.backward
     else:

@@ -88,7 +88,7 @@ def _sample_keys(root: Path, key: str, n: int = 200) -> list[str]:
     from mlops_config import FeaturesConfig
 
     path = root / FeaturesConfig().source_dir / "transactions.parquet"
-    return [r[0] for r in duckdb.sql(f"SELECT DISTINCT {key} FROM '{path}' ORDER BY 1 LIMIT {n}").fetchall()]
+    return [r[0] for r in duckdb.execute(f"SELECT DISTINCT {key} FROM '{path}' ORDER BY 1 LIMIT {n}").fetchall()]
 
 
 def _children_peak_rss_mb() -> dict[str, float]:

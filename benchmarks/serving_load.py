@@ -212,11 +212,11 @@ def measure(servers: Servers, args: argparse.Namespace
     open_loop: dict[str, Any] = {"rate": rate, "floor_capacity_rps": capacity, "load_factor": args.load_factor}
     for arm in ARMS:
         ours_kind = arm in ("ours", "ours_split")
-        before = shed_counts(servers.port(arm)) if ours_kind else {}
+        shed_before = shed_counts(servers.port(arm)) if ours_kind else {}
         result = run_load(servers, arm, args, ["--rate", str(rate)])
         if ours_kind:
             after = shed_counts(servers.port(arm))
-            result["shed_by_server"] = {k: after[k] - before.get(k, 0) for k in after}
+            result["shed_by_server"] = {k: after[k] - shed_before.get(k, 0) for k in after}
         open_loop[arm] = {k: result[k] for k in ("rps", "p50_ms", "p99_ms", "errors", "error_kinds",
                                                  "cpu_ms_per_request", "connections", "send_lag_p99_ms",
                                                  "shed_by_server") if k in result}

@@ -105,7 +105,7 @@ def _short_lock() -> Callable[[], None]:
     from mlops_core.registry_lock import registry_lock
 
     original = lc.registry_lock
-    lc.registry_lock = functools.partial(registry_lock, ttl_s=LOCK_TTL_S)  # type: ignore[assignment]
+    lc.registry_lock = functools.partial(registry_lock, ttl_s=LOCK_TTL_S)
 
     def undo() -> None:
         lc.registry_lock = original

@@ -105,7 +105,8 @@ class OwnMlflow:
     def __init__(self, pg: OwnPostgres, workdir: Path, db: str, *, admin: tuple[str, str] | None = None) -> None:
         from mlops_core.tracking_server import server_command, server_env, write_auth_config
 
-        self.workdir, self.port, self.proc = workdir, free_port(), None
+        self.workdir, self.port = workdir, free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         store = pg.create_database(db)
