@@ -306,7 +306,7 @@ def parse_args() -> argparse.Namespace:
                    help="serving.request_deadline_ms of the predictor behind ours_split and the glue (see "
                         "serving_arms.run_predictor; 250 is the platform's default).")
     p.add_argument("--keep", action="store_true", help="Keep the run's folder (the servers' logs) and print its path.")
-    p.add_argument("--quick", action="store_true", help="Smoke run: 1 round of 2 s, 1 s warm-up, 2,000 rows.")
+    p.add_argument("--quick", action="store_true", help="Smoke run: 1 round of 1 s, 0.5 s warm-up, 2,000 rows.")
     p.add_argument("--root", dest="root_dir", type=Path)
     p.add_argument("--port", type=int)
     p.add_argument("--redis-port", type=int)
@@ -316,7 +316,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pids", default="")
     args = p.parse_args()
     if args.quick:
-        args.repeats, args.duration, args.warmup, args.rows = 1, 2.0, 1.0, 2000
+        args.repeats, args.duration, args.warmup, args.rows = 1, 1.0, 0.5, 2000
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
     if not 0 < args.load_factor <= 2:
