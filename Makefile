@@ -32,7 +32,8 @@ setup: $(STAMP)
 # hashes for local folders). torch is the CPU build: from the machine's wheel folder (pip's find-links) when it
 # has one, else from PyTorch's CPU index (TORCH_INDEX); either way its hash is the lock's, and pip installs it.
 # The rest goes through uv (itself from the lock, by pip): the same hashes, installed in parallel. Where uv cannot
-# be installed or cannot reach the index, pip installs the rest, as before. Bytecode is compiled at install, as pip
+# be installed or cannot reach the index, pip installs the rest, as before; our own packages (editable) too (uv:
+# 1.4 s, pip: 7.5 s here, the same .pth files and entry points). Bytecode is compiled at install, as pip
 # does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) Python never writes it, and every process would
 # compile every module it imports again (without it, CI's test run took about twice as long). What the lock
 # leaves out on purpose (tools/write_lock.py LEFT_OUT, with why) is uninstalled from a venv made before.
@@ -50,7 +51,9 @@ $(STAMP): constraints.txt requirements.lock pyproject.toml $(addsuffix pyproject
 	  -r $(VENV)/lock-rest.txt; } || \
 	  { echo "uv could not install the lock; pip installs it"; \
 	  $(BIN)/pip install -q --require-hashes --no-deps -r $(VENV)/lock-rest.txt $(PIP_QUIET); }
-	$(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	@{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(BIN)/python --no-deps --no-build-isolation \
+	  --compile-bytecode $(addprefix -e ,$(PACKAGES)) -e '.[dev]'; } || \
+	  $(BIN)/pip install -q --no-deps --no-build-isolation $(addprefix -e ,$(PACKAGES)) -e '.[dev]' $(PIP_QUIET)
 	@$(BIN)/pip uninstall -y -q $$($(BIN)/python tools/write_lock.py --left-out) 2>/dev/null || true
 	@$(BIN)/python tools/check_lock.py constraints.txt requirements.lock
 	@touch $@
