@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from mlops_config import ContractConfig
+from mlops_pipeline.errors import PipelineError
 from mlops_pipeline.servers import ProcessHarness, ServerSpec, free_port, http_ready
 
 
@@ -37,15 +38,43 @@ def run_server(root: Path, model: str, log_path: Path, args: Sequence[str] = (),
     """`mlops serve` on a free loopback port, started and stopped by the one process harness
     (:class:`~mlops_pipeline.servers.ProcessHarness`: its own process group, SIGTERM first so the prediction log
     flushes, the log quoted when it exits or is not ready in time)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
-            *args]
-    with ProcessHarness(log_path.parent) as harness:
-        server = harness.start(ServerSpec(
-            log_path.stem, argv, ready=http_ready(f"{url}/v2/models/{model}/ready"), cwd=root,
-            ready_timeout_s=ready_timeout_s, stop_timeout_s=30.0))
-        yield Endpoint(url, model, server.log_path)
+    with run_servers(root, model, [(log_path, args)], ready_timeout_s=ready_timeout_s) as (endpoint,):
+        yield endpoint
+
+
+def serving_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (a server's URL can then be known before it starts)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+@contextmanager
+def run_servers(root: Path, model: str, servers: Sequence[tuple[Path, Sequence[str]]], *,
+                ports: Sequence[int] | None = None, ready_timeout_s: float = 120.0) -> Iterator[list[Endpoint]]:
+    """Several `mlops serve` processes (``(log_path, args)`` each, the logs in one folder) launched side by side,
+    then waited for, then stopped together: start-up (importing torch, loading the model) overlaps. ``ports``: the
+    ports to serve on, in order (from :func:`serving_ports`, when one server's args name another's URL)."""
+    folders = {log_path.parent for log_path, _ in servers}
+    if len(folders) != 1:
+        raise PipelineError(f"the servers' logs must share one folder, got {sorted(map(str, folders))}")
+    chosen = list(ports) if ports is not None else serving_ports(len(servers))
+    if len(chosen) != len(servers) or len(set(chosen)) != len(chosen):
+        raise PipelineError(f"ports {chosen} must be {len(servers)} distinct ports, one per server")
+    specs = []
+    for (log_path, args), port in zip(servers, chosen, strict=True):
+        url = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port",
+                str(port), *args]
+        specs.append((url, ServerSpec(log_path.stem, argv, ready=http_ready(f"{url}/v2/models/{model}/ready"),
+                                      cwd=root, ready_timeout_s=ready_timeout_s, stop_timeout_s=30.0)))
+    with ProcessHarness(folders.pop()) as harness:
+        for _, spec in specs:
+            harness.launch(spec)
+        yield [Endpoint(url, model, harness.wait_ready(spec.name).log_path) for url, spec in specs]
 
 
 SHED_RETRIES = 3

@@ -9,7 +9,7 @@ from typing import Any
 
 from mlops_pipeline import plots
 from mlops_pipeline.context import PipelineContext
-from mlops_pipeline.local_server import request_rows, run_server, send_traffic
+from mlops_pipeline.local_server import request_rows, run_servers, send_traffic, serving_ports
 from mlops_pipeline.report import Section
 
 
@@ -26,16 +26,17 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
     n = 1_000 if ctx.fast else 3_000
     rows = request_rows(ctx.validated(), n, ctx.cfg.project.seed + 2, ctx.cfg.declared_contract("the demo's traffic"))
     started = time.time()
-    with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-shadow-candidate.log",
-                    ["--role", "predictor", "--alias", "staging"]) as candidate:
-        live_args = ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}",
-                     "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.tabular.shadow.fraction=1.0",
-                     "--set", f"serving.tabular.shadow.url={candidate.url}",
-                     "--set", "serving.tabular.shadow.timeout_s=2"]
-        with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-shadow.log", live_args) as server:
-            traffic = send_traffic(server, rows)
-            time.sleep(1.0)  # the sender's last call answers before the server stops (and flushes the log)
-            metrics = server.metrics_text()
+    ports = serving_ports(2)  # the live server names the candidate's URL: both start side by side
+    live_args = ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}",
+                 "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.tabular.shadow.fraction=1.0",
+                 "--set", f"serving.tabular.shadow.url=http://127.0.0.1:{ports[0]}",
+                 "--set", "serving.tabular.shadow.timeout_s=2"]
+    with run_servers(ctx.root, ctx.model, [
+            (ctx.work_dir / "serve-shadow-candidate.log", ["--role", "predictor", "--alias", "staging"]),
+            (ctx.work_dir / "serve-shadow.log", live_args)], ports=ports) as (_, server):
+        traffic = send_traffic(server, rows)
+        time.sleep(1.0)  # the sender's last call answers before the server stops (and flushes the log)
+        metrics = server.metrics_text()
     override = ctx.cfg.evaluation.tabular.decision_threshold
     threshold_of = version_thresholds(ctx.cfg.tracking, ctx.root, ctx.model, override,
                                       override_key="evaluation.tabular.decision_threshold")
