@@ -34,9 +34,9 @@ logger = logging.getLogger(__name__)
 
 SHADOW_MANIFEST = "shadow-{model}.yaml"
 SHADOW_VERSION = "mlops.platform/shadow-version"
-FRACTION = "MLOPS__SERVING__TABULAR__SHADOW__FRACTION"
-MOVED_PREFIX = ("MLOPS__SERVING__SHADOW__", "MLOPS__SERVING__TABULAR__SHADOW__")
+OLD_PREFIX, PREFIX = "MLOPS__SERVING__SHADOW__", "MLOPS__SERVING__TABULAR__SHADOW__"
 """The ConfigMap's variables before ``serving.shadow`` moved to ``serving.tabular.shadow``, and after."""
+FRACTION = f"{PREFIX}FRACTION"
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,10 @@ class ShadowManifest:
                 doc = doc.get(key) if isinstance(doc, dict) else None
             if not isinstance(doc, CommentedMap):
                 raise ManifestError(f"{str(path)!r} lacks the mapping {'.'.join(keys)!r}")
-        stale = sorted(str(k) for k in self.config["data"] if str(k).startswith(MOVED_PREFIX[0]))
+        stale = sorted(str(k) for k in self.config["data"] if str(k).startswith(OLD_PREFIX))
         if stale:  # the transformer refuses them at load; a start or stop must not write the new name beside them
             raise ManifestError(f"{str(path)!r}: {stale} name serving.shadow.*, which has moved to "
-                                f"serving.tabular.shadow.*; rename them {MOVED_PREFIX[1]}…")
+                                f"serving.tabular.shadow.*; rename them {PREFIX}…")
         self.placement()
 
     def _find(self, kind: str, name: str) -> CommentedMap:

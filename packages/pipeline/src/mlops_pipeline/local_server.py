@@ -42,6 +42,11 @@ def run_server(root: Path, model: str, log_path: Path, args: Sequence[str] = (),
         yield endpoint
 
 
+def loopback_url(port: int) -> str:
+    """The URL of a server this process starts on ``port``."""
+    return f"http://127.0.0.1:{port}"
+
+
 def serving_ports(n: int) -> list[int]:
     """``n`` distinct free loopback ports (a server's URL can then be known before it starts)."""
     ports: list[int] = []
@@ -66,7 +71,7 @@ def run_servers(root: Path, model: str, servers: Sequence[tuple[Path, Sequence[s
         raise PipelineError(f"ports {chosen} must be {len(servers)} distinct ports, one per server")
     specs = []
     for (log_path, args), port in zip(servers, chosen, strict=True):
-        url = f"http://127.0.0.1:{port}"
+        url = loopback_url(port)
         argv = [sys.executable, "-m", "mlops_cli", "serve", "--model", model, "--host", "127.0.0.1", "--port",
                 str(port), *args]
         specs.append((url, ServerSpec(log_path.stem, argv, ready=http_ready(f"{url}/v2/models/{model}/ready"),

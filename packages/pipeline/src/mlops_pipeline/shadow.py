@@ -9,7 +9,7 @@ from typing import Any
 
 from mlops_pipeline import plots
 from mlops_pipeline.context import PipelineContext
-from mlops_pipeline.local_server import request_rows, run_servers, send_traffic, serving_ports
+from mlops_pipeline.local_server import loopback_url, request_rows, run_servers, send_traffic, serving_ports
 from mlops_pipeline.report import Section
 
 
@@ -29,7 +29,7 @@ def step_shadow(ctx: PipelineContext) -> dict[str, Any]:
     ports = serving_ports(2)  # the live server names the candidate's URL: both start side by side
     live_args = ["--alias", "champion", "--set", f"serving.prediction_log_uri={log_dir}",
                  "--set", "serving.prediction_log_flush_s=0.2", "--set", "serving.tabular.shadow.fraction=1.0",
-                 "--set", f"serving.tabular.shadow.url=http://127.0.0.1:{ports[0]}",
+                 "--set", f"serving.tabular.shadow.url={loopback_url(ports[0])}",
                  "--set", "serving.tabular.shadow.timeout_s=2"]
     with run_servers(ctx.root, ctx.model, [
             (ctx.work_dir / "serve-shadow-candidate.log", ["--role", "predictor", "--alias", "staging"]),
