@@ -23,7 +23,7 @@ import pandas as pd
 
 from mlops_pipeline.context import PipelineContext
 from mlops_pipeline.errors import PipelineError
-from mlops_pipeline.local_server import Endpoint, post_retrying, run_server, run_servers
+from mlops_pipeline.local_server import Endpoint, post_retrying, run_server
 from mlops_pipeline.runner import Step, StepResult
 from mlops_pipeline.steps import _aliases, _dvc, _evaluate, _held, _promote, step_gates
 
@@ -231,10 +231,10 @@ def step_lm_canary(ctx: PipelineContext) -> dict[str, Any]:
     logs = {v: ctx.work_dir / "lm_canary_log" / f"v{v}" for v in (stable, version)}
     looks: list[dict[str, Any]] = []
     traffic: dict[str, dict[str, Any]] = {}
-    with run_servers(ctx.root, ctx.model, [  # both start side by side
-            (ctx.work_dir / "serve-lm-stable.log", _serve_args(version_folder(ctx, stable), stable, logs[stable])),
-            (ctx.work_dir / "serve-lm-canary.log", _serve_args(version_folder(ctx, version), version, logs[version]))],
-                     ) as (s_srv, c_srv):
+    with run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-stable.log",
+                    _serve_args(version_folder(ctx, stable), stable, logs[stable])) as s_srv, \
+            run_server(ctx.root, ctx.model, ctx.work_dir / "serve-lm-canary.log",
+                       _serve_args(version_folder(ctx, version), version, logs[version])) as c_srv:
         before = {"stable": s_srv.metrics_text(), "canary": c_srv.metrics_text()}  # readiness 503s stay out
         for chunk in chunks:
             sent = send_prompts({"stable": s_srv, "canary": c_srv}, chunk)  # interleaved: the same load on both
